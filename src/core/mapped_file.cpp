@@ -1,0 +1,88 @@
+#include "core/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace essaim {
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::error("cannot stat '" + path + "': " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::error("'" + path + "' is not a regular file");
+  }
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = size_t(st.st_size);
+  if (f.size_ > 0) {
+    void* p = mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return Status::error("cannot map '" + path + "': " + std::strerror(err));
+    }
+    f.data_ = static_cast<const uint8_t*>(p);
+    f.owned_ = true;
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile MappedFile::borrow(std::span<const uint8_t> bytes) {
+  MappedFile f;
+  f.data_ = bytes.data();
+  f.size_ = bytes.size();
+  f.path_ = "<memory>";
+  return f;
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept { *this = std::move(o); }
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (owned_ && data_) munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    owned_ = o.owned_;
+    path_ = std::move(o.path_);
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.owned_ = false;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (owned_ && data_) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Status MappedFile::lock() {
+  if (!data_) return Status::ok();
+  if (mlock(data_, size_) != 0)
+    return Status::error("mlock of '" + path_ + "' failed: " + std::strerror(errno) +
+                         " (raise RLIMIT_MEMLOCK or drop --mlock)");
+  return Status::ok();
+}
+
+void MappedFile::advise_willneed(size_t offset, size_t length) const {
+  if (!owned_ || offset >= size_) return;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + length);
+  madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
+}
+
+}  // namespace essaim

@@ -1,0 +1,46 @@
+// A read-only memory map of a whole file (the GGUF reader's and the worker's only view of weights).
+//
+//   ESSAIM_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
+//   std::span<const uint8_t> bytes = f.bytes();
+//
+// Zero-copy: pages are faulted in on first touch. lock() pins them (mlock) when asked to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace essaim {
+
+class MappedFile {
+ public:
+  static Result<MappedFile> open(const std::string& path);
+  // Wraps caller-owned bytes (tests, fuzzers); the memory must outlive this object.
+  static MappedFile borrow(std::span<const uint8_t> bytes);
+
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  Status lock();  // mlock the whole mapping
+  // Hint the kernel the range will be read soon / sequentially (madvise); no-op for borrowed bytes.
+  void advise_willneed(size_t offset, size_t length) const;
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool owned_ = false;
+  std::string path_;
+};
+
+}  // namespace essaim

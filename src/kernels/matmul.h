@@ -1,0 +1,43 @@
+// Matrix products of a quantised weight matrix with f32 activation rows — the only way model and expert
+// code multiply by weights.
+//
+//   WeightMatrix w{.type = GgmlType::Q4_K, .cols = 3072, .rows = 1024, .data = bytes, .row_stride = rb};
+//   matmul(w, x /* [n_tok][3072] f32 */, n_tok, y /* [n_tok][1024] */, &pool);
+//
+// Semantics (REFERENCE.md 2.5 / 4.3): each activation row is converted to w's vec_dot type on its own
+// (quantise_activations), then y[t][o] = dot(w row o, x row t). Every output element is computed by the same
+// code in the same order whatever the batch size, the row's position in the batch, the thread count or the
+// ISA chosen: results are bit-identical across all of them (DESIGN.md invariant 2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/ggml_type.h"
+#include "core/thread_pool.h"
+
+namespace essaim {
+
+struct WeightMatrix {
+  GgmlType type = GgmlType::F32;
+  int64_t cols = 0;              // ne[0]: input width
+  int64_t rows = 0;              // ne[1]: output width
+  const uint8_t* data = nullptr; // row o at data + o * row_stride
+  uint64_t row_stride = 0;       // bytes; = type_traits(type).row_bytes(cols)
+};
+
+// Bytes one activation row of `cols` floats occupies in w.type's vec_dot format.
+uint64_t activation_row_bytes(GgmlType weight_type, int64_t cols);
+
+// Converts n_rows f32 rows of `cols` values into weight_type's vec_dot format, row after row
+// (dst holds n_rows * activation_row_bytes). Per row and per block, so independent of batching.
+void quantize_activations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t cols, uint8_t* dst);
+
+// y[n_rows][w.rows] = x[n_rows][w.cols] * w^T, activations already in w's vec_dot format.
+void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, ThreadPool* pool);
+
+// Convenience: quantise_activations + matmul_preq.
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);
+
+}  // namespace essaim
