@@ -1,0 +1,16 @@
+// The essaim subcommands. Each lives in its own cmd_<name>.cpp and registers itself on the CLI11 app;
+// the callback it installs returns the process exit code through `exit_code`.
+//
+//   essaim synth --arch qwen3moe --preset tiny --types q4_k_m -o tiny.gguf
+//   essaim inspect tiny.gguf --json
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace essaim::cli {
+
+// Add one line here and one file to CMakeLists.txt per subcommand.
+void register_inspect(CLI::App& app, int& exit_code);
+void register_synth(CLI::App& app, int& exit_code);
+
+}  // namespace essaim::cli
