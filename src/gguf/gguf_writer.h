@@ -60,8 +60,30 @@ class GgufWriter {
   Status write_tensor_data(std::span<const uint8_t> bytes);  // appends to the current tensor; pads when full
   Status finish();                                         // checks every tensor got all its bytes
 
-  uint64_t tensor_nbytes(size_t index) const;
+  uint64_t tensor_nbytes(size_t index) const;  // 0 while the declaration is invalid (begin() says why)
   size_t tensor_count() const;
+
+ private:
+  struct TensorDecl {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    std::vector<int64_t> ne;
+  };
+  void set(const std::string& key, GgufValue value);
+  Status check_declarations() const;
+  Status write_raw(const void* data, size_t size);
+  Status write_zeros(uint64_t count);
+  Status fail(std::string message);  // closes the file and remembers the error
+
+  uint32_t alignment_;
+  std::vector<GgufKv> kvs_;
+  std::vector<TensorDecl> tensors_;
+  std::vector<uint64_t> nbytes_;  // per tensor, filled by begin()
+  std::FILE* out_ = nullptr;
+  std::string path_;
+  enum class State { DECLARING, WRITING, FINISHED, FAILED } state_ = State::DECLARING;
+  size_t current_ = 0;           // tensor receiving data
+  uint64_t current_written_ = 0;  // bytes of it written so far
 };
 
 }  // namespace essaim
