@@ -26,6 +26,8 @@
 
 namespace essaim {
 
+class GgufCursor;  // gguf_cursor.h: the reader's bounds-checked view of the bytes
+
 enum class GgufValueType : int32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12, COUNT = 13,
@@ -104,6 +106,11 @@ class GgufFile {
   const std::vector<std::string>* get_string_array(std::string_view key) const;
 
  private:
+  static Result<GgufFile> from_mapping(MappedFile file);
+  Status read_header(GgufCursor& c, int64_t* n_tensors, int64_t* n_kv);
+  Status read_kvs(GgufCursor& c, int64_t n_kv);
+  Status read_tensor_infos(GgufCursor& c, int64_t n_tensors);
+
   MappedFile file_;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
