@@ -1,0 +1,79 @@
+// Expert executors: the one interface through which the backbone gets routed-expert outputs, whoever
+// computes them. The model calls an executor for every MoE layer and never calls expert kernels itself.
+//
+//   ExpertStore store;                                     // views of the experts this process holds
+//   ESSAIM_RETURN_IF_ERROR(store.add(layer_index, expert_layer));
+//   LocalExpertExecutor local(store, &pool);
+//   ExpertBatch batch{.layer = il, .n_rows = n, .k = k, .act_type = t, .act = fq, .ids = ids};
+//   ESSAIM_RETURN_IF_ERROR(local.compute(batch, out));    // out: [n][k][n_embd], unweighted
+//
+// Contract for every executor (local now; remote, with deadline and local fallback, next):
+// - out[r][s] is the unweighted output of expert ids[r][s] on activation row r, bit-identical to what
+//   expert_ffn computes from the same bytes; slots whose id is -1 are left untouched.
+// - The weighted combine Σ_k w_k·y_k (slot order) is the caller's, never the executor's.
+// - The activation rows are already in the layer's activation format (act_type), quantised once per row.
+// A remote executor splits a batch by owner (ids of other owners masked to -1), sends one request per
+// owner, and every answer fills its own slots of the same `out`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/ggml_type.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "moe/expert_ffn.h"
+
+namespace essaim {
+
+struct ExpertBatch {
+  int32_t layer = 0;
+  int64_t n_rows = 0;
+  int32_t k = 0;
+  GgmlType act_type = GgmlType::F32;  // format of the activation rows (vec_dot type of the gate/up weights)
+  std::span<const uint8_t> act;       // [n_rows][activation_row_bytes]
+  std::span<const int32_t> ids;       // [n_rows][k] global expert ids, -1 = not requested
+};
+
+class ExpertExecutor {
+ public:
+  virtual ~ExpertExecutor() = default;
+  // out.size() must be n_rows * k * n_embd.
+  virtual Status compute(const ExpertBatch& batch, std::span<float> out) = 0;
+};
+
+// The experts a process holds: per layer, one or more disjoint expert ranges (the backbone holds every
+// expert of every MoE layer as one range; a worker holds the ranges of its slices).
+class ExpertStore {
+ public:
+  // Validates the layer (untrusted when it comes from a slice) and refuses a range overlapping one held.
+  Status add(int32_t layer, const ExpertLayer& experts);
+
+  int32_t n_layers() const { return int32_t(layers_.size()); }  // one past the highest layer index added
+  std::span<const ExpertLayer> ranges(int32_t layer) const;      // empty when none held
+  const ExpertLayer* find(int32_t layer, int32_t expert) const;  // the range holding it, or nullptr
+  // Every range of a layer must agree on these; nullptr when the layer holds nothing.
+  const ExpertLayer* any(int32_t layer) const;
+
+ private:
+  std::vector<std::vector<ExpertLayer>> layers_;
+};
+
+// Computes every requested expert from a store, in this process.
+class LocalExpertExecutor final : public ExpertExecutor {
+ public:
+  LocalExpertExecutor(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
+  // Checks the batch against the store (layer held, act_type and sizes match, every id held) first.
+  Status compute(const ExpertBatch& batch, std::span<float> out) override;
+
+ private:
+  const ExpertStore& store_;
+  ThreadPool* pool_;
+};
+
+// Checks the parts of a batch that do not depend on who computes it: counts, sizes consistent with
+// `layer`, activation format. Which ids are held is the executor's check. Shared with the worker.
+Status validate_expert_batch(const ExpertBatch& batch, const ExpertLayer& layer, size_t out_size);
+
+}  // namespace essaim
