@@ -8,34 +8,39 @@
 namespace essaim {
 namespace {
 
-// Replaces every byte that does not start a well-formed UTF-8 sequence (no overlongs, no surrogates,
-// at most U+10FFFF) with U+FFFD: metadata strings are opaque bytes, JSON text must be UTF-8.
+// Length of the well-formed UTF-8 sequence starting at s[i] (no overlongs, no surrogates, at most
+// U+10FFFF), or 0 when the byte there does not start one.
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t len = 0;
+  uint32_t cp = 0;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+  else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+  else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+  if (len == 0 || i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMinForLen[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinForLen[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+// Metadata strings are opaque bytes, JSON text must be UTF-8: invalid bytes become U+FFFD.
 std::string utf8_sanitize(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-    const unsigned char c = b(i);
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) { len = 1; cp = c; }
-    else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    bool ok = len != 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      ok = (b(i + k) & 0xC0) == 0x80;
-      cp = (cp << 6) | (b(i + k) & 0x3F);
-    }
-    static constexpr uint32_t kMinForLen[5] = {0, 0, 0x80, 0x800, 0x10000};
-    ok = ok && cp >= kMinForLen[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_length(s, i);
+    if (len == 0) {
       out += "\xEF\xBF\xBD";
       ++i;
+    } else {
+      out.append(s.substr(i, len));
+      i += len;
     }
   }
   return out;
@@ -44,18 +49,25 @@ std::string utf8_sanitize(std::string_view s) {
 // Escaped and shortened for a terminal (no quotes).
 std::string escape(std::string_view s, size_t max_bytes) {
   std::string out;
-  for (size_t k = 0; k < s.size() && k < max_bytes; ++k) {
+  for (size_t k = 0; k < s.size() && k < max_bytes;) {
     const unsigned char c = static_cast<unsigned char>(s[k]);
+    const size_t len = utf8_sequence_length(s, k);
+    if (len > 1) {  // printable as is: the terminal shows the character
+      out.append(s.substr(k, len));
+      k += len;
+      continue;
+    }
     if (c == '"' || c == '\\') { out += '\\'; out += char(c); }
     else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
+    else if (c < 0x20 || c >= 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\x%02x", c);
       out += buf;
     } else {
       out += char(c);
     }
+    ++k;
   }
   if (s.size() > max_bytes) out += "...";
   return out;
