@@ -12,5 +12,6 @@ namespace essaim::cli {
 // Add one line here and one file to CMakeLists.txt per subcommand.
 void register_inspect(CLI::App& app, int& exit_code);
 void register_synth(CLI::App& app, int& exit_code);
+void register_slice(CLI::App& app, int& exit_code);
 
 }  // namespace essaim::cli

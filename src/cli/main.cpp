@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   essaim::cli::register_inspect(app, exit_code);
   essaim::cli::register_synth(app, exit_code);
+  essaim::cli::register_slice(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

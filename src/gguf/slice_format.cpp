@@ -1,0 +1,73 @@
+#include "gguf/slice_format.h"
+
+#include <array>
+
+namespace essaim {
+namespace {
+
+constexpr std::array<std::string_view, kExpertTensorKindCount> kStems = {
+    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"};
+
+// Architectures whose routed experts are SwiGLU FFNs (llama.cpp builds them with LLM_FFN_SILU + PAR).
+// Mixtral-style files carry architecture "llama".
+constexpr std::array<std::string_view, 6> kSwigluArchitectures = {
+    "qwen3moe", "qwen35moe", "qwen2moe", "qwen3next", "olmoe", "llama"};
+
+// Digits needed to print every index below n (at least 1).
+int digits_below(uint32_t n) {
+  int d = 1;
+  for (uint32_t v = n > 0 ? n - 1 : 0; v >= 10; v /= 10) ++d;
+  return d;
+}
+
+std::string padded(uint32_t v, int width) {
+  std::string s = std::to_string(v);
+  if (int(s.size()) < width) s.insert(0, size_t(width) - s.size(), '0');
+  return s;
+}
+
+std::string range_text(uint32_t first, uint32_t count, int width) {
+  std::string s = padded(first, width);
+  if (count > 1) s += "-" + padded(first + count - 1, width);
+  return s;
+}
+
+}  // namespace
+
+std::string_view expert_tensor_stem(ExpertTensorKind kind) { return kStems[size_t(kind)]; }
+
+std::string expert_tensor_name(uint32_t layer, ExpertTensorKind kind) {
+  return "blk." + std::to_string(layer) + "." + std::string(expert_tensor_stem(kind)) + ".weight";
+}
+
+bool is_routed_expert_tensor_name(std::string_view name) {
+  return name.find("_exps.") != std::string_view::npos;
+}
+
+std::string_view expert_activation_name(ExpertActivation a) {
+  switch (a) {
+    case ExpertActivation::SWIGLU: return "swiglu";
+    case ExpertActivation::COUNT: break;
+  }
+  return "invalid";
+}
+
+std::optional<ExpertActivation> expert_activation_from_name(std::string_view name) {
+  if (name == "swiglu") return ExpertActivation::SWIGLU;
+  return std::nullopt;
+}
+
+std::optional<ExpertActivation> expert_activation_of_architecture(std::string_view arch) {
+  for (std::string_view a : kSwigluArchitectures)
+    if (a == arch) return ExpertActivation::SWIGLU;
+  return std::nullopt;
+}
+
+std::string slice_file_name(std::string_view stem, uint32_t layer_first, uint32_t layer_count,
+                            uint32_t expert_first, uint32_t expert_count, uint32_t source_block_count,
+                            uint32_t source_expert_count) {
+  return std::string(stem) + ".L" + range_text(layer_first, layer_count, digits_below(source_block_count)) +
+         ".E" + range_text(expert_first, expert_count, digits_below(source_expert_count)) + ".gguf";
+}
+
+}  // namespace essaim
