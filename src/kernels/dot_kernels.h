@@ -1,0 +1,58 @@
+// Internal: every dot-product kernel by type and instruction set, and the reductions they share. Only the
+// kernel table (kernel_traits.cpp) and tests name these directly; everything else goes through the table.
+//
+// Naming follows ggml: vec_dot_<weight>_<activation>_<isa>. All share VecDotFn's contract:
+// y[j] = dot(w, x + j * x_stride) for j < nx <= kDotMaxRows, n elements, bit-identical across variants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace essaim {
+
+#define ESSAIM_DECLARE_DOTS(name)                                                                     \
+  void name##_scalar(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);     \
+  void name##_avx2(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);       \
+  void name##_avx512(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+
+ESSAIM_DECLARE_DOTS(vec_dot_f32_f32)
+ESSAIM_DECLARE_DOTS(vec_dot_f16_f16)
+ESSAIM_DECLARE_DOTS(vec_dot_bf16_bf16)
+ESSAIM_DECLARE_DOTS(vec_dot_q8_0_q8_0)
+ESSAIM_DECLARE_DOTS(vec_dot_q4k_q8k)
+ESSAIM_DECLARE_DOTS(vec_dot_q5k_q8k)
+ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
+
+#undef ESSAIM_DECLARE_DOTS
+
+// Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
+// each row count gets its own register allocation.
+#define ESSAIM_DISPATCH_NX(fn, ...)                                   \
+  switch (nx) {                                                     \
+    case 1: fn<__VA_ARGS__ __VA_OPT__(, ) 1>(n, w, x, xs, y); break; \
+    case 2: fn<__VA_ARGS__ __VA_OPT__(, ) 2>(n, w, x, xs, y); break; \
+    case 3: fn<__VA_ARGS__ __VA_OPT__(, ) 3>(n, w, x, xs, y); break; \
+    default: fn<__VA_ARGS__ __VA_OPT__(, ) 4>(n, w, x, xs, y); break; \
+  }
+
+// Canonical final reductions, shared verbatim by every variant (SIMD kernels store their lanes and call
+// these, so the last additions are the same operations everywhere). `static` so that each file, whatever
+// its -m flags, keeps its own copy (see blocks.h). SIMD files must not include core/fp16.h or call
+// std::fma for the same reason: they use the F16C / FMA intrinsics instead.
+
+// Float formats: 16 lanes folded pairwise: lane[i] + lane[i+8], then +4, +2, +1.
+static inline float reduce_lanes16(const float lane[16]) {
+  float a[8];
+  for (int i = 0; i < 8; ++i) a[i] = lane[i] + lane[i + 8];
+  for (int i = 0; i < 4; ++i) a[i] = a[i] + a[i + 4];
+  for (int i = 0; i < 2; ++i) a[i] = a[i] + a[i + 2];
+  return a[0] + a[1];
+}
+
+// K-quants (REFERENCE.md 2.7): ((((acc + lane[0]) + lane[1]) + ...) + lane[7]).
+static inline float fold_lanes8(float acc, const float lane[8]) {
+  for (int i = 0; i < 8; ++i) acc += lane[i];
+  return acc;
+}
+
+}  // namespace essaim

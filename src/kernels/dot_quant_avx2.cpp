@@ -1,0 +1,246 @@
+// AVX2 dot products of the quantised formats against their activation blocks (Q8_0·Q8_0, Q4_K·Q8_K,
+// Q5_K·Q8_K, Q6_K·Q8_K), bit-identical to dot_scalar.cpp.
+//
+// The integer parts are exact, so only their *grouping* has to follow the reference: K-quant lane l owns
+// the elements e ≡ l (mod 8) of a super-block (REFERENCE.md 2.7). One in-lane byte shuffle (kPairs) puts
+// elements i and i+8 of every 16 side by side, so maddubs' pair sums never mix lanes; i16 lane i of a
+// 128-bit half is then lane i % 8. Two sub-blocks are interleaved with unpack{lo,hi}_epi16 so that madd
+// applies both their 6-bit scales while still summing within one lane; a ymm of i32 ends up holding lanes
+// 0..3 twice (unpacklo) or 4..7 twice (unpackhi), folded at the end of each super-block. The f32 steps are
+// then the reference's, one vector FMA (Q4_K, Q5_K) or multiply + add (Q6_K) over the eight lanes.
+// Activation bytes are assumed in [-127, 127], which every quantiser here produces (sign_epi8 cannot
+// negate -128).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
+
+namespace essaim {
+namespace {
+
+float fma_f32(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half.
+__m256i pairs(__m256i v) {
+  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm256_shuffle_epi8(v, k);
+}
+
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Two i16 scales as the (low, high) halves of one i32, the operand layout of madd.
+int32_t scale_pair(int a, int b) {
+  return int32_t(uint32_t(uint16_t(int16_t(a))) | (uint32_t(uint16_t(int16_t(b))) << 16));
+}
+
+// [lanes 0..3 | lanes 0..3] + [lanes 4..7 | lanes 4..7] -> lanes 0..7.
+__m256i fold_lane_halves(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
+  return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
+}
+
+// ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
+
+template <typename Block, int NX>
+void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const auto* blocks = static_cast<const Block*>(w);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  __m256 lanes[NX];
+  float acc[NX];
+  for (int j = 0; j < NX; ++j) {
+    lanes[j] = _mm256_setzero_ps();
+    acc[j] = 0.0f;
+  }
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block* a = &blocks[k];
+    const uint8_t* qs = a->qs;
+    uint8_t sc[8], m[8];
+    q4k_unpack_scales(a->scales, sc, m);
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    __m256i hb = _mm256_setzero_si256();
+    if constexpr (kQ5) hb = pairs(load256(a->qh));
+
+    __m256i lo_lanes[NX], hi_lanes[NX];  // i32: lanes 0..3 twice / lanes 4..7 twice
+    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
+      const __m256i raw = pairs(load256(qs + 32 * p));
+      __m256i q_lo = _mm256_and_si256(raw, low4);
+      __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kQ5) {  // bit 2p / 2p+1 of qh, brought down to bits 0 / 1 by the running shift
+        q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+        q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      const __m256i scale = _mm256_set1_epi32(scale_pair(sc[2 * p], sc[2 * p + 1]));
+      for (int j = 0; j < NX; ++j) {
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;
+        const __m256i p0 = _mm256_maddubs_epi16(q_lo, pairs(load256(q8)));
+        const __m256i p1 = _mm256_maddubs_epi16(q_hi, pairs(load256(q8 + 32)));
+        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_madd_epi16(_mm256_unpacklo_epi16(p0, p1), scale));
+        hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_unpackhi_epi16(p0, p1), scale));
+      }
+    }
+    const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    for (int j = 0; j < NX; ++j) {
+      const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
+      const int32_t M = hsum_i32(_mm256_madd_epi16(load256(b.bsums), mins));
+      const float db = d * b.d, dmb = dmin * b.d;
+      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm256_cvtepi32_ps(A), lanes[j]);
+      acc[j] = fma_f32(-dmb, float(M), acc[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes[j]);
+    y[j] = fold_lanes8(acc[j], lane);
+  }
+}
+
+// ---- Q6_K ----------------------------------------------------------------------------------------------
+
+template <int NX>
+void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  const auto* blocks = static_cast<const BlockQ6K*>(w);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(32);
+  __m256 lanes[NX];
+  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const BlockQ6K& a = blocks[k];
+    __m256i lo_lanes[NX], hi_lanes[NX];
+    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + l, c = 0..3
+      const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
+      const __m256i qh = pairs(load256(a.qh + 32 * h));
+      // 6-bit values of the four groups: low nibble (c = 0, 1) or high nibble (c = 2, 3) of ql, and bits
+      // 2c..2c+1 of qh moved to bits 4..5 (masking first keeps the 16-bit shifts within each byte).
+      const __m256i h01 = _mm256_and_si256(qh, _mm256_set1_epi8(0x03));
+      const __m256i h23 = _mm256_and_si256(qh, _mm256_set1_epi8(0x0C));
+      const __m256i h45 = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
+      const __m256i h67 = _mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0)));
+      __m256i g[4];
+      g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(h01, 4));
+      g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(h23, 2));
+      g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h45);
+      g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_srli_epi16(h67, 2));
+      __m256i sgn[4], mag[4];  // q - 32 and |q - 32|: maddubs wants an unsigned operand
+      for (int c = 0; c < 4; ++c) {
+        sgn[c] = _mm256_sub_epi8(g[c], bias);
+        mag[c] = _mm256_abs_epi8(sgn[c]);
+      }
+      // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1; groups c and c+1 share one madd.
+      const int8_t* s = a.scales + 8 * h;
+      const __m256i scale01 =
+          _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[0], s[2])), _mm_set1_epi32(scale_pair(s[1], s[3])));
+      const __m256i scale23 =
+          _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[4], s[6])), _mm_set1_epi32(scale_pair(s[5], s[7])));
+      for (int j = 0; j < NX; ++j) {
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;
+        __m256i p[4];
+        for (int c = 0; c < 4; ++c)
+          p[c] = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(pairs(load256(q8 + 32 * c)), sgn[c]));
+        const __m256i lo01 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[0], p[1]), scale01);
+        const __m256i hi01 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[0], p[1]), scale01);
+        const __m256i lo23 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[2], p[3]), scale23);
+        const __m256i hi23 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[2], p[3]), scale23);
+        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_add_epi32(lo01, lo23));
+        hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_add_epi32(hi01, hi23));
+      }
+    }
+    const float d = _cvtsh_ss(a.d);
+    for (int j = 0; j < NX; ++j) {
+      const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
+      const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
+      lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes[j]);
+    y[j] = fold_lanes8(0.0f, lane);
+  }
+}
+
+// ---- Q8_0 ----------------------------------------------------------------------------------------------
+
+// Σ w_i·x_i of one 32-block as 8 partial i32 sums: |w| times x carrying w's sign (maddubs is unsigned x signed).
+__m256i q8_0_partials(__m256i w, __m256i x) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// The reference is one f32 FMA chain in block order, so only the integer sums are vectorised: four
+// blocks' sums are reduced together, then fed to the chain one by one.
+template <int NX>
+void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  const auto* a = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* b[NX];
+  float acc[NX];
+  for (int j = 0; j < NX; ++j) {
+    b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+    acc[j] = 0.0f;
+  }
+  const int64_t nb = n / kQK8_0;
+  int64_t k = 0;
+  for (; k + 4 <= nb; k += 4) {
+    __m256i wq[4];
+    float dw[4];
+    for (int q = 0; q < 4; ++q) {
+      wq[q] = load256(a[k + q].qs);
+      dw[q] = _cvtsh_ss(a[k + q].d);
+    }
+    for (int j = 0; j < NX; ++j) {
+      __m256i s[4];
+      for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      alignas(16) int32_t sumi[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
+      for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
+    }
+  }
+  for (; k < nb; ++k) {
+    const __m256i wq = load256(a[k].qs);
+    const float dw = _cvtsh_ss(a[k].d);
+    for (int j = 0; j < NX; ++j) {
+      const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
+      acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) y[j] = acc[j];
+}
+
+}  // namespace
+
+void vec_dot_q8_0_q8_0_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q8_0)
+}
+void vec_dot_q4k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+}
+void vec_dot_q5k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+}
+void vec_dot_q6k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q6k)
+}
+
+}  // namespace essaim

@@ -1,0 +1,243 @@
+// AVX-512 (F, BW, VL, VNNI) dot products of the quantised formats, bit-identical to dot_scalar.cpp.
+//
+// Same lane bookkeeping as dot_quant_avx2.cpp at twice the width: one zmm of weights covers four Q4_K
+// sub-blocks (or one half of a Q6_K super-block). After the in-lane pair shuffle each 128-bit quarter
+// holds lanes 0..7 of one 16-element run, maddubs forms same-lane pair sums, unpack{lo,hi}_epi16
+// interleaves two sub-blocks and VNNI's vpdpwssd applies their scales and accumulates in one instruction.
+// vpdpbusd would sum four neighbouring bytes, i.e. two different canonical lanes after any in-lane
+// shuffle, so it serves only Q8_0 here, whose reference sums a whole block at once.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
+
+namespace essaim {
+namespace {
+
+float fma_f32(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+__m512i pairs(__m512i v) {
+  const __m512i k = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+  return _mm512_shuffle_epi8(v, k);
+}
+
+__m256i pairs256(__m256i v) {
+  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm256_shuffle_epi8(v, k);
+}
+
+__m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+int32_t scale_pair(int a, int b) {
+  return int32_t(uint32_t(uint16_t(int16_t(a))) | (uint32_t(uint16_t(int16_t(b))) << 16));
+}
+
+// Two 256-bit halves of a zmm: lower from lo, upper from hi.
+__m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// lo: lanes 0..3 in each 128-bit quarter, hi: lanes 4..7 -> the eight canonical lanes.
+__m256i fold_lane_quarters(__m512i lo, __m512i hi) {
+  const __m256i l = _mm256_add_epi32(_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(l, h, 0x20), _mm256_permute2x128_si256(l, h, 0x31));
+}
+
+const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
+  return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
+}
+
+// ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
+
+template <typename Block, int NX>
+void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const auto* blocks = static_cast<const Block*>(w);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  __m256 lanes[NX];
+  float acc[NX];
+  for (int j = 0; j < NX; ++j) {
+    lanes[j] = _mm256_setzero_ps();
+    acc[j] = 0.0f;
+  }
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block* a = &blocks[k];
+    uint8_t sc[8], m[8];
+    q4k_unpack_scales(a->scales, sc, m);
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kQ5) qh = pairs256(load256(a->qh));
+
+    __m512i lo_lanes[NX], hi_lanes[NX];
+    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+    for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
+      const __m512i raw = pairs(load512(a->qs + 64 * half));
+      __m512i q_lo = _mm512_and_si512(raw, low4);                          // sub-blocks 4h | 4h+2
+      __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // sub-blocks 4h+1 | 4h+3
+      if constexpr (kQ5) {  // bits 4h, 4h+1 (lower half) and 4h+2, 4h+3 (upper half) down to bits 0, 1
+        const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
+        q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+        q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
+      }
+      // Reorder to follow the activation bytes: wa = sub-blocks 4h | 4h+1, wb = 4h+2 | 4h+3.
+      const __m512i wa = _mm512_shuffle_i64x2(q_lo, q_hi, 0x44);
+      const __m512i wb = _mm512_shuffle_i64x2(q_lo, q_hi, 0xEE);
+      const uint8_t* s = sc + 4 * half;
+      const __m512i scale = join(_mm256_set1_epi32(scale_pair(s[0], s[2])), _mm256_set1_epi32(scale_pair(s[1], s[3])));
+      for (int j = 0; j < NX; ++j) {
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
+        const __m512i pa = _mm512_maddubs_epi16(wa, pairs(load512(q8)));
+        const __m512i pb = _mm512_maddubs_epi16(wb, pairs(load512(q8 + 64)));
+        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(pa, pb), scale);
+        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(pa, pb), scale);
+      }
+    }
+    const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    for (int j = 0; j < NX; ++j) {
+      const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      const __m256i A = fold_lane_quarters(lo_lanes[j], hi_lanes[j]);
+      const int32_t M = hsum_i32(_mm256_madd_epi16(load256(b.bsums), mins));
+      const float db = d * b.d, dmb = dmin * b.d;
+      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm256_cvtepi32_ps(A), lanes[j]);
+      acc[j] = fma_f32(-dmb, float(M), acc[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes[j]);
+    y[j] = fold_lanes8(acc[j], lane);
+  }
+}
+
+// ---- Q6_K ----------------------------------------------------------------------------------------------
+
+template <int NX>
+void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  const auto* blocks = static_cast<const BlockQ6K*>(w);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
+  // Per 16-bit word: which qh bit pair the lower (group c) and upper (group c+1) half of a vector needs.
+  const __m512i shift01 = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+  const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+  const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  __m256 lanes[NX];
+  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const BlockQ6K& a = blocks[k];
+    __m512i lo_lanes[NX], hi_lanes[NX];
+    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h+127: groups c = 0 | 1 and c = 2 | 3
+      const __m512i ql = pairs(load512(a.ql + 64 * h));
+      const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
+      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4),
+                                          _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45));
+      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                          _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45));
+      const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);  // q - 32
+      const __m512i m01 = _mm512_abs_epi8(s01), m23 = _mm512_abs_epi8(s23);
+      const __mmask64 neg01 = _mm512_movepi8_mask(s01), neg23 = _mm512_movepi8_mask(s23);
+      // Quarter t of g01 is sub-block 8h+t, of g23 8h+4+t: scale pair (sc[8h+t], sc[8h+4+t]) per quarter.
+      const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
+      const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
+      const __m512i scale = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
+      for (int j = 0; j < NX; ++j) {
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;
+        const __m512i y01 = pairs(load512(q8)), y23 = pairs(load512(q8 + 64));
+        const __m512i zero = _mm512_setzero_si512();
+        // |q| times y with q's sign: the unsigned x signed form maddubs needs.
+        const __m512i p01 = _mm512_maddubs_epi16(m01, _mm512_mask_sub_epi8(y01, neg01, zero, y01));
+        const __m512i p23 = _mm512_maddubs_epi16(m23, _mm512_mask_sub_epi8(y23, neg23, zero, y23));
+        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(p01, p23), scale);
+        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(p01, p23), scale);
+      }
+    }
+    const float d = _cvtsh_ss(a.d);
+    for (int j = 0; j < NX; ++j) {
+      const __m256i A = fold_lane_quarters(lo_lanes[j], hi_lanes[j]);
+      const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
+      lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes[j]);
+    y[j] = fold_lanes8(0.0f, lane);
+  }
+}
+
+// ---- Q8_0 ----------------------------------------------------------------------------------------------
+
+// One block's Σ w_i·x_i as 8 partial i32 sums, by vpdpbusd on |w| and x carrying w's sign.
+__m256i q8_0_partials(__m256i w, __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+
+// Integer sums vectorised four blocks at a time; the f32 chain stays in block order as in the reference.
+template <int NX>
+void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  const auto* a = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* b[NX];
+  float acc[NX];
+  for (int j = 0; j < NX; ++j) {
+    b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+    acc[j] = 0.0f;
+  }
+  const int64_t nb = n / kQK8_0;
+  int64_t k = 0;
+  for (; k + 4 <= nb; k += 4) {
+    __m256i wq[4];
+    float dw[4];
+    for (int q = 0; q < 4; ++q) {
+      wq[q] = load256(a[k + q].qs);
+      dw[q] = _cvtsh_ss(a[k + q].d);
+    }
+    for (int j = 0; j < NX; ++j) {
+      __m256i s[4];
+      for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      alignas(16) int32_t sumi[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
+      for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
+    }
+  }
+  for (; k < nb; ++k) {
+    const __m256i wq = load256(a[k].qs);
+    const float dw = _cvtsh_ss(a[k].d);
+    for (int j = 0; j < NX; ++j) {
+      const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
+      acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
+    }
+  }
+  for (int j = 0; j < NX; ++j) y[j] = acc[j];
+}
+
+}  // namespace
+
+void vec_dot_q8_0_q8_0_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q8_0)
+}
+void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+}
+void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+}
+void vec_dot_q6k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  ESSAIM_DISPATCH_NX(dot_q6k)
+}
+
+}  // namespace essaim

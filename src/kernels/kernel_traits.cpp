@@ -1,0 +1,159 @@
+#include "kernels/kernel_traits.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
+#include "kernels/quantize.h"
+
+namespace essaim {
+namespace {
+
+#if defined(ESSAIM_KERNELS_X86)
+#define ESSAIM_DOTS(name) {name##_scalar, name##_avx2, name##_avx512}
+#else
+#define ESSAIM_DOTS(name) {name##_scalar, nullptr, nullptr}
+#endif
+
+// One row per type (REFERENCE.md 2.1, 2.5). Activation-only Q8_K has conversions but no dot product.
+const KernelTraits kTable[] = {
+    {.type = GgmlType::F32, .block_size = 1, .type_size = 4, .alignment = 4, .vec_dot_type = GgmlType::F32,
+     .dequantize = dequantize_row_f32, .quantize_ref = quantize_row_f32, .from_float = quantize_row_f32,
+     .vec_dot = ESSAIM_DOTS(vec_dot_f32_f32)},
+    {.type = GgmlType::F16, .block_size = 1, .type_size = 2, .alignment = 2, .vec_dot_type = GgmlType::F16,
+     .dequantize = dequantize_row_f16, .quantize_ref = quantize_row_f16, .from_float = quantize_row_f16,
+     .vec_dot = ESSAIM_DOTS(vec_dot_f16_f16)},
+    {.type = GgmlType::BF16, .block_size = 1, .type_size = 2, .alignment = 2, .vec_dot_type = GgmlType::BF16,
+     .dequantize = dequantize_row_bf16, .quantize_ref = quantize_row_bf16, .from_float = quantize_row_bf16,
+     .vec_dot = ESSAIM_DOTS(vec_dot_bf16_bf16)},
+    {.type = GgmlType::Q8_0, .block_size = kQK8_0, .type_size = sizeof(BlockQ8_0), .alignment = alignof(BlockQ8_0),
+     .vec_dot_type = GgmlType::Q8_0, .dequantize = dequantize_row_q8_0, .quantize_ref = quantize_row_q8_0,
+     .from_float = quantize_row_q8_0, .vec_dot = ESSAIM_DOTS(vec_dot_q8_0_q8_0)},
+    {.type = GgmlType::Q4_K, .block_size = kQK_K, .type_size = sizeof(BlockQ4K), .alignment = alignof(BlockQ4K),
+     .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q4k, .quantize_ref = quantize_row_q4k,
+     .vec_dot = ESSAIM_DOTS(vec_dot_q4k_q8k)},
+    {.type = GgmlType::Q5_K, .block_size = kQK_K, .type_size = sizeof(BlockQ5K), .alignment = alignof(BlockQ5K),
+     .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q5k, .quantize_ref = quantize_row_q5k,
+     .vec_dot = ESSAIM_DOTS(vec_dot_q5k_q8k)},
+    {.type = GgmlType::Q6_K, .block_size = kQK_K, .type_size = sizeof(BlockQ6K), .alignment = alignof(BlockQ6K),
+     .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q6k, .quantize_ref = quantize_row_q6k,
+     .vec_dot = ESSAIM_DOTS(vec_dot_q6k_q8k)},
+    {.type = GgmlType::Q8_K, .block_size = kQK_K, .type_size = sizeof(BlockQ8K), .alignment = alignof(BlockQ8K),
+     .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q8k, .quantize_ref = quantize_row_q8k,
+     .from_float = quantize_row_q8k},
+};
+
+#undef ESSAIM_DOTS
+
+#if defined(ESSAIM_KERNELS_X86)
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::SCALAR:
+      return true;
+    case Isa::AVX2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::AVX512:
+      return cpu_has(Isa::AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case Isa::COUNT:
+      break;
+  }
+  return false;
+}
+#endif
+
+Isa initial_isa() {
+  const Isa best = best_isa();
+  const char* env = std::getenv("ESSAIM_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::optional<Isa> wanted = isa_from_name(env);
+  if (!wanted) {
+    std::fprintf(stderr, "essaim: ESSAIM_ISA=%s is not one of scalar, avx2, avx512; using %s\n", env,
+                 std::string(isa_name(best)).c_str());
+    return best;
+  }
+  if (!isa_supported(*wanted)) {
+    std::fprintf(stderr, "essaim: ESSAIM_ISA=%s is not supported by this CPU; using %s\n", env,
+                 std::string(isa_name(best)).c_str());
+    return best;
+  }
+  return *wanted;
+}
+
+std::atomic<int32_t>& current_isa() {
+  static std::atomic<int32_t> isa{int32_t(initial_isa())};
+  return isa;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::SCALAR: return "scalar";
+    case Isa::AVX2: return "avx2";
+    case Isa::AVX512: return "avx512";
+    case Isa::COUNT: break;
+  }
+  return "?";
+}
+
+std::optional<Isa> isa_from_name(std::string_view s) {
+  for (int i = 0; i < int(Isa::COUNT); ++i)
+    if (isa_name(Isa(i)) == s) return Isa(i);
+  return std::nullopt;
+}
+
+bool isa_supported(Isa isa) {
+#if defined(ESSAIM_KERNELS_X86)
+  return cpu_has(isa);
+#else
+  return isa == Isa::SCALAR;
+#endif
+}
+
+Isa best_isa() {
+  for (int i = int(Isa::COUNT) - 1; i > 0; --i)
+    if (isa_supported(Isa(i))) return Isa(i);
+  return Isa::SCALAR;
+}
+
+Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }
+
+Status set_kernel_isa(Isa isa) {
+  if (int(isa) < 0 || isa >= Isa::COUNT) return Status::error("unknown instruction set");
+  if (!isa_supported(isa))
+    return Status::error("instruction set " + std::string(isa_name(isa)) + " is not supported by this CPU");
+  current_isa().store(int32_t(isa), std::memory_order_relaxed);
+  return Status::ok();
+}
+
+VecDotFn KernelTraits::dot(Isa isa) const {
+  for (int i = int(isa); i >= 0; --i)
+    if (vec_dot[size_t(i)] != nullptr) return vec_dot[size_t(i)];
+  return nullptr;
+}
+
+const KernelTraits* kernel_traits(GgmlType type) {
+  for (const KernelTraits& k : kTable)
+    if (k.type == type) return &k;
+  return nullptr;
+}
+
+bool kernel_type_supported(GgmlType type) { return kernel_traits(type) != nullptr; }
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  const KernelTraits* k = kernel_traits(type);
+  ESSAIM_CHECK(k != nullptr && n % k->block_size == 0);
+  k->dequantize(src, dst, n);
+}
+
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+  const KernelTraits* k = kernel_traits(type);
+  ESSAIM_CHECK(k != nullptr && n % k->block_size == 0);
+  k->quantize_ref(src, dst, n);
+}
+
+}  // namespace essaim

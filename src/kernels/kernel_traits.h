@@ -1,0 +1,64 @@
+// The kernel table: one row per type essaim computes with (block geometry, conversions, and the dot product
+// against its activation type for every instruction set), plus the run-time choice of instruction set.
+//
+//   const KernelTraits& k = *kernel_traits(GgmlType::Q4_K);     // k.vec_dot_type == GgmlType::Q8_K
+//   float y[2];
+//   k.dot(kernels_isa())(3072, w_row, xq, xq_row_bytes, 2, y);   // w_row . xq row 0, w_row . xq row 1
+//   set_kernel_isa(Isa::SCALAR);                                  // tests and benchmarks compare variants
+//
+// Every variant of a dot product returns the same bits as the scalar reference (docs/kernels.md gives the
+// canonical accumulation order each one follows). Adding a type is adding a row here and its kernels;
+// adding an instruction set is adding an Isa value and one file of kernels per type family.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/ggml_type.h"
+#include "core/status.h"
+
+namespace essaim {
+
+enum class Isa : int32_t { SCALAR = 0, AVX2 = 1, AVX512 = 2, COUNT = 3 };
+
+std::string_view isa_name(Isa isa);                    // "scalar", "avx2", "avx512"
+std::optional<Isa> isa_from_name(std::string_view s);  // inverse of isa_name
+bool isa_supported(Isa isa);  // this CPU (and build) can run it: AVX2 = avx2+fma+f16c; AVX512 = f+bw+vl+vnni
+Isa best_isa();               // the widest supported
+
+// The variant kernels use now. Starts as ESSAIM_ISA (scalar|avx2|avx512) when that names a supported ISA,
+// else best_isa(). Process-wide; change it only while no kernel runs.
+Isa kernels_isa();
+Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
+
+// Rows a dot kernel takes at once: y[j] = dot(w, x + j * x_stride) for j < nx, 1 <= nx <= kDotMaxRows.
+// Several activation rows per call let a kernel decode a weight block once and use it nx times; each y[j]
+// is computed exactly as a one-row call would compute it.
+inline constexpr int kDotMaxRows = 4;
+using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
+
+struct KernelTraits {
+  GgmlType type = GgmlType::F32;
+  uint32_t block_size = 0;  // elements
+  uint32_t type_size = 0;   // bytes per block
+  uint32_t alignment = 1;   // bytes a block pointer must be aligned to (alignof the block struct)
+  GgmlType vec_dot_type = GgmlType::F32;  // activation format of the dot product
+  DequantizeFn dequantize = nullptr;
+  QuantizeFn quantize_ref = nullptr;     // reference quantiser (llama.cpp's bytes)
+  QuantizeFn from_float = nullptr;       // converts activations when this type is a vec_dot_type
+  std::array<VecDotFn, size_t(Isa::COUNT)> vec_dot{};  // null: no dot product (activation-only types)
+
+  uint64_t row_bytes(int64_t n) const { return uint64_t(n) / block_size * type_size; }
+  // The variant for isa, falling back to the next narrower one that exists.
+  VecDotFn dot(Isa isa) const;
+};
+
+// Row of the table; nullptr for types without kernels.
+const KernelTraits* kernel_traits(GgmlType type);
+
+}  // namespace essaim

@@ -1,0 +1,91 @@
+// Matrix products over the kernel table (matmul.h).
+//
+// Work is split over output columns (weight rows) only, in tiles of weight rows small enough to stay in
+// cache while every activation row passes over them, kDotMaxRows activation rows per kernel call. Neither
+// the tile size, the thread count nor the batch changes how an element is computed: y[t][o] is always the
+// dot kernel's canonical order over (weight row o, activation row t), which every variant and every nx
+// reproduce bit for bit. Invariance comes from that construction, not from choosing sizes carefully.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/kernel_traits.h"
+
+namespace essaim {
+namespace {
+
+// Weight bytes per tile: a few hundred KiB stays in L2 on every core we target while the activation rows
+// (a handful of KiB per kernel call) stream through L1.
+constexpr uint64_t kTileBytes = 192 * 1024;
+
+const KernelTraits& weight_kernels(GgmlType type) {
+  const KernelTraits* k = kernel_traits(type);
+  ESSAIM_CHECK(k != nullptr && k->dot(Isa::SCALAR) != nullptr);
+  return *k;
+}
+
+const KernelTraits& activation_kernels(GgmlType weight_type) {
+  const KernelTraits* k = kernel_traits(weight_kernels(weight_type).vec_dot_type);
+  ESSAIM_CHECK(k != nullptr && k->from_float != nullptr);
+  return *k;
+}
+
+}  // namespace
+
+uint64_t activation_row_bytes(GgmlType weight_type, int64_t cols) {
+  const KernelTraits& a = activation_kernels(weight_type);
+  ESSAIM_CHECK(cols >= 0 && cols % a.block_size == 0);
+  return a.row_bytes(cols);
+}
+
+void quantize_activations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t cols, uint8_t* dst) {
+  const KernelTraits& a = activation_kernels(weight_type);
+  const uint64_t row_bytes = activation_row_bytes(weight_type, cols);
+  for (int64_t t = 0; t < n_rows; ++t) a.from_float(x + t * cols, dst + uint64_t(t) * row_bytes, cols);
+}
+
+void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, ThreadPool* pool) {
+  const KernelTraits& k = weight_kernels(w.type);
+  ESSAIM_CHECK(w.cols % k.block_size == 0 && w.rows >= 0 && n_rows >= 0);
+  ESSAIM_CHECK(w.row_stride >= k.row_bytes(w.cols));
+  // Blocks are read through their structs, so rows must keep the structs' alignment.
+  ESSAIM_CHECK(reinterpret_cast<uintptr_t>(w.data) % k.alignment == 0 && w.row_stride % k.alignment == 0);
+  ESSAIM_CHECK(reinterpret_cast<uintptr_t>(xq) % activation_kernels(w.type).alignment == 0);
+  if (w.rows == 0 || n_rows == 0) return;
+
+  const VecDotFn dot = k.dot(kernels_isa());
+  const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
+  const int64_t tile = std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
+  const int64_t n_tiles = (w.rows + tile - 1) / tile;
+
+  parallel_for(pool, size_t(n_tiles), [&](size_t tile_begin, size_t tile_end) {
+    for (int64_t ti = int64_t(tile_begin); ti < int64_t(tile_end); ++ti) {
+      const int64_t o_begin = ti * tile, o_end = std::min(w.rows, o_begin + tile);
+      for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
+        const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
+        const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
+        for (int64_t o = o_begin; o < o_end; ++o) {
+          float out[kDotMaxRows];
+          dot(w.cols, w.data + uint64_t(o) * w.row_stride, x_rows, x_stride, nx, out);
+          for (int j = 0; j < nx; ++j) y[(t + j) * w.rows + o] = out[j];
+        }
+      }
+    }
+  });
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool) {
+  const KernelTraits& a = activation_kernels(w.type);
+  const uint64_t row_bytes = activation_row_bytes(w.type, w.cols);
+  std::vector<uint8_t> xq(row_bytes * uint64_t(n_rows));
+  // Rows are converted independently, so splitting them over threads cannot change their bytes.
+  parallel_for(pool, size_t(n_rows), [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) a.from_float(x + t * uint64_t(w.cols), xq.data() + t * row_bytes, w.cols);
+  });
+  matmul_preq(w, xq.data(), n_rows, y, pool);
+}
+
+}  // namespace essaim

@@ -1,0 +1,171 @@
+// Dot kernels: every instruction-set variant equals the scalar reference bit for bit, for every row count
+// a call may take, and the reference agrees with the dequantised operands to f32 accuracy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/blocks.h"
+#include "kernels/kernel_cases.h"
+#include "kernels/kernel_traits.h"
+#include "kernels/quantize.h"
+
+namespace essaim {
+namespace {
+
+struct Prepared {
+  KernelProblem p;
+  const KernelTraits* k;
+  const KernelTraits* act;
+  std::vector<uint8_t> xq;
+  uint64_t w_row = 0, x_row = 0;
+  const uint8_t* w(int64_t r) const { return p.w.data() + uint64_t(r) * w_row; }
+  const uint8_t* x(int64_t t) const { return xq.data() + uint64_t(t) * x_row; }
+};
+
+Prepared prepare(const KernelCase& c, uint64_t seed) {
+  Prepared s{.p = kernel_problem_build(c, seed), .k = kernel_traits(c.type), .act = nullptr, .xq = {}};
+  s.act = kernel_traits(s.k->vec_dot_type);
+  s.w_row = s.k->row_bytes(c.cols);
+  s.x_row = s.act->row_bytes(c.cols);
+  s.xq.resize(s.x_row * uint64_t(c.n_rows));
+  quantize_activations(c.type, s.p.x.data(), c.n_rows, c.cols, s.xq.data());
+  return s;
+}
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::AVX2, Isa::AVX512})
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+uint32_t bits(float f) { return f32_bits(f); }
+
+TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
+  const std::vector<Isa> isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD variant runs on this CPU";
+  for (const KernelCase& c : kernel_cases_correctness()) {
+    SCOPED_TRACE(c.name);
+    const Prepared s = prepare(c, 1234);
+    const VecDotFn ref = s.k->vec_dot[size_t(Isa::SCALAR)];
+    std::set<uint32_t> distinct;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      std::vector<float> want(size_t(c.n_rows));
+      for (int64_t t = 0; t < c.n_rows; ++t) ref(c.cols, s.w(r), s.x(t), s.x_row, 1, &want[size_t(t)]);
+      for (float v : want) distinct.insert(bits(v));
+      for (Isa isa : isas) {
+        const VecDotFn fn = s.k->vec_dot[size_t(isa)];
+        ASSERT_NE(fn, nullptr) << isa_name(isa);
+        // Every row count a call can take, starting at every row, so each output is computed in every
+        // position of a multi-row call.
+        for (int nx = 1; nx <= kDotMaxRows; ++nx) {
+          for (int64_t t0 = 0; t0 + nx <= c.n_rows; ++t0) {
+            float got[kDotMaxRows];
+            fn(c.cols, s.w(r), s.x(t0), s.x_row, nx, got);
+            for (int j = 0; j < nx; ++j)
+              ASSERT_EQ(bits(got[j]), bits(want[size_t(t0 + j)]))
+                  << isa_name(isa) << " row " << r << " act " << t0 + j << " nx " << nx << ": " << got[j]
+                  << " vs " << want[size_t(t0 + j)];
+          }
+        }
+      }
+    }
+    EXPECT_GT(distinct.size(), size_t(c.rows * c.n_rows / 2)) << "inputs must vary";
+  }
+}
+
+TEST(Dot, ScalarReferenceIsIndependentOfRowsPerCall) {
+  for (const KernelCase& c : kernel_cases_correctness()) {
+    const Prepared s = prepare(c, 99);
+    const VecDotFn ref = s.k->vec_dot[size_t(Isa::SCALAR)];
+    float four[kDotMaxRows], one;
+    ref(c.cols, s.w(0), s.x(2), s.x_row, 4, four);
+    for (int j = 0; j < 4; ++j) {
+      ref(c.cols, s.w(0), s.x(2 + j), s.x_row, 1, &one);
+      ASSERT_EQ(bits(one), bits(four[j])) << c.name;
+    }
+  }
+}
+
+// For K-quants, the two parts of a dequantised value (d*sc*q and dmin*m) may nearly cancel; rounding error
+// scales with their magnitudes, not with the difference. Returns |scale part| + |min part| per element.
+std::vector<float> magnitude_per_element(GgmlType type, const uint8_t* row, int64_t cols) {
+  const KernelTraits& k = *kernel_traits(type);
+  std::vector<float> out(static_cast<size_t>(cols)), part(static_cast<size_t>(cols));
+  dequantize_row(type, row, out.data(), cols);
+  if (type != GgmlType::Q4_K && type != GgmlType::Q5_K) {
+    for (float& v : out) v = std::fabs(v);
+    return out;
+  }
+  std::vector<uint8_t> scale_only(row, row + k.row_bytes(cols)), min_only = scale_only;
+  for (int64_t b = 0; b < cols / kQK_K; ++b) {
+    uint8_t* sb = scale_only.data() + b * k.type_size;
+    uint8_t* mb = min_only.data() + b * k.type_size;
+    std::memset(sb + 2, 0, 2);                        // dmin = 0
+    std::memset(mb + 16, 0, k.type_size - 16);        // all q = 0 (qh and qs)
+  }
+  dequantize_row(type, scale_only.data(), out.data(), cols);
+  dequantize_row(type, min_only.data(), part.data(), cols);
+  for (int64_t i = 0; i < cols; ++i) out[size_t(i)] = std::fabs(out[size_t(i)]) + std::fabs(part[size_t(i)]);
+  return out;
+}
+
+TEST(Dot, AgreesWithTheDequantisedOperands) {
+  for (const KernelCase& c : kernel_cases_correctness()) {
+    SCOPED_TRACE(c.name);
+    const Prepared s = prepare(c, 5);
+    std::vector<float> w(size_t(c.cols)), x(size_t(c.cols));
+    double worst = 0;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      dequantize_row(c.type, s.w(r), w.data(), c.cols);
+      const std::vector<float> mag = magnitude_per_element(c.type, s.w(r), c.cols);
+      for (int64_t t = 0; t < c.n_rows; ++t) {
+        dequantize_row(s.k->vec_dot_type, s.x(t), x.data(), c.cols);
+        double exact = 0, scale = 0;
+        for (int64_t i = 0; i < c.cols; ++i) {
+          exact += double(w[size_t(i)]) * x[size_t(i)];
+          scale += double(mag[size_t(i)]) * std::fabs(x[size_t(i)]);
+        }
+        float got;
+        s.k->vec_dot[size_t(Isa::SCALAR)](c.cols, s.w(r), s.x(t), s.x_row, 1, &got);
+        const double err = std::fabs(double(got) - exact);
+        if (scale > 0) {
+          worst = std::max(worst, err / scale);
+        }
+        ASSERT_LE(err, c.tolerance * scale + 1e-30) << "row " << r << " act " << t;
+      }
+    }
+    RecordProperty("worst_relative_error", std::to_string(worst));
+  }
+}
+
+TEST(KernelTable, IsaSelection) {
+  EXPECT_EQ(isa_from_name("avx2"), Isa::AVX2);
+  EXPECT_EQ(isa_from_name("neon"), std::nullopt);
+  EXPECT_TRUE(isa_supported(Isa::SCALAR));
+  const Isa before = kernels_isa();
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  EXPECT_EQ(kernels_isa(), Isa::SCALAR);
+  ASSERT_TRUE(set_kernel_isa(before).is_ok());
+  if (!isa_supported(Isa::AVX512)) {
+    EXPECT_FALSE(set_kernel_isa(Isa::AVX512).is_ok());
+  }
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                     GgmlType::Q6_K}) {
+    const KernelTraits* k = kernel_traits(t);
+    ASSERT_NE(k, nullptr);
+    EXPECT_EQ(k->block_size, type_traits(t).block_size);
+    EXPECT_EQ(k->type_size, type_traits(t).type_size);
+    EXPECT_EQ(k->vec_dot_type, type_traits(t).vec_dot_type);
+    EXPECT_NE(k->dot(best_isa()), nullptr);
+  }
+  EXPECT_EQ(kernel_traits(GgmlType::Q2_K), nullptr);
+  EXPECT_EQ(kernel_traits(GgmlType::Q8_K)->dot(Isa::SCALAR), nullptr);
+}
+
+}  // namespace
+}  // namespace essaim
