@@ -1,0 +1,116 @@
+#include "model/cache.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+
+#include "core/fp16.h"
+
+namespace essaim {
+namespace {
+
+// Every f16 bit pattern's f32 value (256 KiB, built once from the exact software conversion): reading
+// the cache is a table lookup, identical on every ISA.
+const float* f16_table() {
+  static const std::unique_ptr<float[]> table = [] {
+    std::unique_ptr<float[]> t(new float[65536]);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(uint16_t(h));
+    return t;
+  }();
+  return table.get();
+}
+
+size_t elem_bytes(KvType t) { return t == KvType::F16 ? 2 : 4; }
+
+}  // namespace
+
+KvCache::KvCache(KvType type, int32_t n_kv_heads, int32_t head_dim)
+    : type_(type), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {
+  ESSAIM_CHECK(n_kv_heads > 0 && head_dim > 0);
+  if (type_ == KvType::F16) f16_table();
+}
+
+void KvCache::put(std::vector<uint8_t>& buf, int32_t pos, const float* src) {
+  const size_t n = size_t(n_kv_heads_) * size_t(head_dim_);
+  const size_t row = n * elem_bytes(type_);
+  if (buf.size() < size_t(pos + 1) * row) {
+    if (buf.capacity() < size_t(pos + 1) * row) buf.reserve(std::max(buf.capacity() * 2, size_t(pos + 1) * row));
+    buf.resize(size_t(pos + 1) * row);
+  }
+  uint8_t* dst = buf.data() + size_t(pos) * row;
+  if (type_ == KvType::F32) {
+    std::memcpy(dst, src, row);
+  } else {
+    uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+  }
+}
+
+void KvCache::store(int32_t pos, const float* k, const float* v) {
+  ESSAIM_CHECK(pos >= 0 && pos <= size_);
+  put(k_, pos, k);
+  put(v_, pos, v);
+  size_ = std::max(size_, pos + 1);
+}
+
+void KvCache::get(const std::vector<uint8_t>& buf, int32_t g, int32_t j0, int32_t j1, float* dst) const {
+  ESSAIM_CHECK(g >= 0 && g < n_kv_heads_ && j0 >= 0 && j0 <= j1 && j1 <= size_);
+  const size_t D = size_t(head_dim_), stride = size_t(n_kv_heads_) * D;
+  if (type_ == KvType::F32) {
+    const float* src = reinterpret_cast<const float*>(buf.data());
+    for (int32_t j = j0; j < j1; ++j)
+      std::memcpy(dst + size_t(j - j0) * D, src + size_t(j) * stride + size_t(g) * D, D * sizeof(float));
+    return;
+  }
+  const float* table = f16_table();
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(buf.data());
+  for (int32_t j = j0; j < j1; ++j) {
+    const uint16_t* row = src + size_t(j) * stride + size_t(g) * D;
+    float* out = dst + size_t(j - j0) * D;
+    for (size_t d = 0; d < D; ++d) out[d] = table[row[d]];
+  }
+}
+
+void KvCache::load_k(int32_t g, int32_t j0, int32_t j1, float* dst) const { get(k_, g, j0, j1, dst); }
+void KvCache::load_v(int32_t g, int32_t j0, int32_t j1, float* dst) const { get(v_, g, j0, j1, dst); }
+
+void KvCache::truncate(int32_t n) {
+  ESSAIM_CHECK(n >= 0);
+  if (n >= size_) return;
+  const size_t row = size_t(n_kv_heads_) * size_t(head_dim_) * elem_bytes(type_);
+  k_.resize(size_t(n) * row);
+  v_.resize(size_t(n) * row);
+  size_ = n;
+}
+
+void RecurrentState::reset() {
+  std::fill(conv.begin(), conv.end(), 0.0f);
+  std::fill(state.begin(), state.end(), 0.0f);
+}
+
+Status SequenceCache::check_room(int64_t n) const {
+  if (n < 0 || int64_t(n_past_) + n > int64_t(n_ctx_))
+    return Status::error("context full: " + std::to_string(n_past_) + " tokens cached + " + std::to_string(n) +
+                         " new exceed the context size " + std::to_string(n_ctx_));
+  return Status::ok();
+}
+
+void SequenceCache::reset() {
+  for (LayerCache& l : layers_) {
+    if (auto* kv = std::get_if<KvCache>(&l)) kv->truncate(0);
+    if (auto* r = std::get_if<RecurrentState>(&l)) r->reset();
+  }
+  n_past_ = 0;
+}
+
+uint64_t SequenceCache::bytes() const {
+  uint64_t b = 0;
+  for (const LayerCache& l : layers_) {
+    if (auto* kv = std::get_if<KvCache>(&l)) b += kv->bytes();
+    if (auto* r = std::get_if<RecurrentState>(&l)) b += (r->conv.size() + r->state.size()) * sizeof(float);
+  }
+  return b;
+}
+
+}  // namespace essaim

@@ -1,0 +1,103 @@
+// A loaded model: an architecture (one file each, behind the registry) bound to a memory-mapped GGUF.
+//
+//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model("model.gguf", {.mlock = false}));
+//   SequenceCache cache = m->new_cache({});
+//   LocalExpertExecutor local(m->expert_store(), &pool);
+//   std::vector<float> logits(m->info().n_vocab);
+//   ESSAIM_RETURN_IF_ERROR(m->forward({.tokens = ids, .cache = &cache, .experts = &local, .pool = &pool,
+//                                      .logits_mode = LogitsMode::LAST, .logits = logits}));
+//
+// forward() appends the tokens at positions cache.n_past() onward and is const: all per-sequence state is
+// in the cache, so one model serves many sequences. Results are bit-identical whatever the chunking of a
+// prompt into forward() calls and whatever the thread count (DESIGN.md invariant 2).
+// Every routed expert is computed through the ExpertExecutor passed in; the model never calls expert
+// kernels itself. expert_store() exposes views of all routed experts of the file (the local replica).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf_file.h"
+#include "model/cache.h"
+#include "moe/executor.h"
+
+namespace essaim {
+
+struct ModelInfo {
+  std::string arch;
+  std::string name;             // general.name, may be empty
+  int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;          // executed layers
+  int32_t n_ctx_train = 0;
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  uint64_t weight_bytes = 0;    // tensor data bytes in the file
+  uint64_t expert_bytes = 0;    // of which routed experts
+  uint64_t active_bytes_per_token = 0;  // weights one decoded token reads: dense + k experts per MoE layer
+};
+
+struct LoadOptions {
+  bool mlock = false;  // pin the mapping in RAM (fails without the privilege / ulimit)
+};
+
+struct CacheOptions {
+  KvType kv_type = KvType::F16;
+  int32_t n_ctx = 0;  // 0: the model's training context, capped at kDefaultMaxContext
+};
+inline constexpr int32_t kDefaultMaxContext = 8192;
+
+enum class LogitsMode : int32_t {
+  ALL,   // one row per token (teacher-forced evaluation)
+  LAST,  // only the last token's row (generation)
+  NONE,  // none (prefill ahead of more tokens)
+};
+
+struct ForwardArgs {
+  std::span<const int32_t> tokens;
+  SequenceCache* cache = nullptr;
+  ExpertExecutor* experts = nullptr;
+  ThreadPool* pool = nullptr;
+  LogitsMode logits_mode = LogitsMode::ALL;
+  std::span<float> logits;  // [n_out][n_vocab]: n_out = tokens.size(), 1 or 0 by mode
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const { return info_; }
+  const GgufFile& file() const { return *file_; }
+  const ExpertStore& expert_store() const { return experts_; }
+
+  virtual SequenceCache new_cache(const CacheOptions& options) const = 0;
+  // Untrusted-input errors (token id out of range, context full, executor failure) are values; the cache
+  // is left unchanged on error.
+  virtual Status forward(const ForwardArgs& args) const = 0;
+
+ protected:
+  explicit Model(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {}
+  // Shared argument checks of forward(): tokens in range, room in the cache, logits span size.
+  Status check_forward_args(const ForwardArgs& args) const;
+  int32_t resolve_n_ctx(const CacheOptions& options) const;
+
+  std::unique_ptr<GgufFile> file_;
+  ModelInfo info_;
+  ExpertStore experts_;
+};
+
+// Opens the GGUF file (mmap, no copy), picks the architecture from general.architecture and binds it.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options = {});
+// Same from an already opened file (tests build files in memory).
+Result<std::unique_ptr<Model>> load_model(std::unique_ptr<GgufFile> file, const LoadOptions& options = {});
+std::vector<std::string_view> supported_architectures();
+
+}  // namespace essaim

@@ -1,0 +1,74 @@
+#include "model/ops.h"
+
+#include <cmath>
+
+namespace essaim {
+namespace {
+
+// GCC/Clang vector extension: element-wise IEEE operations the compiler lowers to whatever SIMD the target
+// has (or scalar code). With -ffp-contract=off a multiply followed by an add is never fused, so the lanes
+// round exactly like the scalar description in dot_f32's contract.
+typedef float v8f __attribute__((vector_size(32)));
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float mean = float(sum / double(n));
+  const float r = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * w[i];
+}
+
+void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
+                   ThreadPool* pool) {
+  parallel_for(n_rows > 16 ? pool : nullptr, size_t(n_rows), [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) rms_norm(x + r * size_t(n), w, n, eps, y + r * size_t(n));
+  });
+}
+
+void rope_cos_sin(int32_t pos, int32_t n_rot, float base, float* cs) {
+  const int32_t half = n_rot / 2;
+  const float theta_scale = std::pow(base, -2.0f / float(n_rot));
+  float theta = float(pos);
+  for (int32_t i = 0; i < half; ++i) {
+    cs[i] = std::cos(theta);
+    cs[half + i] = std::sin(theta);
+    theta = theta * theta_scale;
+  }
+}
+
+void rope_neox(float* x, int32_t n_rot, const float* cs) {
+  const int32_t half = n_rot / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = a * s + b * c;
+  }
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f va, vb;
+    __builtin_memcpy(&va, a + i, sizeof(va));
+    __builtin_memcpy(&vb, b + i, sizeof(vb));
+    acc = acc + va * vb;
+  }
+  float lane[8];
+  __builtin_memcpy(lane, &acc, sizeof(lane));
+  for (int64_t l = 0; i < n; ++i, ++l) lane[l] = lane[l] + a[i] * b[i];  // tail continues the lanes
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
+}
+
+void add_f32(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];
+}
+
+}  // namespace essaim

@@ -1,0 +1,42 @@
+// Shared numeric primitives of the forward pass, exactly as REFERENCE.md 4.3 specifies them. Every
+// function computes each output from its own row with a fixed operation order, so results never depend
+// on batching or threads (DESIGN.md invariant 2). Architecture files call these; they never re-derive them.
+//
+//   rms_norm_rows(x, w, n_rows, n, eps, y);                 // y[r] = (x[r] * r) * w
+//   rope_cos_sin(pos, n_rot, base, cs.data());              // [n_rot/2 cos | n_rot/2 sin]
+//   rope_neox(head, n_rot, cs.data());                      // rotates head[0..n_rot), pairs (i, i + n_rot/2)
+//   float d = dot_f32(a, b, n);                             // fixed 8-lane order
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace essaim {
+
+// RMSNorm of one vector: s = Σ x_i² (squares in f32, sum in f64); mean = f32(s / n);
+// r = 1 / sqrtf(mean + eps); y_i = (x_i · r) · w_i. x and y may alias.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
+// n_rows independent rows of n values ([n_rows][n]), parallel over rows when a pool is given.
+void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
+                   ThreadPool* pool = nullptr);
+
+// RoPE angles for one position: θs = powf(base, -2 / n_rot); t_0 = f32(pos); t_{i+1} = t_i · θs (f32,
+// iterative); cs[i] = cosf(t_i), cs[n_rot/2 + i] = sinf(t_i) for i < n_rot/2. cs holds n_rot floats.
+void rope_cos_sin(int32_t pos, int32_t n_rot, float base, float* cs);
+// NEOX rotation of one head vector in place: pair i with i + n_rot/2 for i < n_rot/2; dimensions ≥ n_rot
+// are untouched (partial rotary). x'[i] = a·c − b·s, x'[i + n_rot/2] = a·s + b·c, each product rounded.
+void rope_neox(float* x, int32_t n_rot, const float* cs);
+
+// Σ a_i·b_i in f32 with a fixed order: lane l (0..7) sums the products of indices ≡ l (mod 8) in index
+// order, then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). Products and sums are separately rounded (no FMA), so
+// every ISA gives the same bits.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// y[i] += a · x[i] (product rounded, then the sum), for n values.
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
+// y[i] = y[i] + x[i]: residual additions.
+void add_f32(float* y, const float* x, int64_t n);
+
+}  // namespace essaim

@@ -1,0 +1,324 @@
+// Architecture `qwen3moe` (Qwen3-MoE: Qwen3-30B-A3B, Qwen3-235B-A22B) exactly as REFERENCE.md section 4
+// describes llama.cpp running it: hparams (4.1), tensors (4.2), forward pass (4.4).
+//
+//   h = embed(tokens)                                        -- [T][E]
+//   for each layer:
+//     a = RMSNorm(h); q, k, v = W_q·a, W_k·a, W_v·a; per-head RMSNorm of q and k; NEOX RoPE
+//     store k, v in the KV cache; o = causal GQA attention; h1 = h + W_o·o
+//     f = RMSNorm(h1); h = h1 + moe(f)                        -- routed experts via the ExpertExecutor
+//   logits = W_out · RMSNorm(h)                              -- W_out tied to token_embd when absent
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/quantize.h"
+#include "model/architectures.h"
+#include "model/attention.h"
+#include "model/hparams_reader.h"
+#include "model/moe_block.h"
+#include "model/ops.h"
+#include "model/tensor_binder.h"
+
+namespace essaim {
+namespace {
+
+struct Hparams {
+  int32_t n_layer = 0;    // L
+  int32_t n_ctx_train = 0;
+  int32_t n_embd = 0;     // E
+  int32_t n_head = 0;     // H
+  int32_t n_head_kv = 0;  // Hkv
+  int32_t head_dim = 0;   // D
+  int32_t n_rot = 0;
+  float rope_base = 10000.0f;
+  float eps = 0.0f;
+  int32_t n_expert = 0;   // X
+  int32_t n_expert_used = 0;  // K
+  int32_t n_ff_exp = 0;   // F
+  int32_t n_vocab = 0;    // V
+};
+
+struct Layer {
+  const float* attn_norm = nullptr;  // [E]
+  WeightMatrix wq, wk, wv;           // [E -> H·D], [E -> Hkv·D], [E -> Hkv·D]
+  WeightMatrix wqkv;                 // fused alternative [E -> H·D + 2·Hkv·D] (wqkv.data null when absent)
+  const float* bq = nullptr;         // optional biases [H·D], [Hkv·D], [Hkv·D]
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;     // [D]
+  const float* k_norm = nullptr;     // [D]
+  WeightMatrix wo;                   // [H·D -> E]
+  const float* ffn_norm = nullptr;   // [E]
+  MoeBlock moe;
+};
+
+Result<Hparams> load_hparams(const GgufFile& f) {
+  HparamReader keys(f, "qwen3moe");
+  Hparams hp;
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_layer, keys.u32("block_count"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("block_count", n_layer, 1, 512));
+  hp.n_layer = int32_t(n_layer);
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t ctx, keys.u32("context_length"));
+  hp.n_ctx_train = int32_t(std::min<uint32_t>(ctx, INT32_MAX));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_embd, keys.u32("embedding_length"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("embedding_length", n_embd, 1, 1 << 20));
+  hp.n_embd = int32_t(n_embd);
+
+  ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> heads, keys.u32_per_layer("attention.head_count", n_layer, {}));
+  ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> heads_kv,
+                          keys.u32_per_layer("attention.head_count_kv", n_layer, heads[0]));
+  for (uint32_t i = 1; i < n_layer; ++i)
+    if (heads[i] != heads[0] || heads_kv[i] != heads_kv[0])
+      return Status::error("qwen3moe: per-layer head counts that vary between layers are not supported");
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count", heads[0], 1, 4096));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count_kv", heads_kv[0], 1, heads[0]));
+  if (heads[0] % heads_kv[0] != 0)
+    return Status::error("qwen3moe: attention.head_count (" + std::to_string(heads[0]) +
+                         ") is not a multiple of attention.head_count_kv (" + std::to_string(heads_kv[0]) + ")");
+  hp.n_head = int32_t(heads[0]);
+  hp.n_head_kv = int32_t(heads_kv[0]);
+
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t key_len, keys.u32_or("attention.key_length", n_embd / heads[0]));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t value_len, keys.u32_or("attention.value_length", n_embd / heads[0]));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.key_length", key_len, 2, 4096));
+  if (value_len != key_len)
+    return Status::error("qwen3moe: attention.value_length (" + std::to_string(value_len) +
+                         ") must equal attention.key_length (" + std::to_string(key_len) + ")");
+  hp.head_dim = int32_t(key_len);
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_rot, keys.u32_or("rope.dimension_count", key_len));
+  if (n_rot != key_len)
+    return Status::error("qwen3moe: rope.dimension_count (" + std::to_string(n_rot) +
+                         ") must equal the head dimension (" + std::to_string(key_len) + ")");
+  if (key_len % 2 != 0) return Status::error("qwen3moe: the head dimension must be even for RoPE");
+  hp.n_rot = int32_t(n_rot);
+  ESSAIM_ASSIGN_OR_RETURN(hp.rope_base, keys.f32_or("rope.freq_base", 10000.0f));
+  if (!(hp.rope_base > 0.0f)) return Status::error("metadata key 'qwen3moe.rope.freq_base' must be positive");
+  // No stock Qwen3 file scales RoPE; refuse scaling rather than silently computing something else.
+  if (const GgufValue* s = f.find_kv(keys.key("rope.scaling.type"))) {
+    if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
+      return Status::error("qwen3moe: rope scaling '" + s->str + "' is not supported");
+    ESSAIM_ASSIGN_OR_RETURN(float factor, keys.f32_or("rope.scaling.factor", 1.0f));
+    if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
+      return Status::error("qwen3moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
+  }
+  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.f32("attention.layer_norm_rms_epsilon"));
+  if (!(hp.eps >= 0.0f)) return Status::error("metadata key 'qwen3moe.attention.layer_norm_rms_epsilon' is negative");
+
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_used_count", n_used, 1, n_expert));
+  hp.n_expert = int32_t(n_expert);
+  hp.n_expert_used = int32_t(n_used);
+  ESSAIM_ASSIGN_OR_RETURN(std::optional<uint32_t> n_ff_exp, keys.u32_opt("expert_feed_forward_length"));
+  if (!n_ff_exp) {
+    ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> ff, keys.u32_per_layer("feed_forward_length", n_layer, 0u));
+    n_ff_exp = ff[0] / n_used;
+  }
+  if (*n_ff_exp == 0)
+    return Status::error("qwen3moe: expert width unknown: 'qwen3moe.expert_feed_forward_length' is missing and "
+                         "'qwen3moe.feed_forward_length' gives 0");
+  hp.n_ff_exp = int32_t(*n_ff_exp);
+
+  const std::vector<std::string>* tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens) return Status::error("required metadata key 'tokenizer.ggml.tokens' is missing or not a string array");
+  if (tokens->empty() || tokens->size() > size_t(INT32_MAX)) return Status::error("'tokenizer.ggml.tokens' is empty");
+  hp.n_vocab = int32_t(tokens->size());
+  return hp;
+}
+
+class Qwen3Moe final : public Model {
+ public:
+  explicit Qwen3Moe(std::unique_ptr<GgufFile> file) : Model(std::move(file)) {}
+  Status bind(const Hparams& hp);
+  SequenceCache new_cache(const CacheOptions& options) const override;
+  Status forward(const ForwardArgs& args) const override;
+
+ private:
+  Hparams hp_;
+  WeightMatrix tok_embd_;               // [E -> V] rows = tokens
+  const float* output_norm_ = nullptr;  // [E]
+  WeightMatrix output_;                 // [E -> V], token_embd when tied
+  std::vector<Layer> layers_;
+};
+
+Status Qwen3Moe::bind(const Hparams& hp) {
+  hp_ = hp;
+  const int64_t E = hp.n_embd, V = hp.n_vocab, D = hp.head_dim, HD = int64_t(hp.n_head) * D,
+                KD = int64_t(hp.n_head_kv) * D, X = hp.n_expert, F = hp.n_ff_exp;
+  TensorBinder b(*file_);
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* embd, b.require(TensorName::TOKEN_EMBD, -1, {E, V}));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* onorm, b.require(TensorName::OUTPUT_NORM, -1, {E}, TensorKind::F32));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* out, b.optional(TensorName::OUTPUT, -1, {E, V}));
+  tok_embd_ = weight_matrix(*embd);
+  output_norm_ = f32_data(*onorm);
+  output_ = weight_matrix(out ? *out : *embd);
+
+  uint64_t expert_bytes = 0, active_expert_bytes = 0;
+  layers_.resize(size_t(hp.n_layer));
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    Layer& l = layers_[size_t(il)];
+    const GgufTensor* t;
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_NORM, il, {E}, TensorKind::F32));
+    l.attn_norm = f32_data(*t);
+    if (b.has(TensorName::ATTN_QKV, il)) {
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_QKV, il, {E, HD + 2 * KD}));
+      l.wqkv = weight_matrix(*t);
+    } else {
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_Q, il, {E, HD}));
+      l.wq = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_K, il, {E, KD}));
+      l.wk = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_V, il, {E, KD}));
+      l.wv = weight_matrix(*t);
+    }
+    ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TensorName::ATTN_Q_BIAS, il, {HD}, TensorKind::F32));
+    l.bq = t ? f32_data(*t) : nullptr;
+    ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TensorName::ATTN_K_BIAS, il, {KD}, TensorKind::F32));
+    l.bk = t ? f32_data(*t) : nullptr;
+    ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TensorName::ATTN_V_BIAS, il, {KD}, TensorKind::F32));
+    l.bv = t ? f32_data(*t) : nullptr;
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_Q_NORM, il, {D}, TensorKind::F32));
+    l.q_norm = f32_data(*t);
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_K_NORM, il, {D}, TensorKind::F32));
+    l.k_norm = f32_data(*t);
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::ATTN_OUTPUT, il, {HD, E}));
+    l.wo = weight_matrix(*t);
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TensorName::FFN_NORM, il, {E}, TensorKind::F32));
+    l.ffn_norm = f32_data(*t);
+    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* router, b.require(TensorName::FFN_GATE_INP, il, {E, X}));
+    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* gate, b.require(TensorName::FFN_GATE_EXPS, il, {E, F, X}));
+    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* up, b.require(TensorName::FFN_UP_EXPS, il, {E, F, X}));
+    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* down, b.require(TensorName::FFN_DOWN_EXPS, il, {F, E, X}));
+    ESSAIM_RETURN_IF_ERROR(
+        experts_.add(il, ExpertLayer::separate(expert_tensor(*gate), expert_tensor(*up), expert_tensor(*down))));
+    l.moe = MoeBlock{.layer = il, .router = weight_matrix(*router), .n_expert_used = hp.n_expert_used,
+                     .expert_weight_type = gate->type, .n_embd = hp.n_embd};
+    expert_bytes += gate->nbytes + up->nbytes + down->nbytes;
+    active_expert_bytes += uint64_t(hp.n_expert_used) *
+                           (gate->expert_slab_bytes() + up->expert_slab_bytes() + down->expert_slab_bytes());
+  }
+  ESSAIM_RETURN_IF_ERROR(b.finish());
+
+  info_.arch = "qwen3moe";
+  info_.name = file_->get_string("general.name").value_or("");
+  info_.n_vocab = hp.n_vocab;
+  info_.n_embd = hp.n_embd;
+  info_.n_layer = hp.n_layer;
+  info_.n_ctx_train = hp.n_ctx_train;
+  info_.n_expert = hp.n_expert;
+  info_.n_expert_used = hp.n_expert_used;
+  for (const GgufTensor& t : file_->tensors()) info_.weight_bytes += t.nbytes;
+  info_.expert_bytes = expert_bytes;
+  // A decoded token reads every dense weight except the embedding table (one row), all of the LM head,
+  // and K experts per layer.
+  info_.active_bytes_per_token = info_.weight_bytes - expert_bytes - embd->nbytes + embd->row_bytes() +
+                                 (out ? 0 : embd->nbytes) + active_expert_bytes;
+  return Status::ok();
+}
+
+SequenceCache Qwen3Moe::new_cache(const CacheOptions& options) const {
+  std::vector<LayerCache> layers;
+  for (int32_t il = 0; il < hp_.n_layer; ++il) layers.emplace_back(KvCache(options.kv_type, hp_.n_head_kv, hp_.head_dim));
+  return SequenceCache(std::move(layers), resolve_n_ctx(options));
+}
+
+// y[T][n] = W·x (+ bias).
+void linear(const WeightMatrix& w, const float* bias, const float* x, int64_t T, float* y, ThreadPool* pool) {
+  matmul(w, x, T, y, pool);
+  if (bias)
+    for (int64_t t = 0; t < T; ++t) add_f32(y + t * w.rows, bias, w.rows);
+}
+
+Status Qwen3Moe::forward(const ForwardArgs& args) const {
+  ESSAIM_RETURN_IF_ERROR(check_forward_args(args));
+  SequenceCache& cache = *args.cache;
+  ThreadPool* pool = args.pool;
+  const int64_t T = int64_t(args.tokens.size());
+  const int32_t E = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
+  const int64_t HD = int64_t(H) * D, KD = int64_t(Hkv) * D;
+  const int32_t p0 = cache.n_past();
+
+  std::vector<int32_t> pos(static_cast<size_t>(T));         // [T] absolute positions
+  std::vector<float> rope(size_t(T) * size_t(hp_.n_rot));  // [T][n_rot]: cos | sin of each position's angles
+  for (int64_t t = 0; t < T; ++t) {
+    pos[size_t(t)] = p0 + int32_t(t);
+    rope_cos_sin(pos[size_t(t)], hp_.n_rot, hp_.rope_base, rope.data() + t * hp_.n_rot);
+  }
+
+  std::vector<float> x(size_t(T) * E);    // [T][E] residual stream h
+  for (int64_t t = 0; t < T; ++t)
+    dequantize_row(tok_embd_.type, tok_embd_.data + uint64_t(args.tokens[size_t(t)]) * tok_embd_.row_stride,
+                   x.data() + t * E, E);
+
+  std::vector<float> cur(size_t(T) * E);  // [T][E] normed input / projection output
+  std::vector<float> q(size_t(T * HD));   // [T][H][D]
+  std::vector<float> k(size_t(T * KD));   // [T][Hkv][D]
+  std::vector<float> v(size_t(T * KD));   // [T][Hkv][D]
+  std::vector<float> o(size_t(T * HD));   // [T][H][D] attention output
+  std::vector<float> qkv;                 // [T][HD + 2·KD] when the projection is fused
+  std::vector<float> moe_out(size_t(T) * E);  // [T][E] Σ_k w_k·y_k
+  const float scale = 1.0f / std::sqrt(float(D));
+
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const Layer& l = layers_[size_t(il)];
+    KvCache& kv = cache.kv(il);
+
+    rms_norm_rows(x.data(), l.attn_norm, T, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
+    if (l.wqkv.data) {
+      qkv.resize(size_t(T * (HD + 2 * KD)));
+      matmul(l.wqkv, cur.data(), T, qkv.data(), pool);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* r = qkv.data() + t * (HD + 2 * KD);
+        std::memcpy(q.data() + t * HD, r, size_t(HD) * sizeof(float));
+        std::memcpy(k.data() + t * KD, r + HD, size_t(KD) * sizeof(float));
+        std::memcpy(v.data() + t * KD, r + HD + KD, size_t(KD) * sizeof(float));
+      }
+    } else {
+      linear(l.wq, l.bq, cur.data(), T, q.data(), pool);  // q = W_q·a
+      linear(l.wk, l.bk, cur.data(), T, k.data(), pool);  // k = W_k·a
+      linear(l.wv, l.bv, cur.data(), T, v.data(), pool);  // v = W_v·a
+    }
+    rms_norm_rows(q.data(), l.q_norm, T * H, D, hp_.eps, q.data(), pool);    // per-head q norm
+    rms_norm_rows(k.data(), l.k_norm, T * Hkv, D, hp_.eps, k.data(), pool);  // per-head k norm
+    for (int64_t t = 0; t < T; ++t) {
+      const float* cs = rope.data() + t * hp_.n_rot;
+      for (int32_t h = 0; h < H; ++h) rope_neox(q.data() + t * HD + int64_t(h) * D, hp_.n_rot, cs);
+      for (int32_t g = 0; g < Hkv; ++g) rope_neox(k.data() + t * KD + int64_t(g) * D, hp_.n_rot, cs);
+      kv.store(pos[size_t(t)], k.data() + t * KD, v.data() + t * KD);  // rounded to the cache type
+    }
+    attention({.q = q.data(), .pos = pos.data(), .n_q = T, .n_head = H, .scale = scale, .kv = &kv, .out = o.data()},
+              pool);
+    matmul(l.wo, o.data(), T, cur.data(), pool);  // W_o·o
+    add_f32(x.data(), cur.data(), T * E);          // h1 = h + W_o·o
+
+    rms_norm_rows(x.data(), l.ffn_norm, T, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
+    Status s = moe_block_forward(l.moe, cur.data(), T, *args.experts, pool, moe_out.data());
+    if (!s) {
+      for (int32_t jl = 0; jl <= il; ++jl) cache.kv(jl).truncate(p0);  // leave the cache as it was
+      return s;
+    }
+    add_f32(x.data(), moe_out.data(), T * E);  // h = h1 + moe(f)
+  }
+
+  // LM head over the rows asked for.
+  const int64_t first = args.logits_mode == LogitsMode::ALL ? 0 : T - 1;
+  const int64_t n_out = args.logits_mode == LogitsMode::ALL ? T : args.logits_mode == LogitsMode::LAST ? 1 : 0;
+  if (n_out > 0) {
+    rms_norm_rows(x.data() + first * E, output_norm_, n_out, E, hp_.eps, cur.data(), pool);
+    matmul(output_, cur.data(), n_out, args.logits.data(), pool);  // [n_out][V]
+  }
+  cache.advance(int32_t(T));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_qwen3moe(std::unique_ptr<GgufFile> file) {
+  ESSAIM_ASSIGN_OR_RETURN(Hparams hp, load_hparams(*file));
+  auto m = std::make_unique<Qwen3Moe>(std::move(file));
+  ESSAIM_RETURN_IF_ERROR(m->bind(hp));
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace essaim
