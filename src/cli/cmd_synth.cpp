@@ -1,0 +1,88 @@
+// `essaim synth`: write a synthetic GGUF model that follows llama.cpp's conventions (docs/synth.md).
+//
+//   essaim synth --arch qwen3moe --preset tiny --types q4_k_m --seed 1 -o tiny.gguf
+//   essaim synth --arch qwen35moe --preset q35-122b --layers 4 --types q4_k_m -o q35-4l.gguf
+//   essaim synth --arch qwen35moe --preset tiny --types f32 --nextn 1 --fused-gate-up -o mtp.gguf
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "synth/synth.h"
+
+namespace essaim::cli {
+
+void register_synth(CLI::App& app, int& exit_code) {
+  struct Args {
+    SynthOptions options;
+    uint32_t layers = 0;
+    std::string out;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "synth",
+      "Write a synthetic GGUF model (llama.cpp's keys, tensor names, shapes, order and type mix; seeded random "
+      "weights). The q35-122b preset has Qwen3.5-122B-A10B's per-layer shapes but, unless --tokenizer is given, "
+      "the small synthetic vocabulary (a real 248320-token one would make token_embd and output ~760 MB each).");
+  const std::map<std::string, SynthArch> archs{{"qwen3moe", SynthArch::QWEN3MOE}, {"qwen35moe", SynthArch::QWEN35MOE}};
+  const std::map<std::string, SynthPreset> presets{{"tiny", SynthPreset::TINY}, {"q35-122b", SynthPreset::Q35_122B}};
+  const std::map<std::string, SynthTypeMix> types{{"f32", SynthTypeMix::F32}, {"q4_k_m", SynthTypeMix::Q4_K_M}};
+  cmd->add_option("--arch", args->options.arch, "Architecture: qwen3moe | qwen35moe")
+      ->required()
+      ->transform(CLI::CheckedTransformer(archs, CLI::ignore_case));
+  cmd->add_option("--preset", args->options.preset,
+                  "tiny (unit tests, a few MB) | q35-122b (Qwen3.5-122B-A10B per-layer shapes)")
+      ->required()
+      ->transform(CLI::CheckedTransformer(presets, CLI::ignore_case));
+  cmd->add_option("--layers", args->layers, "Executed layers (default: tiny qwen3moe 2, tiny qwen35moe 4, q35-122b 2)")
+      ->check(CLI::Range(1, 512));
+  cmd->add_option("--types", args->options.types, "Type mix: f32 | q4_k_m (llama-quantize's Q4_K_M rule)")
+      ->required()
+      ->transform(CLI::CheckedTransformer(types, CLI::ignore_case));
+  cmd->add_option("--seed", args->options.seed, "Random seed; the same seed gives a byte-identical file")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", args->options.tokenizer_json,
+                  "Hugging Face tokenizer.json to embed (default: a byte-level BPE learned from a small corpus)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--router-skew", args->options.router_skew,
+                  "Expert popularity skew >= 0: the most popular expert's router logit rises by about X, the "
+                  "r-th by X/r (Zipf); 0 = no preferred experts")
+      ->capture_default_str();
+  cmd->add_option("--logits-scale", args->options.logits_scale,
+                  "Standard deviation of the output logits (peaked, stable sampling)")
+      ->capture_default_str();
+  cmd->add_flag("--recurrent-flags", args->options.recurrent_flags,
+                "qwen35moe: write attention.recurrent_layers instead of full_attention_interval");
+  cmd->add_option("--nextn", args->options.nextn, "qwen35moe: append N MTP blocks (block_count includes them)")
+      ->capture_default_str();
+  cmd->add_flag("--fused-gate-up", args->options.fused_gate_up,
+                "qwen35moe: ffn_gate_up_exps [E, 2F, X] instead of ffn_gate_exps + ffn_up_exps");
+  cmd->add_option("--threads", args->options.threads, "Generation threads (0 = all cores; never changes the bytes)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->out, "Output GGUF file")->required();
+
+  cmd->callback([args, &exit_code] {
+    SynthOptions o = args->options;
+    if (args->layers > 0) o.layers = args->layers;
+    Result<SynthPlan> plan = synth_plan(o);
+    if (!plan) {
+      std::fprintf(stderr, "essaim synth: %s\n", plan.status().message().c_str());
+      exit_code = 2;
+      return;
+    }
+    Result<SynthSummary> s = synth_write(*plan, args->out);
+    if (!s) {
+      std::fprintf(stderr, "essaim synth: %s\n", s.status().message().c_str());
+      exit_code = 1;
+      return;
+    }
+    std::printf("essaim synth: wrote %s (%s %s %s, %u blocks, vocab %u): %llu bytes, %zu tensors, %.2f s\n",
+                args->out.c_str(), plan->arch->name, std::string(synth_preset_name(o.preset)).c_str(),
+                std::string(synth_type_mix_name(o.types)).c_str(), plan->hp.block_count(), plan->hp.n_vocab,
+                static_cast<unsigned long long>(s->file_bytes), s->n_tensors, s->seconds);
+    exit_code = 0;
+  });
+}
+
+}  // namespace essaim::cli

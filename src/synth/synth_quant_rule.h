@@ -1,0 +1,36 @@
+// The per-tensor type rule of a type mix: everything F32, or llama-quantize's Q4_K_M choices exactly as
+// REFERENCE.md 3 states them (without the n_expert == 8 special cases, which no preset triggers).
+//
+//   SynthTypeQuery q{.kind = SynthTensorKind::FFN_DOWN_EXPS, .n_dims = 3, .layer = 5, .block_count = 48};
+//   GgmlType t = synth_tensor_type(SynthTypeMix::Q4_K_M, q);   // Q6_K: more_bits(5, 48)
+//
+// Decisions are taken on the tensor kind, never by matching names as strings. Precondition for Q4_K_M: every
+// tensor it quantises has ne[0] % 256 == 0 (the presets guarantee it; the planner checks it).
+#pragma once
+
+#include <cstdint>
+
+#include "core/ggml_type.h"
+#include "synth/synth_arch.h"
+
+namespace essaim {
+
+struct SynthTypeQuery {
+  SynthTensorKind kind = SynthTensorKind::COUNT;
+  uint32_t n_dims = 1;
+  uint32_t layer = 0;            // block index of a blk.N tensor
+  uint32_t block_count = 0;      // including MTP blocks
+  uint32_t attn_v_ordinal = 0;   // position among attn_v / attn_qkv tensors, in file order
+  uint32_t attn_v_count = 0;     // how many attn_v / attn_qkv tensors the file has
+  bool has_output = true;        // output.weight present (untied LM head)
+};
+
+// llama-quantize's use_more_bits: i < n/8 or i >= 7n/8 or (i - n/8) mod 3 == 2, integer division.
+bool q4_k_m_more_bits(int64_t i, int64_t n);
+
+GgmlType synth_tensor_type(SynthTypeMix mix, const SynthTypeQuery& q);
+
+// general.file_type of a mix: 0 (ALL_F32) or 15 (MOSTLY_Q4_K_M).
+uint32_t synth_file_type(SynthTypeMix mix);
+
+}  // namespace essaim

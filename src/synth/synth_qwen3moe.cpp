@@ -1,0 +1,128 @@
+// qwen3moe as data: presets, the tensor table of REFERENCE.md 4.2 (separate q/k/v, per-head q/k RMSNorm,
+// routed experts only) and the metadata keys of 4.1 with the exact GGUF types of section 9.
+#include <cmath>
+
+#include "synth/synth_arch.h"
+
+namespace essaim {
+namespace {
+
+using Shape = std::vector<int64_t>;
+using H = SynthHparams;
+
+SynthHparams qwen3moe_preset(SynthPreset p) {
+  SynthHparams h;
+  h.rms_eps = 1e-6f;
+  if (p == SynthPreset::TINY) {
+    // Every K-quant tensor needs ne[0] % 256 == 0, so E, F and H*D are 256; 6 experts (not 8: llama-quantize
+    // special-cases n_expert == 8, which REFERENCE.md 3 excludes) keep the f32 file near 10 MB.
+    h.n_embd = 256;
+    h.n_layer = 2;
+    h.context_length = 4096;
+    h.n_head = 4;
+    h.n_head_kv = 2;
+    h.head_dim = 64;
+    h.n_rot = 64;  // qwen3moe requires rope.dimension_count == D
+    h.rope_freq_base = 1e6f;
+    h.n_expert = 6;
+    h.n_expert_used = 2;
+    h.expert_ff = 256;
+  } else {
+    // The attention and expert shapes of Qwen3.5-122B-A10B (REFERENCE.md 6) in a plain qwen3moe stack.
+    h.n_embd = 3072;
+    h.n_layer = 2;
+    h.context_length = 262144;
+    h.n_head = 32;
+    h.n_head_kv = 2;
+    h.head_dim = 256;
+    h.n_rot = 256;
+    h.rope_freq_base = 1e7f;
+    h.n_expert = 256;
+    h.n_expert_used = 8;
+    h.expert_ff = 1024;
+  }
+  return h;
+}
+
+SynthLayerKind qwen3moe_layer_kind(const SynthHparams&, uint32_t) { return SynthLayerKind::ATTENTION; }
+
+void qwen3moe_metadata(const SynthHparams& h, SynthMetadata& m) {
+  const std::string a = "qwen3moe.";
+  m.set_u32(a + "context_length", h.context_length);
+  m.set_u32(a + "embedding_length", h.n_embd);
+  m.set_u32(a + "block_count", h.block_count());
+  m.set_u32(a + "attention.head_count", h.n_head);
+  m.set_u32(a + "attention.head_count_kv", h.n_head_kv);
+  m.set_u32(a + "attention.key_length", h.head_dim);
+  m.set_u32(a + "attention.value_length", h.head_dim);
+  m.set_f32(a + "attention.layer_norm_rms_epsilon", h.rms_eps);
+  m.set_f32(a + "rope.freq_base", h.rope_freq_base);
+  m.set_u32(a + "rope.dimension_count", h.n_rot);
+  m.set_u32(a + "expert_count", h.n_expert);
+  m.set_u32(a + "expert_used_count", h.n_expert_used);
+  m.set_u32(a + "expert_feed_forward_length", h.expert_ff);
+}
+
+using K = SynthTensorKind;
+using W = SynthWhere;
+using V = SynthVariant;
+using I = SynthInit;
+
+// Output projections get gain 0.5 so each block adds less than the residual it reads (sane activations over
+// a few random layers); norms carry +-2% noise around 1.
+const SynthTensorRule kTensors[] = {
+    {K::TOKEN_EMBD, W::GLOBAL, V::ALWAYS, [](const H& h) { return Shape{h.n_embd, h.n_vocab}; }, {I::EMBEDDING, 1.0f}},
+    {K::OUTPUT_NORM, W::GLOBAL, V::ALWAYS, [](const H& h) { return Shape{h.n_embd}; }, {I::NORM, 0.02f}},
+    {K::OUTPUT, W::GLOBAL, V::ALWAYS, [](const H& h) { return Shape{h.n_embd, h.n_vocab}; }, {I::LM_HEAD, 1.0f}},
+    {K::ATTN_NORM, W::EVERY_BLOCK, V::ALWAYS, [](const H& h) { return Shape{h.n_embd}; }, {I::NORM, 0.02f}},
+    {K::ATTN_Q, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.n_embd, int64_t(h.n_head) * h.head_dim}; }, {I::LINEAR, 1.0f}},
+    {K::ATTN_K, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.n_embd, int64_t(h.n_head_kv) * h.head_dim}; }, {I::LINEAR, 1.0f}},
+    {K::ATTN_V, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.n_embd, int64_t(h.n_head_kv) * h.head_dim}; }, {I::LINEAR, 1.0f}},
+    {K::ATTN_Q_NORM, W::EVERY_BLOCK, V::ALWAYS, [](const H& h) { return Shape{h.head_dim}; }, {I::NORM, 0.02f}},
+    {K::ATTN_K_NORM, W::EVERY_BLOCK, V::ALWAYS, [](const H& h) { return Shape{h.head_dim}; }, {I::NORM, 0.02f}},
+    {K::ATTN_OUTPUT, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{int64_t(h.n_head) * h.head_dim, h.n_embd}; }, {I::LINEAR, 0.5f}},
+    {K::FFN_NORM, W::EVERY_BLOCK, V::ALWAYS, [](const H& h) { return Shape{h.n_embd}; }, {I::NORM, 0.02f}},
+    {K::FFN_GATE_INP, W::EVERY_BLOCK, V::ALWAYS, [](const H& h) { return Shape{h.n_embd, h.n_expert}; },
+     {I::ROUTER, 1.0f}},
+    {K::FFN_GATE_EXPS, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.n_embd, h.expert_ff, h.n_expert}; }, {I::LINEAR, 1.0f}},
+    {K::FFN_UP_EXPS, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.n_embd, h.expert_ff, h.n_expert}; }, {I::LINEAR, 1.0f}},
+    {K::FFN_DOWN_EXPS, W::EVERY_BLOCK, V::ALWAYS,
+     [](const H& h) { return Shape{h.expert_ff, h.n_embd, h.n_expert}; }, {I::LINEAR, 0.5f}},
+};
+
+// The Qwen3 ChatML template: thinking on by default; enable_thinking=false pre-fills an empty think block.
+constexpr const char* kChatTemplate =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}";
+
+}  // namespace
+
+const SynthArchDesc& synth_arch_qwen3moe() {
+  static const SynthArchDesc desc{
+      .arch = SynthArch::QWEN3MOE,
+      .name = "qwen3moe",
+      .tokenizer_pre = "qwen2",
+      .chat_template = kChatTemplate,
+      .preset = qwen3moe_preset,
+      .layer_kind = qwen3moe_layer_kind,
+      .metadata = qwen3moe_metadata,
+      .tensors = kTensors,
+      .has_variants = false,
+  };
+  return desc;
+}
+
+}  // namespace essaim
