@@ -75,18 +75,23 @@ static inline void q4k_scale_min(const uint8_t* s, int j, uint8_t* sc, uint8_t* 
   }
 }
 
-// All eight scales and mins at once, four bytes per 32-bit operation (the dot kernels unpack every block).
-// Same values as q4k_scale_min; the test suite checks the two against each other.
-static inline void q4k_unpack_scales(const uint8_t* s, uint8_t sc[8], uint8_t m[8]) {
+// All eight scales and mins at once, four bytes per 32-bit operation (the dot kernels unpack every block):
+// byte j of *sc / *m is sc[j] / m[j]. Same values as q4k_scale_min; the tests check the two agree.
+static inline void q4k_unpack_scales_u64(const uint8_t* s, uint64_t* sc, uint64_t* m) {
   uint32_t u[3];
   std::memcpy(u, s, 12);
   const uint32_t sc_lo = u[0] & 0x3F3F3F3Fu, m_lo = u[1] & 0x3F3F3F3Fu;
   const uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 2) & 0x30303030u);  // top 2 bits of S[j-4] -> 4..5
   const uint32_t m_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 2) & 0x30303030u);
-  std::memcpy(sc, &sc_lo, 4);
-  std::memcpy(sc + 4, &sc_hi, 4);
-  std::memcpy(m, &m_lo, 4);
-  std::memcpy(m + 4, &m_hi, 4);
+  *sc = uint64_t(sc_lo) | uint64_t(sc_hi) << 32;
+  *m = uint64_t(m_lo) | uint64_t(m_hi) << 32;
+}
+
+static inline void q4k_unpack_scales(const uint8_t* s, uint8_t sc[8], uint8_t m[8]) {
+  uint64_t sc64, m64;
+  q4k_unpack_scales_u64(s, &sc64, &m64);
+  std::memcpy(sc, &sc64, 8);
+  std::memcpy(m, &m64, 8);
 }
 
 // Round to nearest, ties to even, by adding 1.5 * 2^23 and reading the mantissa: ggml's nearest_int, whose

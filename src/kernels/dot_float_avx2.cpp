@@ -44,17 +44,21 @@ void dot_rows(int64_t n, const void* wv, const void* xv, size_t x_stride, float*
   using T = typename Fmt::T;
   const T* w = static_cast<const T*>(wv);
   const T* x[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const T*>(static_cast<const uint8_t*>(xv) + j * x_stride);
   __m256 lo[NX], hi[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 w0 = Fmt::load8(w + i), w1 = Fmt::load8(w + i + 8);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       lo[j] = _mm256_fmadd_ps(w0, Fmt::load8(x[j] + i), lo[j]);
       hi[j] = _mm256_fmadd_ps(w1, Fmt::load8(x[j] + i + 8), hi[j]);
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[16];
     _mm256_store_ps(lane, lo[j]);

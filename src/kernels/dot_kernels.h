@@ -25,6 +25,12 @@ ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 
 #undef ESSAIM_DECLARE_DOTS
 
+// Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
+//   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q4_K/Q5_K/Q6_K, AVX-512 Q6_K);
+//   q45k_avx512: pairs16 and, per 128 elements, sub-blocks ordered 0,2,1,3 (AVX-512 Q4_K/Q5_K).
+void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
+void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
+
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
 // each row count gets its own register allocation.
 #define ESSAIM_DISPATCH_NX(fn, ...)                                   \

@@ -55,6 +55,21 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
 }
 
+}  // namespace
+
+// The activation side of the pair shuffle, done once per activation row instead of once per weight row.
+void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8K*>(x);
+  auto* o = static_cast<BlockQ8K*>(out);
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    o[k] = in[k];
+    for (int i = 0; i < kQK_K; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs(load256(in[k].qs + i)));
+  }
+}
+
+namespace {
+
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
 
 template <typename Block, int NX>
@@ -64,6 +79,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   __m256 lanes[NX];
   float acc[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     lanes[j] = _mm256_setzero_ps();
     acc[j] = 0.0f;
@@ -79,6 +95,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
     if constexpr (kQ5) hb = pairs(load256(a->qh));
 
     __m256i lo_lanes[NX], hi_lanes[NX];  // i32: lanes 0..3 twice / lanes 4..7 twice
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
       const __m256i raw = pairs(load256(qs + 32 * p));
@@ -90,15 +107,17 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         hb = _mm256_srli_epi16(hb, 2);
       }
       const __m256i scale = _mm256_set1_epi32(scale_pair(sc[2 * p], sc[2 * p + 1]));
+      #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;
-        const __m256i p0 = _mm256_maddubs_epi16(q_lo, pairs(load256(q8)));
-        const __m256i p1 = _mm256_maddubs_epi16(q_hi, pairs(load256(q8 + 32)));
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;  // pairs16 layout
+        const __m256i p0 = _mm256_maddubs_epi16(q_lo, load256(q8));
+        const __m256i p1 = _mm256_maddubs_epi16(q_hi, load256(q8 + 32));
         lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_madd_epi16(_mm256_unpacklo_epi16(p0, p1), scale));
         hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_unpackhi_epi16(p0, p1), scale));
       }
     }
     const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
       const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
@@ -108,6 +127,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
       acc[j] = fma_f32(-dmb, float(M), acc[j]);
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, lanes[j]);
@@ -122,10 +142,12 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   const auto* blocks = static_cast<const BlockQ6K*>(w);
   const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(32);
   __m256 lanes[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
     __m256i lo_lanes[NX], hi_lanes[NX];
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + l, c = 0..3
       const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
@@ -142,6 +164,7 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h45);
       g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_srli_epi16(h67, 2));
       __m256i sgn[4], mag[4];  // q - 32 and |q - 32|: maddubs wants an unsigned operand
+      #pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {
         sgn[c] = _mm256_sub_epi8(g[c], bias);
         mag[c] = _mm256_abs_epi8(sgn[c]);
@@ -152,11 +175,12 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
           _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[0], s[2])), _mm_set1_epi32(scale_pair(s[1], s[3])));
       const __m256i scale23 =
           _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[4], s[6])), _mm_set1_epi32(scale_pair(s[5], s[7])));
+      #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
         __m256i p[4];
-        for (int c = 0; c < 4; ++c)
-          p[c] = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(pairs(load256(q8 + 32 * c)), sgn[c]));
+        #pragma GCC unroll 8
+        for (int c = 0; c < 4; ++c) p[c] = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(load256(q8 + 32 * c), sgn[c]));
         const __m256i lo01 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[0], p[1]), scale01);
         const __m256i hi01 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[0], p[1]), scale01);
         const __m256i lo23 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[2], p[3]), scale23);
@@ -166,12 +190,14 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       }
     }
     const float d = _cvtsh_ss(a.d);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
       const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
       lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, lanes[j]);
@@ -194,6 +220,7 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* b[NX];
   float acc[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
     acc[j] = 0.0f;
@@ -203,28 +230,34 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   for (; k + 4 <= nb; k += 4) {
     __m256i wq[4];
     float dw[4];
+    #pragma GCC unroll 8
     for (int q = 0; q < 4; ++q) {
       wq[q] = load256(a[k + q].qs);
       dw[q] = _cvtsh_ss(a[k + q].d);
     }
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       __m256i s[4];
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
       const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
       const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
       alignas(16) int32_t sumi[4];
       _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
     }
   }
   for (; k < nb; ++k) {
     const __m256i wq = load256(a[k].qs);
     const float dw = _cvtsh_ss(a[k].d);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
       acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 

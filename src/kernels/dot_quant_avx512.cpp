@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/blocks.h"
@@ -60,30 +61,76 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
 }
 
+}  // namespace
+
+// Pair shuffle of every 16 bytes, and per 128 elements the sub-blocks in the order 0, 2, 1, 3: the order
+// of the low and high nibbles of 64 weight bytes, so the kernel needs no cross-lane shuffle.
+void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8K*>(x);
+  auto* o = static_cast<BlockQ8K*>(out);
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    o[k] = in[k];
+    for (int half = 0; half < 2; ++half) {
+      const int8_t* src = in[k].qs + 128 * half;
+      int8_t* dst = o[k].qs + 128 * half;
+      const int order[4] = {0, 2, 1, 3};
+      #pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
+    }
+  }
+}
+
+namespace {
+
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
+
+// [M_0 .. M_3] from four rows' partial vectors (rows past nx are zero vectors).
+__m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// Two rows' integer lanes at once: lo_r / hi_r hold lanes 0..3 / 4..7 in each quarter; the result is
+// [A_a (lanes 0..7) | A_b (lanes 0..7)].
+__m512i fold_two_rows(__m512i lo_a, __m512i hi_a, __m512i lo_b, __m512i hi_b) {
+  const __m512i ta = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_a, hi_a, 0x44), _mm512_shuffle_i64x2(lo_a, hi_a, 0xEE));
+  const __m512i tb = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_b, hi_b, 0x44), _mm512_shuffle_i64x2(lo_b, hi_b, 0xEE));
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(ta, tb, 0x88), _mm512_shuffle_i64x2(ta, tb, 0xDD));
+}
+
 
 template <typename Block, int NX>
 void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  constexpr int kPairs = (NX + 1) / 2;
   const auto* blocks = static_cast<const Block*>(w);
   const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  __m256 lanes[NX];
-  float acc[NX];
-  for (int j = 0; j < NX; ++j) {
-    lanes[j] = _mm256_setzero_ps();
-    acc[j] = 0.0f;
-  }
+  // vpermd indices spreading the scale pairs of half h to the quarters: quarters 0-1 get
+  // (sc[4h], sc[4h+1]), quarters 2-3 (sc[4h+2], sc[4h+3]).
+  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
+                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
+  // vpermps indices spreading per-row floats x_0..x_3 of rows (2i, 2i+1) to [x_2i x 8 | x_2i+1 x 8].
+  const __m512i spread_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
+                                 join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
+  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
+  #pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
+  __m128 acc = _mm_setzero_ps();  // acc of row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block* a = &blocks[k];
-    uint8_t sc[8], m[8];
-    q4k_unpack_scales(a->scales, sc, m);
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    uint64_t sc64, m64;
+    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
+    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
     const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kQ5) qh = pairs256(load256(a->qh));
 
-    __m512i lo_lanes[NX], hi_lanes[NX];
-    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+    __m512i lo_lanes[2 * kPairs], hi_lanes[2 * kPairs];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 2 * kPairs; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+#pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
       const __m512i raw = pairs(load512(a->qs + 64 * half));
       __m512i q_lo = _mm512_and_si512(raw, low4);                          // sub-blocks 4h | 4h+2
@@ -93,33 +140,47 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
         q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
       }
-      // Reorder to follow the activation bytes: wa = sub-blocks 4h | 4h+1, wb = 4h+2 | 4h+3.
-      const __m512i wa = _mm512_shuffle_i64x2(q_lo, q_hi, 0x44);
-      const __m512i wb = _mm512_shuffle_i64x2(q_lo, q_hi, 0xEE);
-      const uint8_t* s = sc + 4 * half;
-      const __m512i scale = join(_mm256_set1_epi32(scale_pair(s[0], s[2])), _mm256_set1_epi32(scale_pair(s[1], s[3])));
+      const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
+      #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
+        // q45k_avx512 layout: the activation bytes of sub-blocks 4h | 4h+2, then 4h+1 | 4h+3.
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
-        const __m512i pa = _mm512_maddubs_epi16(wa, pairs(load512(q8)));
-        const __m512i pb = _mm512_maddubs_epi16(wb, pairs(load512(q8 + 64)));
+        const __m512i pa = _mm512_maddubs_epi16(q_lo, load512(q8));
+        const __m512i pb = _mm512_maddubs_epi16(q_hi, load512(q8 + 64));
         lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(pa, pb), scale);
         hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(pa, pb), scale);
       }
     }
-    const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
+    __m256i mpart[4] = {};
+    alignas(16) float yd_rows[4] = {};
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-      const __m256i A = fold_lane_quarters(lo_lanes[j], hi_lanes[j]);
-      const int32_t M = hsum_i32(_mm256_madd_epi16(load256(b.bsums), mins));
-      const float db = d * b.d, dmb = dmin * b.d;
-      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm256_cvtepi32_ps(A), lanes[j]);
-      acc[j] = fma_f32(-dmb, float(M), acc[j]);
+      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      yd_rows[j] = b.d;
+    }
+    const __m128 yd = _mm_load_ps(yd_rows);
+    uint32_t d_dmin;
+    std::memcpy(&d_dmin, &a->d, 4);  // d and dmin are adjacent f16 fields
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(d_dmin)));  // [d, dmin, 0, 0]
+    const __m128 M = _mm_cvtepi32_ps(hsum4_i32(mpart[0], mpart[1], mpart[2], mpart[3]));
+    acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_shuffle_ps(dd, dd, 0x55), yd), M, acc);
+    const __m512 db = _mm512_mul_ps(_mm512_broadcastss_ps(dd), _mm512_castps128_ps512(yd));
+    #pragma GCC unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      const __m512i A = fold_two_rows(lo_lanes[2 * i], hi_lanes[2 * i], lo_lanes[2 * i + 1], hi_lanes[2 * i + 1]);
+      lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread_idx[i], db), _mm512_cvtepi32_ps(A), lanes[i]);
     }
   }
-  for (int j = 0; j < NX; ++j) {
-    alignas(32) float lane[8];
-    _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(acc[j], lane);
+  alignas(16) float acc_rows[4];
+  _mm_store_ps(acc_rows, acc);
+  #pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) {
+    alignas(64) float lane[16];
+    _mm512_store_ps(lane, lanes[i]);
+    y[2 * i] = fold_lanes8(acc_rows[2 * i], lane);
+    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(acc_rows[2 * i + 1], lane + 8);
   }
 }
 
@@ -134,10 +195,12 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
   const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m256 lanes[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
     __m512i lo_lanes[NX], hi_lanes[NX];
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h+127: groups c = 0 | 1 and c = 2 | 3
       const __m512i ql = pairs(load512(a.ql + 64 * h));
@@ -153,9 +216,10 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
       const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
       const __m512i scale = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
+      #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;
-        const __m512i y01 = pairs(load512(q8)), y23 = pairs(load512(q8 + 64));
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
+        const __m512i y01 = load512(q8), y23 = load512(q8 + 64);
         const __m512i zero = _mm512_setzero_si512();
         // |q| times y with q's sign: the unsigned x signed form maddubs needs.
         const __m512i p01 = _mm512_maddubs_epi16(m01, _mm512_mask_sub_epi8(y01, neg01, zero, y01));
@@ -165,12 +229,14 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       }
     }
     const float d = _cvtsh_ss(a.d);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const __m256i A = fold_lane_quarters(lo_lanes[j], hi_lanes[j]);
       const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
       lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, lanes[j]);
@@ -191,6 +257,7 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* b[NX];
   float acc[NX];
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
     acc[j] = 0.0f;
@@ -200,28 +267,34 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   for (; k + 4 <= nb; k += 4) {
     __m256i wq[4];
     float dw[4];
+    #pragma GCC unroll 8
     for (int q = 0; q < 4; ++q) {
       wq[q] = load256(a[k + q].qs);
       dw[q] = _cvtsh_ss(a[k + q].d);
     }
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       __m256i s[4];
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
       const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
       const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
       alignas(16) int32_t sumi[4];
       _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
     }
   }
   for (; k < nb; ++k) {
     const __m256i wq = load256(a[k].qs);
     const float dw = _cvtsh_ss(a[k].d);
+    #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
       acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
     }
   }
+  #pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 

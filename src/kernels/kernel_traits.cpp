@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/blocks.h"
@@ -14,8 +15,10 @@ namespace {
 
 #if defined(ESSAIM_KERNELS_X86)
 #define ESSAIM_DOTS(name) {name##_scalar, name##_avx2, name##_avx512}
+#define ESSAIM_PREPARE(avx2, avx512) {nullptr, avx2, avx512}
 #else
 #define ESSAIM_DOTS(name) {name##_scalar, nullptr, nullptr}
+#define ESSAIM_PREPARE(avx2, avx512) {}
 #endif
 
 // One row per type (REFERENCE.md 2.1, 2.5). Activation-only Q8_K has conversions but no dot product.
@@ -34,19 +37,23 @@ const KernelTraits kTable[] = {
      .from_float = quantize_row_q8_0, .vec_dot = ESSAIM_DOTS(vec_dot_q8_0_q8_0)},
     {.type = GgmlType::Q4_K, .block_size = kQK_K, .type_size = sizeof(BlockQ4K), .alignment = alignof(BlockQ4K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q4k, .quantize_ref = quantize_row_q4k,
-     .vec_dot = ESSAIM_DOTS(vec_dot_q4k_q8k)},
+     .vec_dot = ESSAIM_DOTS(vec_dot_q4k_q8k),
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512)},
     {.type = GgmlType::Q5_K, .block_size = kQK_K, .type_size = sizeof(BlockQ5K), .alignment = alignof(BlockQ5K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q5k, .quantize_ref = quantize_row_q5k,
-     .vec_dot = ESSAIM_DOTS(vec_dot_q5k_q8k)},
+     .vec_dot = ESSAIM_DOTS(vec_dot_q5k_q8k),
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512)},
     {.type = GgmlType::Q6_K, .block_size = kQK_K, .type_size = sizeof(BlockQ6K), .alignment = alignof(BlockQ6K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q6k, .quantize_ref = quantize_row_q6k,
-     .vec_dot = ESSAIM_DOTS(vec_dot_q6k_q8k)},
+     .vec_dot = ESSAIM_DOTS(vec_dot_q6k_q8k),
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_pairs16_avx2)},
     {.type = GgmlType::Q8_K, .block_size = kQK_K, .type_size = sizeof(BlockQ8K), .alignment = alignof(BlockQ8K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q8k, .quantize_ref = quantize_row_q8k,
      .from_float = quantize_row_q8k},
 };
 
 #undef ESSAIM_DOTS
+#undef ESSAIM_PREPARE
 
 #if defined(ESSAIM_KERNELS_X86)
 bool cpu_has(Isa isa) {
@@ -134,6 +141,24 @@ VecDotFn KernelTraits::dot(Isa isa) const {
   for (int i = int(isa); i >= 0; --i)
     if (vec_dot[size_t(i)] != nullptr) return vec_dot[size_t(i)];
   return nullptr;
+}
+
+PrepareFn KernelTraits::prepare_for(Isa isa) const {
+  for (int i = int(isa); i >= 0; --i)
+    if (vec_dot[size_t(i)] != nullptr) return prepare[size_t(i)];
+  return nullptr;
+}
+
+void prepare_activations(const KernelTraits& k, Isa isa, const uint8_t* xq, int64_t n_rows, int64_t cols,
+                         uint8_t* out) {
+  const KernelTraits& act = *kernel_traits(k.vec_dot_type);
+  const uint64_t row_bytes = act.row_bytes(cols);
+  const PrepareFn prepare = k.prepare_for(isa);
+  if (prepare == nullptr) {
+    std::memcpy(out, xq, row_bytes * uint64_t(n_rows));
+    return;
+  }
+  for (int64_t t = 0; t < n_rows; ++t) prepare(xq + uint64_t(t) * row_bytes, out + uint64_t(t) * row_bytes, cols);
 }
 
 const KernelTraits* kernel_traits(GgmlType type) {

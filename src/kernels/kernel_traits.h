@@ -39,6 +39,11 @@ Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 // is computed exactly as a one-row call would compute it.
 inline constexpr int kDotMaxRows = 4;
 using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+// A SIMD kernel may want its activation bytes in another order than the vec_dot format (e.g. shuffled so
+// that its integer pair sums never mix canonical lanes). Its prepare function rewrites one row of n
+// elements, same size, into that order once per product, so the work is not repeated for every weight
+// row. The values and the result are unchanged; only where bytes sit.
+using PrepareFn = void (*)(const void* x, void* out, int64_t n);
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
 
@@ -52,11 +57,20 @@ struct KernelTraits {
   QuantizeFn quantize_ref = nullptr;     // reference quantiser (llama.cpp's bytes)
   QuantizeFn from_float = nullptr;       // converts activations when this type is a vec_dot_type
   std::array<VecDotFn, size_t(Isa::COUNT)> vec_dot{};  // null: no dot product (activation-only types)
+  // Per ISA: the activation layout vec_dot[isa] reads; null: the plain vec_dot format.
+  std::array<PrepareFn, size_t(Isa::COUNT)> prepare{};
 
   uint64_t row_bytes(int64_t n) const { return uint64_t(n) / block_size * type_size; }
-  // The variant for isa, falling back to the next narrower one that exists.
+  // The variant for isa, falling back to the next narrower one that exists; its prepare function (null
+  // when it reads the plain format).
   VecDotFn dot(Isa isa) const;
+  PrepareFn prepare_for(Isa isa) const;
 };
+
+// Rewrites n_rows activation rows (vec_dot format, row_bytes apart) into the layout k.dot(isa) reads;
+// a copy when it reads the plain format. out may not alias xq.
+void prepare_activations(const KernelTraits& k, Isa isa, const uint8_t* xq, int64_t n_rows, int64_t cols,
+                         uint8_t* out);
 
 // Row of the table; nullptr for types without kernels.
 const KernelTraits* kernel_traits(GgmlType type);

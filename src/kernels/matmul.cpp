@@ -56,8 +56,18 @@ void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float
   ESSAIM_CHECK(reinterpret_cast<uintptr_t>(xq) % activation_kernels(w.type).alignment == 0);
   if (w.rows == 0 || n_rows == 0) return;
 
-  const VecDotFn dot = k.dot(kernels_isa());
+  const Isa isa = kernels_isa();
+  const VecDotFn dot = k.dot(isa);
   const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
+  // Kernels that read their own activation layout get it once here, not once per weight row.
+  std::vector<uint8_t> prepared;
+  if (const PrepareFn prepare = k.prepare_for(isa)) {
+    prepared.resize(x_stride * uint64_t(n_rows));
+    parallel_for(pool, size_t(n_rows), [&](size_t begin, size_t end) {
+      for (size_t t = begin; t < end; ++t) prepare(xq + t * x_stride, prepared.data() + t * x_stride, w.cols);
+    });
+    xq = prepared.data();
+  }
   const int64_t tile = std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
 

@@ -53,6 +53,12 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
     const Prepared s = prepare(c, 1234);
     const VecDotFn ref = s.k->vec_dot[size_t(Isa::SCALAR)];
     std::set<uint32_t> distinct;
+    // Each variant reads the activation layout its prepare function makes (a copy for most).
+    std::vector<std::vector<uint8_t>> prepared(size_t(Isa::COUNT));
+    for (Isa isa : isas) {
+      prepared[size_t(isa)].resize(s.xq.size());
+      prepare_activations(*s.k, isa, s.xq.data(), c.n_rows, c.cols, prepared[size_t(isa)].data());
+    }
     for (int64_t r = 0; r < c.rows; ++r) {
       std::vector<float> want(size_t(c.n_rows));
       for (int64_t t = 0; t < c.n_rows; ++t) ref(c.cols, s.w(r), s.x(t), s.x_row, 1, &want[size_t(t)]);
@@ -60,12 +66,13 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
       for (Isa isa : isas) {
         const VecDotFn fn = s.k->vec_dot[size_t(isa)];
         ASSERT_NE(fn, nullptr) << isa_name(isa);
+        const std::vector<uint8_t>& xp = prepared[size_t(isa)];
         // Every row count a call can take, starting at every row, so each output is computed in every
         // position of a multi-row call.
         for (int nx = 1; nx <= kDotMaxRows; ++nx) {
           for (int64_t t0 = 0; t0 + nx <= c.n_rows; ++t0) {
             float got[kDotMaxRows];
-            fn(c.cols, s.w(r), s.x(t0), s.x_row, nx, got);
+            fn(c.cols, s.w(r), xp.data() + uint64_t(t0) * s.x_row, s.x_row, nx, got);
             for (int j = 0; j < nx; ++j)
               ASSERT_EQ(bits(got[j]), bits(want[size_t(t0 + j)]))
                   << isa_name(isa) << " row " << r << " act " << t0 + j << " nx " << nx << ": " << got[j]

@@ -36,8 +36,8 @@ bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a,
 // Shapes where the weight rows span several cache tiles of uneven size.
 std::vector<KernelCase> invariance_cases() {
   std::vector<KernelCase> out;
-  const std::pair<GgmlType, int64_t> shapes[] = {{GgmlType::Q4_K, 512}, {GgmlType::Q5_K, 256},
-                                                 {GgmlType::Q6_K, 256}, {GgmlType::Q8_0, 96},
+  const std::pair<GgmlType, int64_t> shapes[] = {{GgmlType::Q4_K, 512}, {GgmlType::Q5_K, 768},
+                                                 {GgmlType::Q6_K, 768}, {GgmlType::Q8_0, 96},
                                                  {GgmlType::F16, 72},   {GgmlType::BF16, 40},
                                                  {GgmlType::F32, 33}};
   for (auto [type, cols] : shapes)

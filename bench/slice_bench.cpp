@@ -1,0 +1,159 @@
+// Slicing throughput: `essaim slice --plan N` on a one-layer Qwen3.5-122B-shaped file, beside a plain
+// copy of the same byte count and `cp` of the source file, measured in the same run. Prints one JSON document.
+//
+//   essaim synth --arch qwen3moe --preset q35-122b --layers 1 --types q4_k_m -o /tmp/essaim-q35-122b-1l.gguf
+//   build/bench/slice_bench --model /tmp/essaim-q35-122b-1l.gguf --experts 32 --reps 3
+//
+// Without the model file the bench writes it itself through the synth library with those same options.
+// Every run is warm (the source sits in the page cache after the first read) and nothing is fsync'ed: the
+// three measurements see the same cache, so the ratio isolates what slicing adds to a copy (the header,
+// the slab arithmetic, and SHA-256 of every output, pipelined with the next file's copy).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_slice.h"
+#include "synth/synth.h"
+
+namespace essaim {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// read() + write() of `bytes` bytes from `src` at `offset` into a new file, 8 MiB at a time: what any
+// copy costs through the page cache, with the slicer's chunk size.
+bool plain_copy(const std::string& src, uint64_t offset, uint64_t bytes, const std::string& dst) {
+  const int in = ::open(src.c_str(), O_RDONLY);
+  const int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char> buf(size_t(8) << 20);
+  bool ok = in >= 0 && out >= 0;
+  for (uint64_t done = 0; ok && done < bytes;) {
+    const ssize_t n = ::pread(in, buf.data(), size_t(std::min<uint64_t>(buf.size(), bytes - done)), off_t(offset + done));
+    ok = n > 0 && ::write(out, buf.data(), size_t(n)) == n;
+    done += n > 0 ? uint64_t(n) : 0;
+  }
+  if (in >= 0) ::close(in);
+  if (out >= 0) ::close(out);
+  return ok;
+}
+
+int run(const std::string& model, uint32_t experts, int reps, const std::string& out_dir) {
+  if (!fs::exists(model)) {
+    std::fprintf(stderr, "slice_bench: writing %s with the synth library (qwen3moe q35-122b, 1 layer, q4_k_m)\n",
+                 model.c_str());
+    Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::Q35_122B, .layers = 1,
+                                         .types = SynthTypeMix::Q4_K_M});
+    if (!plan) return std::fprintf(stderr, "slice_bench: %s\n", plan.status().message().c_str()), 1;
+    Result<SynthSummary> s = synth_write(*plan, model);
+    if (!s) return std::fprintf(stderr, "slice_bench: %s\n", s.status().message().c_str()), 1;
+  }
+  Result<GgufFile> src = GgufFile::open(model);
+  if (!src) return std::fprintf(stderr, "slice_bench: %s\n", src.status().message().c_str()), 1;
+  Result<MoeLayout> moe = moe_layout(*src);
+  if (!moe) return std::fprintf(stderr, "slice_bench: %s\n", moe.status().message().c_str()), 1;
+  Result<SliceManifest> plan = plan_manifest(*src, *moe, {.experts_per_slice = experts});
+  if (!plan) return std::fprintf(stderr, "slice_bench: %s\n", plan.status().message().c_str()), 1;
+  uint64_t bytes = 0;
+  for (const ManifestSlice& s : plan->slices) bytes += s.bytes;
+  // The copy reference reads the same number of bytes from the start of the first expert tensor on.
+  const GgufTensor* first = moe->layers.front().tensors[size_t(ExpertTensorKind::DOWN)];
+  for (const GgufTensor* t : moe->layers.front().tensors)
+    if (t != nullptr && t->file_offset < first->file_offset) first = t;
+  const uint64_t copy_offset = std::min<uint64_t>(first->file_offset, src->file_size() - bytes);
+
+  std::vector<double> t_slice, t_nohash, t_copy, t_cp;
+  const std::string cp_cmd = "cp '" + model + "' '" + out_dir + "/cp.gguf'";
+  for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms the page cache and is not counted
+    fs::remove_all(out_dir);
+    fs::create_directories(out_dir);
+    double t0 = now_s();
+    Result<SliceManifest> done = write_plan(*src, *moe, *plan, out_dir + "/plan");
+    const double slice_s = now_s() - t0;
+    if (!done) return std::fprintf(stderr, "slice_bench: %s\n", done.status().message().c_str()), 1;
+
+    t0 = now_s();
+    for (const ManifestSlice& s : plan->slices) {
+      Result<OutFile> f = expert_slice_file(*src, *moe, {s.layer_first, s.layer_count, s.expert_first, s.expert_count});
+      if (!f || !write_out_file(*f, out_dir + "/" + s.file, /*hash=*/false))
+        return std::fprintf(stderr, "slice_bench: writing %s failed\n", s.file.c_str()), 1;
+    }
+    const double nohash_s = now_s() - t0;
+
+    t0 = now_s();
+    if (!plain_copy(model, copy_offset, bytes, out_dir + "/copy.bin"))
+      return std::fprintf(stderr, "slice_bench: plain copy failed\n"), 1;
+    const double copy_s = now_s() - t0;
+
+    t0 = now_s();
+    if (std::system(cp_cmd.c_str()) != 0) return std::fprintf(stderr, "slice_bench: %s failed\n", cp_cmd.c_str()), 1;
+    const double cp_s = now_s() - t0;
+    if (rep >= 0) {
+      t_slice.push_back(slice_s);
+      t_nohash.push_back(nohash_s);
+      t_copy.push_back(copy_s);
+      t_cp.push_back(cp_s);
+    }
+  }
+  fs::remove_all(out_dir);
+
+  const auto mbps = [](double b, double s) { return b / s / 1e6; };
+  const double slice = mbps(double(bytes), median(t_slice));
+  const double nohash = mbps(double(bytes), median(t_nohash));
+  const double copy = mbps(double(bytes), median(t_copy));
+  const double cp = mbps(double(src->file_size()), median(t_cp));
+  const json out = {
+      {"bench", "slice"},
+      {"model", model},
+      {"model_bytes", src->file_size()},
+      {"layers", moe->layers.size()},
+      {"experts", moe->expert_count},
+      {"experts_per_slice", experts},
+      {"slices", plan->slices.size()},
+      {"slice_bytes", bytes},
+      {"reps", reps},
+      {"slice_plan_MBps", slice},
+      {"slice_nohash_MBps", nohash},
+      {"plain_copy_MBps", copy},
+      {"cp_MBps", cp},
+      {"slice_vs_plain_copy", slice / copy},
+      {"slice_vs_cp", slice / cp},
+      {"seconds_median", {{"slice_plan", median(t_slice)}, {"slice_nohash", median(t_nohash)},
+                          {"plain_copy", median(t_copy)}, {"cp", median(t_cp)}}},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace essaim
+
+int main(int argc, char** argv) {
+  CLI::App app{"Slicing throughput vs a plain copy and cp of the same bytes (JSON)"};
+  std::string model = "/tmp/essaim-q35-122b-1l.gguf";
+  std::string out = "/tmp/essaim-slice-bench";
+  uint32_t experts = 32;
+  int reps = 3;
+  app.add_option("--model", model, "Source model (written with the synth library when missing)");
+  app.add_option("--experts", experts, "Experts per slice")->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--reps", reps, "Timed repetitions (median reported)")->check(CLI::Range(1, 100));
+  app.add_option("--out", out, "Scratch directory (removed afterwards)");
+  CLI11_PARSE(app, argc, argv);
+  return essaim::run(model, experts, reps, out);
+}
