@@ -14,5 +14,7 @@ void register_inspect(CLI::App& app, int& exit_code);
 void register_synth(CLI::App& app, int& exit_code);
 void register_slice(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
+void register_run(CLI::App& app, int& exit_code);
+void register_eval(CLI::App& app, int& exit_code);
 
 }  // namespace essaim::cli

@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   essaim::cli::register_synth(app, exit_code);
   essaim::cli::register_slice(app, exit_code);
   essaim::cli::register_tokenize(app, exit_code);
+  essaim::cli::register_run(app, exit_code);
+  essaim::cli::register_eval(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

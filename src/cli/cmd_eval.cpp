@@ -1,0 +1,132 @@
+// `essaim eval -m FILE (--tokens 1,2,3 | -p TEXT) --logits-out FILE.npy [--batch N] [--threads N]`:
+// teacher-forced logits of every position, written as float32 .npy [n_tokens, n_vocab] — the format the
+// llama.cpp reference fixtures and other tools compare with.
+//
+//   essaim eval -m tiny.gguf --tokens 151,7,42 --logits-out /tmp/l.npy
+//   essaim eval -m tiny.gguf -p "Hello" --batch 4 --logits-out /tmp/l.npy     # same logits, 4-token chunks
+//
+// The prompt is evaluated in chunks of --batch tokens (default: all at once); the result does not depend
+// on the chunking nor on --threads (DESIGN.md invariant 2).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "moe/executor.h"
+#include "text/tokenizer.h"
+
+namespace essaim::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model;
+  std::string tokens;
+  std::string prompt;
+  std::string logits_out;
+  int32_t batch = 0;
+  int32_t threads = 0;
+  std::string kv_type = "f16";
+  bool mlock = false;
+};
+
+Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
+      return Status::error("--tokens: '" + item + "' is not a token id");
+    ids.push_back(int32_t(v));
+    i = j + 1;
+  }
+  if (ids.empty()) return Status::error("--tokens: no token ids");
+  return ids;
+}
+
+Status run_eval(const EvalArgs& a) {
+  using clock = std::chrono::steady_clock;
+  const auto t_load = clock::now();
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model, {.mlock = a.mlock}));
+  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
+
+  std::vector<int32_t> ids;
+  if (!a.tokens.empty()) {
+    ESSAIM_ASSIGN_OR_RETURN(ids, parse_token_list(a.tokens));
+  } else {
+    ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
+    ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
+    ids = tok.encode(a.prompt, /*parse_special=*/true);
+    if (ids.empty()) return Status::error("the prompt encodes to no tokens");
+  }
+  if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");
+
+  ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
+  LocalExpertExecutor experts(model->expert_store(), &pool);
+  SequenceCache cache = model->new_cache({.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16,
+                                          .n_ctx = std::max<int32_t>(int32_t(ids.size()), 1)});
+  const size_t V = size_t(model->info().n_vocab);
+  std::vector<float> logits(ids.size() * V);  // [n_tokens][n_vocab]
+  const size_t chunk = a.batch > 0 ? size_t(a.batch) : ids.size();
+  const auto t0 = clock::now();
+  for (size_t b = 0; b < ids.size(); b += chunk) {
+    const size_t n = std::min(chunk, ids.size() - b);
+    ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const int32_t>(ids).subspan(b, n),
+                                           .cache = &cache, .experts = &experts, .pool = &pool,
+                                           .logits_mode = LogitsMode::ALL,
+                                           .logits = std::span<float>(logits).subspan(b * V, n * V)}));
+  }
+  const double eval_s = std::chrono::duration<double>(clock::now() - t0).count();
+  ESSAIM_RETURN_IF_ERROR(npy_write_f32(a.logits_out, {int64_t(ids.size()), int64_t(V)}, logits));
+  std::fprintf(stderr, "essaim eval: %s (%s), %zu tokens, load %.3f s, eval %.3f s (%.1f tok/s), %zu thread%s\n",
+               a.model.c_str(), model->info().arch.c_str(), ids.size(), load_s, eval_s,
+               double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
+  std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "Teacher-forced logits of every position, written as .npy");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  auto* tokens = cmd->add_option("--tokens", args->tokens, "Comma-separated token ids");
+  auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize and evaluate");
+  tokens->excludes(prompt);
+  cmd->add_option("--logits-out", args->logits_out, "Output .npy file (float32 [n_tokens, n_vocab])")->required();
+  cmd->add_option("--batch", args->batch, "Evaluate in chunks of N tokens (default: all at once)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32");
+  cmd->add_flag("--mlock", args->mlock, "Pin the model in RAM");
+  cmd->callback([args, &exit_code, tokens, prompt] {
+    if (tokens->count() == 0 && prompt->count() == 0) {
+      std::fprintf(stderr, "essaim eval: give --tokens or -p\n");
+      exit_code = 2;
+      return;
+    }
+    Status s = run_eval(*args);
+    if (!s) {
+      std::fprintf(stderr, "essaim eval: %s\n", s.message().c_str());
+      exit_code = 1;
+      return;
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace essaim::cli

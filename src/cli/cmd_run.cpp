@@ -1,0 +1,157 @@
+// `essaim run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
+//  [--seed S] [--chat] [--threads N] [--mlock]`: generate text, streaming it to stdout, and end with the
+// prompt and generation speeds on stderr.
+//
+//   essaim run -m tiny.gguf -p "Once upon a time" -n 32 --temp 0          # greedy
+//   essaim run -m tiny.gguf -p "Hi!" --chat --seed 7
+//
+// The prompt is processed in one batched forward pass (or chunks of --batch tokens), then one token per
+// step. Every routed expert goes through the ExpertExecutor built in make_executor (local now; the swarm
+// adds remote workers there).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "moe/executor.h"
+#include "text/chat.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+namespace essaim::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string system;
+  int32_t n_predict = 128;
+  SamplerParams sampling;
+  bool chat = false;
+  bool no_think = false;
+  int32_t threads = 0;
+  int32_t batch = 0;
+  int32_t n_ctx = 0;
+  std::string kv_type = "f16";
+  bool mlock = false;
+};
+
+std::unique_ptr<ExpertExecutor> make_executor(const Model& model, ThreadPool* pool) {
+  return std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
+}
+
+Status run_generate(const RunArgs& a) {
+  using clock = std::chrono::steady_clock;
+  const auto t_load = clock::now();
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model, {.mlock = a.mlock}));
+  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
+  ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
+  const std::string chat_template = vocab.chat_template;
+  ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
+  if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");
+
+  std::string text = a.prompt;
+  if (a.chat) {
+    ESSAIM_ASSIGN_OR_RETURN(ChatFormat fmt, chat_format_for(model->info().arch, chat_template));
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt});
+    text = chat_render(fmt, messages, {.add_generation_prompt = true, .enable_thinking = !a.no_think});
+  }
+  const std::vector<TokenId> prompt = tok.encode(text, /*parse_special=*/true);
+  if (prompt.empty()) return Status::error("the prompt encodes to no tokens");
+
+  ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
+  std::unique_ptr<ExpertExecutor> experts = make_executor(*model, &pool);
+  SequenceCache cache = model->new_cache({.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = a.n_ctx});
+  if (int64_t(prompt.size()) >= cache.n_ctx())
+    return Status::error("the prompt (" + std::to_string(prompt.size()) + " tokens) does not fit the context (" +
+                         std::to_string(cache.n_ctx()) + ")");
+  Sampler sampler(a.sampling);
+  for (TokenId id : prompt) sampler.accept(id);
+  std::vector<float> logits(size_t(model->info().n_vocab));
+
+  if (!a.chat) std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  // Prompt: batched, chunks of --batch; only the last chunk produces logits (of its last row).
+  const auto t0 = clock::now();
+  const size_t chunk = a.batch > 0 ? size_t(a.batch) : prompt.size();
+  for (size_t b = 0; b < prompt.size(); b += chunk) {
+    const size_t n = std::min(chunk, prompt.size() - b);
+    const bool last = b + n == prompt.size();
+    ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(prompt).subspan(b, n),
+                                           .cache = &cache, .experts = experts.get(), .pool = &pool,
+                                           .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
+                                           .logits = last ? std::span<float>(logits) : std::span<float>()}));
+  }
+  const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
+
+  // Generation: sample, print whole characters as they complete, feed the token back.
+  Detokenizer out(tok);
+  int32_t n_gen = 0;
+  const auto t1 = clock::now();
+  while (n_gen < a.n_predict) {
+    const TokenId id = sampler.sample(logits);
+    sampler.accept(id);
+    ++n_gen;
+    if (tok.is_eog(id)) break;
+    std::fputs(out.push(id).c_str(), stdout);
+    std::fflush(stdout);
+    if (n_gen == a.n_predict || cache.n_past() >= cache.n_ctx()) break;
+    ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(&id, 1), .cache = &cache,
+                                           .experts = experts.get(), .pool = &pool,
+                                           .logits_mode = LogitsMode::LAST, .logits = logits}));
+  }
+  std::fputs(out.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
+
+  std::fprintf(stderr, "\nessaim run: %s (%s), load %.3f s, seed %u, %zu thread%s\n", a.model.c_str(),
+               model->info().arch.c_str(), load_s, sampler.seed(), pool.size(), pool.size() == 1 ? "" : "s");
+  std::fprintf(stderr, "essaim run: prompt %zu tokens in %.3f s (%.2f tok/s)\n", prompt.size(), prompt_s,
+               double(prompt.size()) / prompt_s);
+  std::fprintf(stderr, "essaim run: generation %d tokens in %.3f s (%.2f tok/s)\n", n_gen, gen_s,
+               gen_s > 0 ? double(n_gen) / gen_s : 0.0);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streaming it");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the user message with --chat)")->required();
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temp", a->sampling.temperature, "Temperature (default 0.8; 0 = greedy)");
+  cmd->add_option("--top-k", a->sampling.top_k, "Top-k (default 40; 0 = off)");
+  cmd->add_option("--top-p", a->sampling.top_p, "Top-p (default 0.95; 1 = off)");
+  cmd->add_option("--min-p", a->sampling.min_p, "Min-p (default 0.05; 0 = off)");
+  cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (default 1 = off)");
+  cmd->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Penalty window (default 64)");
+  cmd->add_option("--seed", a->sampling.seed, "Sampling seed (default: random)");
+  cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
+  cmd->add_option("--system", a->system, "System message (with --chat)");
+  cmd->add_flag("--no-think", a->no_think, "Chat: disable the thinking block");
+  cmd->add_option("--threads", a->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", a->batch, "Prompt chunk size (default: whole prompt)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", a->n_ctx, "Context size (default: the model's, at most 8192)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32");
+  cmd->add_flag("--mlock", a->mlock, "Pin the model in RAM");
+  cmd->callback([a, &exit_code] {
+    Status s = run_generate(*a);
+    if (!s) {
+      std::fprintf(stderr, "essaim run: %s\n", s.message().c_str());
+      exit_code = 1;
+      return;
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace essaim::cli
