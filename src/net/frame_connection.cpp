@@ -25,14 +25,10 @@ FrameConnection::~FrameConnection() {
   if (owned_) owned_->close();
 }
 
-void FrameConnection::fail_writes() {
-  write_broken_ = true;
-  stream_->close();
-}
-
 void FrameConnection::close() {
   read_broken_ = true;
-  fail_writes();
+  write_broken_ = true;
+  stream_->close();
 }
 
 NetStatus FrameConnection::send(const proto::Message& m, Deadline deadline) {
@@ -57,8 +53,13 @@ NetStatus FrameConnection::send_raw(std::span<const uint8_t> frames, Deadline de
   }
   if (write_broken_) return net_error(NetErrorKind::CLOSED, "connection to " + peer_name() + " is closed");
   NetStatus s = stream_->write_all(frames, deadline);
-  // Part of a frame may be out: the peer's decoder is now out of step, so the stream cannot be reused.
-  if (!s) fail_writes();
+  if (!s) {
+    // Part of a frame may be out: the peer's decoder is now out of step, so no frame may follow. A peer
+    // that is gone (CLOSED) may still have left a last message in our input (a REFUSE, an ERROR saying
+    // why), so reading stays possible; a timeout or an I/O error closes the stream at once.
+    write_broken_ = true;
+    if (s.error().kind != NetErrorKind::CLOSED) stream_->close();
+  }
   return s;
 }
 
@@ -105,14 +106,18 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
     return NetError{NetErrorKind::REFUSED, context + ": " + r.message, {}, r.reason};
   };
 
-  if (NetStatus s = c.send(mine, deadline); !s) return s.error();
-  NetResult<Message> theirs = c.receive(deadline);
+  NetStatus sent = c.send(mine, deadline);
+  if (!sent && sent.error().kind != NetErrorKind::CLOSED) {
+    c.close();
+    return sent.error();
+  }
+  NetResult<Message> theirs = c.receive(deadline);  // read even if the peer hung up: it may say why
   if (!theirs) {
-    if (theirs.error().kind == NetErrorKind::PROTOCOL) {
+    if (sent && theirs.error().kind == NetErrorKind::PROTOCOL) {
       return refuse({proto::RefuseReason::BAD_HELLO, theirs.error().message}, "refused " + c.peer_name());
     }
     c.close();
-    return theirs.error();
+    return sent ? theirs.error() : sent.error();
   }
   const auto* hello = std::get_if<proto::Hello>(&*theirs);
   if (!hello) {
@@ -131,12 +136,17 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
   proto::Hello peer = *hello;
   // The peer's limit applies from here on: our HELLO_ACK and everything after it.
   c.set_peer_max_payload_bytes(peer.max_payload_bytes);
-  if (NetStatus s = c.send(proto::HelloAck{}, deadline); !s) return s.error();
-
+  NetStatus ack = c.send(proto::HelloAck{}, deadline);
+  if (!ack && ack.error().kind != NetErrorKind::CLOSED) {
+    c.close();
+    return ack.error();
+  }
+  // Even when the peer hung up before our HELLO_ACK went out, its REFUSE may be waiting: read it, so
+  // that the refusal's reason is what the caller sees rather than a bare "closed".
   NetResult<Message> answer = c.receive(deadline);
   if (!answer) {
     c.close();
-    return answer.error();
+    return ack ? answer.error() : ack.error();
   }
   if (std::holds_alternative<proto::HelloAck>(*answer)) return peer;
   if (const auto* r = std::get_if<proto::Refuse>(&*answer)) {

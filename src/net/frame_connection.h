@@ -7,9 +7,10 @@
 //   if (!m && m.error().kind == NetErrorKind::TIMEOUT) ...         // nothing lost: receive again later
 //
 // Several requests may be in flight: senders are serialised frame by frame, and answers come back in
-// whatever order the peer produces them (match them by request id). A failed or timed-out write leaves a
-// partial frame on the wire, so it closes the connection; a read timeout does not (a partial frame stays
-// buffered for the next receive). A message that does not decode is reported as PROTOCOL and the stream
+// whatever order the peer produces them (match them by request id). A timed-out or failed write may leave
+// a partial frame on the wire, so it ends sending (and closes the stream, except when the peer was already
+// gone: its last words can still be read); a read timeout loses nothing (a partial frame stays buffered
+// for the next receive). A message that does not decode is reported as PROTOCOL and the stream
 // stays usable (the framing is intact); a framing error (bad type, oversized) is final for reading, but
 // the write side still works, so the owner can answer ERROR MALFORMED before closing.
 #pragma once
@@ -52,8 +53,8 @@ class FrameConnection {
   NetResult<proto::Frame> receive_frame(Deadline deadline);
 
   void close();
-  // True once the connection cannot carry frames both ways any more: a write failed (the stream is then
-  // closed), or reading ended (peer closed, framing error, transport error). The owner should close it.
+  // True once the connection cannot carry frames both ways any more: a write failed, or reading ended
+  // (peer closed, framing error, transport error). The owner should close it.
   bool broken() const { return write_broken_ || read_broken_; }
   ByteStream& stream() { return *stream_; }
   std::string peer_name() const { return stream_->peer_name(); }
@@ -64,8 +65,6 @@ class FrameConnection {
   void set_peer_max_payload_bytes(uint64_t n) { peer_max_payload_ = n; }
 
  private:
-  void fail_writes();
-
   std::unique_ptr<ByteStream> owned_;
   ByteStream* stream_;
   std::timed_mutex write_mu_;

@@ -129,7 +129,9 @@ INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::Values(Transpo
                          testing::transport_name);
 
 TEST(Pipe, WriterBlocksOnAFullBufferUntilTheReaderTakesBytes) {
-  auto [a, b] = make_pipe(1024);
+  auto pipe = make_pipe(1024);
+  ByteStream* a = pipe.first.get();
+  ByteStream* b = pipe.second.get();
   std::vector<uint8_t> msg = random_bytes(4096, 6);
   auto writer = std::async(std::launch::async, [&] { return a->write_all(msg, deadline_in(5s)).is_ok(); });
   std::this_thread::sleep_for(50ms);
