@@ -1,0 +1,197 @@
+// The primitives of the forward pass against naive references written from REFERENCE.md 4.3:
+// attention (causal GQA over the KV cache) vs a double-precision loop; RMSNorm, NEOX RoPE and the fixed-order
+// dot product vs their formulas; batch and thread invariance of attention.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "model/attention.h"
+#include "model/ops.h"
+
+namespace essaim {
+namespace {
+
+std::vector<float> gaussian(size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Problem {
+  int32_t H = 8, Hkv = 2, D = 64, T = 21;
+  std::vector<float> q, k, v;  // [T][H][D], [T][Hkv][D], [T][Hkv][D]
+  explicit Problem(std::mt19937& rng)
+      : q(gaussian(size_t(T * H * D), rng)), k(gaussian(size_t(T * Hkv * D), rng)), v(gaussian(size_t(T * Hkv * D), rng)) {}
+};
+
+// o[t][h] = Σ_j softmax_j(scale · q·k_j) v_j over j ≤ t, all in double, K/V as the cache holds them.
+std::vector<double> naive_attention(const Problem& p, KvType kv) {
+  auto stored = [&](float x) { return kv == KvType::F16 ? double(f16_to_f32(f32_to_f16(x))) : double(x); };
+  const int32_t G = p.H / p.Hkv;
+  const double scale = 1.0 / std::sqrt(double(p.D));
+  std::vector<double> o(size_t(p.T * p.H * p.D));
+  for (int32_t t = 0; t < p.T; ++t) {
+    for (int32_t h = 0; h < p.H; ++h) {
+      const int32_t g = h / G;
+      std::vector<double> s(size_t(t + 1));
+      double m = -INFINITY;
+      for (int32_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int32_t d = 0; d < p.D; ++d)
+          dot += double(p.q[size_t((t * p.H + h) * p.D + d)]) * stored(p.k[size_t((j * p.Hkv + g) * p.D + d)]);
+        s[size_t(j)] = dot * scale;
+        m = std::max(m, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - m));
+      for (int32_t d = 0; d < p.D; ++d) {
+        double acc = 0;
+        for (int32_t j = 0; j <= t; ++j) acc += s[size_t(j)] / sum * stored(p.v[size_t((j * p.Hkv + g) * p.D + d)]);
+        o[size_t((t * p.H + h) * p.D + d)] = acc;
+      }
+    }
+  }
+  return o;
+}
+
+std::vector<float> run_attention(const Problem& p, KvType type, size_t batch, ThreadPool* pool) {
+  KvCache kv(type, p.Hkv, p.D);
+  std::vector<float> out(size_t(p.T * p.H * p.D));
+  std::vector<int32_t> pos(static_cast<size_t>(p.T));
+  for (int32_t t = 0; t < p.T; ++t) pos[size_t(t)] = t;
+  for (int32_t t0 = 0; t0 < p.T; t0 += int32_t(batch)) {
+    const int32_t n = std::min(int32_t(batch), p.T - t0);
+    for (int32_t t = t0; t < t0 + n; ++t)
+      kv.store(t, p.k.data() + size_t(t * p.Hkv * p.D), p.v.data() + size_t(t * p.Hkv * p.D));
+    attention({.q = p.q.data() + size_t(t0 * p.H * p.D), .pos = pos.data() + t0, .n_q = n, .n_head = p.H,
+               .scale = 1.0f / std::sqrt(float(p.D)), .kv = &kv, .out = out.data() + size_t(t0 * p.H * p.D)},
+              pool);
+  }
+  return out;
+}
+
+TEST(Attention, MatchesNaiveDoubleReference) {
+  std::mt19937 rng(21);
+  const Problem p(rng);
+  ASSERT_NE(p.q[0], p.q[1]);
+  for (KvType kv : {KvType::F32, KvType::F16}) {
+    const std::vector<double> want = naive_attention(p, kv);
+    const std::vector<float> got = run_attention(p, kv, size_t(p.T), nullptr);
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LT(worst, 2e-6) << (kv == KvType::F16 ? "f16" : "f32") << " cache";
+  }
+}
+
+TEST(Attention, F16CacheRoundsKAndV) {
+  // With K/V that are not f16-representable, the f16 cache must give the f16-rounded answer, not the f32 one.
+  std::mt19937 rng(22);
+  const Problem p(rng);
+  const std::vector<float> f16 = run_attention(p, KvType::F16, size_t(p.T), nullptr);
+  const std::vector<float> f32 = run_attention(p, KvType::F32, size_t(p.T), nullptr);
+  const std::vector<double> want16 = naive_attention(p, KvType::F16);
+  double d16 = 0, d32 = 0;
+  for (size_t i = 0; i < want16.size(); ++i) {
+    d16 = std::max(d16, std::fabs(f16[i] - want16[i]));
+    d32 = std::max(d32, std::fabs(f32[i] - want16[i]));
+  }
+  EXPECT_LT(d16, 2e-6);
+  EXPECT_GT(d32, 1e-5);
+}
+
+TEST(Attention, BatchSplitAndThreadsAreBitIdentical) {
+  std::mt19937 rng(23);
+  const Problem p(rng);
+  const std::vector<float> whole = run_attention(p, KvType::F16, size_t(p.T), nullptr);
+  ThreadPool pool(2);
+  for (size_t batch : {size_t(1), size_t(4), size_t(p.T)}) {
+    const std::vector<float> got = run_attention(p, KvType::F16, batch, &pool);
+    EXPECT_EQ(std::memcmp(got.data(), whole.data(), whole.size() * 4), 0) << "batch " << batch;
+  }
+}
+
+TEST(Attention, LongContextCrossesConversionBlocks) {
+  // More positions than one 64-row conversion block, against the naive reference.
+  std::mt19937 rng(24);
+  Problem p(rng);
+  p.T = 150;
+  p.H = 4;
+  p.Hkv = 4;
+  p.D = 32;
+  p.q = gaussian(size_t(p.T * p.H * p.D), rng);
+  p.k = gaussian(size_t(p.T * p.Hkv * p.D), rng);
+  p.v = gaussian(size_t(p.T * p.Hkv * p.D), rng);
+  const std::vector<double> want = naive_attention(p, KvType::F32);
+  const std::vector<float> got = run_attention(p, KvType::F32, 50, nullptr);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  EXPECT_LT(worst, 2e-6);
+}
+
+TEST(Ops, RmsNormFollowsTheFormula) {
+  std::mt19937 rng(25);
+  const std::vector<float> x = gaussian(300, rng, 3.0f), w = gaussian(300, rng);
+  std::vector<float> y(300);
+  rms_norm(x.data(), w.data(), 300, 1e-6f, y.data());
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double r = 1.0 / std::sqrt(ss / 300 + 1e-6);
+  for (size_t i = 0; i < 300; ++i) EXPECT_NEAR(y[i], x[i] * r * w[i], 1e-6 * std::fabs(x[i] * r * w[i]) + 1e-7);
+  // eps is inside the square root: a zero vector stays finite.
+  std::vector<float> zeros(8, 0.0f), ones(8, 1.0f), out(8);
+  rms_norm(zeros.data(), ones.data(), 8, 1e-6f, out.data());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Ops, RopeNeoxPairsIWithIPlusHalfAndLeavesTheTail) {
+  const int32_t D = 16, n_rot = 8;
+  std::vector<float> cs(static_cast<size_t>(n_rot));
+  rope_cos_sin(3, n_rot, 10000.0f, cs.data());
+  std::vector<float> x(static_cast<size_t>(D), 0.0f);
+  x[0] = 1.0f;    // rotates into dimension n_rot/2 = 4, not 1
+  x[12] = 5.0f;   // beyond n_rot: untouched
+  rope_neox(x.data(), n_rot, cs.data());
+  EXPECT_FLOAT_EQ(x[0], std::cos(3.0f));
+  EXPECT_FLOAT_EQ(x[4], std::sin(3.0f));
+  EXPECT_EQ(x[1], 0.0f);
+  EXPECT_EQ(x[12], 5.0f);
+}
+
+TEST(Ops, RopeAnglesAreIterativeF32Products) {
+  // t_{i+1} = t_i · θs in f32 from f32(pos): at a large position this differs from pos · base^(-2i/n) in
+  // double (REFERENCE.md 10.2), so the test pins the iterative rule exactly.
+  const int32_t n_rot = 128, pos = 100000;
+  const float base = 1e6f;
+  std::vector<float> cs(static_cast<size_t>(n_rot));
+  rope_cos_sin(pos, n_rot, base, cs.data());
+  const float theta_scale = std::pow(base, -2.0f / float(n_rot));
+  float t = float(pos);
+  bool differs_from_double = false;
+  for (int32_t i = 0; i < n_rot / 2; ++i) {
+    EXPECT_EQ(cs[size_t(i)], std::cos(t)) << i;
+    EXPECT_EQ(cs[size_t(n_rot / 2 + i)], std::sin(t)) << i;
+    const double exact = double(pos) * std::pow(double(base), -2.0 * i / n_rot);
+    differs_from_double = differs_from_double || float(std::cos(exact)) != cs[size_t(i)];
+    t = t * theta_scale;
+  }
+  EXPECT_TRUE(differs_from_double);
+}
+
+TEST(Ops, DotF32UsesTheDocumentedLaneOrder) {
+  std::mt19937 rng(26);
+  for (int64_t n : {1, 7, 8, 9, 64, 131}) {
+    const std::vector<float> a = gaussian(size_t(n), rng), b = gaussian(size_t(n), rng);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; ++i) lane[i % 8] = lane[i % 8] + a[size_t(i)] * b[size_t(i)];
+    const float want = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    EXPECT_EQ(dot_f32(a.data(), b.data(), n), want) << n;
+  }
+}
+
+}  // namespace
+}  // namespace essaim
