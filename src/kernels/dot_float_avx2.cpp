@@ -11,10 +11,6 @@
 namespace essaim {
 namespace {
 
-float fma_f32(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
 struct F32 {
   using T = float;
   static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
@@ -44,26 +40,26 @@ void dot_rows(int64_t n, const void* wv, const void* xv, size_t x_stride, float*
   using T = typename Fmt::T;
   const T* w = static_cast<const T*>(wv);
   const T* x[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const T*>(static_cast<const uint8_t*>(xv) + j * x_stride);
   __m256 lo[NX], hi[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 w0 = Fmt::load8(w + i), w1 = Fmt::load8(w + i + 8);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       lo[j] = _mm256_fmadd_ps(w0, Fmt::load8(x[j] + i), lo[j]);
       hi[j] = _mm256_fmadd_ps(w1, Fmt::load8(x[j] + i + 8), hi[j]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[16];
     _mm256_store_ps(lane, lo[j]);
     _mm256_store_ps(lane + 8, hi[j]);
-    for (int64_t k = i; k < n; ++k) lane[k % 16] = fma_f32(Fmt::one(w + k), Fmt::one(x[j] + k), lane[k % 16]);
+    for (int64_t k = i; k < n; ++k) lane[k % 16] = __builtin_fmaf(Fmt::one(w + k), Fmt::one(x[j] + k), lane[k % 16]);
     y[j] = reduce_lanes16(lane);
   }
 }

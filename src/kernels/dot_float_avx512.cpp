@@ -35,24 +35,24 @@ void dot_rows(int64_t n, const void* wv, const void* xv, size_t x_stride, float*
   using T = typename Fmt::T;
   const T* w = static_cast<const T*>(wv);
   const T* x[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const T*>(static_cast<const uint8_t*>(xv) + j * x_stride);
   __m512 acc[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) acc[j] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 wv16 = Fmt::load16(w + i);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) acc[j] = _mm512_fmadd_ps(wv16, Fmt::load16(x[j] + i), acc[j]);
   }
   if (i < n) {
     const __mmask16 k = __mmask16((1u << (n - i)) - 1);
     const __m512 wv16 = Fmt::load_masked(w + i, k);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) acc[j] = _mm512_mask3_fmadd_ps(wv16, Fmt::load_masked(x[j] + i, k), acc[j], k);
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(64) float lane[16];
     _mm512_store_ps(lane, acc[j]);

@@ -28,8 +28,11 @@ ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q4_K/Q5_K/Q6_K, AVX-512 Q6_K);
 //   q45k_avx512: pairs16 and, per 128 elements, sub-blocks ordered 0,2,1,3 (AVX-512 Q4_K/Q5_K).
+//   q8_0_group8 (Q8_0 rows, AVX2 and AVX-512 Q8_0): every 8 blocks as [8 x f16 d][8 x 32 qs], so the eight
+//   scales are one load; blocks after the last full group of eight stay as they are.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
+void prepare_q8_0_group8(const void* x, void* out, int64_t n);
 
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
 // each row count gets its own register allocation.
@@ -44,7 +47,7 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 // Canonical final reductions, shared verbatim by every variant (SIMD kernels store their lanes and call
 // these, so the last additions are the same operations everywhere). `static` so that each file, whatever
 // its -m flags, keeps its own copy (see blocks.h). SIMD files must not include core/fp16.h or call
-// std::fma for the same reason: they use the F16C / FMA intrinsics instead.
+// std::fma for the same reason: they use the F16C intrinsics and __builtin_fmaf (inlined as vfmadd).
 
 // Float formats: 16 lanes folded pairwise: lane[i] + lane[i+8], then +4, +2, +1.
 static inline float reduce_lanes16(const float lane[16]) {

@@ -21,10 +21,6 @@
 namespace essaim {
 namespace {
 
-float fma_f32(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
 // Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half.
 __m256i pairs(__m256i v) {
   const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
@@ -72,33 +68,38 @@ namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
 
+// [M_0 .. M_3] from four rows' partial vectors (rows past nx are zero vectors).
+__m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 template <typename Block, int NX>
 void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   const auto* blocks = static_cast<const Block*>(w);
   const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   __m256 lanes[NX];
-  float acc[NX];
-  #pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) {
-    lanes[j] = _mm256_setzero_ps();
-    acc[j] = 0.0f;
-  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  __m128 acc = _mm_setzero_ps();  // acc of row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block* a = &blocks[k];
-    const uint8_t* qs = a->qs;
-    uint8_t sc[8], m[8];
-    q4k_unpack_scales(a->scales, sc, m);
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    uint64_t sc64, m64;
+    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
+    // i32 element p of sc16 is the (sc[2p], sc[2p+1]) pair one madd needs.
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
     const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
     __m256i hb = _mm256_setzero_si256();
     if constexpr (kQ5) hb = pairs(load256(a->qh));
 
     __m256i lo_lanes[NX], hi_lanes[NX];  // i32: lanes 0..3 twice / lanes 4..7 twice
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
-      const __m256i raw = pairs(load256(qs + 32 * p));
+      const __m256i raw = pairs(load256(a->qs + 32 * p));
       __m256i q_lo = _mm256_and_si256(raw, low4);
       __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
       if constexpr (kQ5) {  // bit 2p / 2p+1 of qh, brought down to bits 0 / 1 by the running shift
@@ -106,8 +107,8 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
         hb = _mm256_srli_epi16(hb, 2);
       }
-      const __m256i scale = _mm256_set1_epi32(scale_pair(sc[2 * p], sc[2 * p + 1]));
-      #pragma GCC unroll 8
+      const __m256i scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
+#pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;  // pairs16 layout
         const __m256i p0 = _mm256_maddubs_epi16(q_lo, load256(q8));
@@ -116,22 +117,32 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_unpackhi_epi16(p0, p1), scale));
       }
     }
-    const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
-    #pragma GCC unroll 8
+    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
+    __m256i mpart[4] = {};
+    alignas(16) float yd_rows[4] = {};
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      yd_rows[j] = b.d;
+    }
+    const __m128 yd = _mm_load_ps(yd_rows);
+    const __m128 M = _mm_cvtepi32_ps(hsum4_i32(mpart[0], mpart[1], mpart[2], mpart[3]));
+    acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
+    const float d = _cvtsh_ss(a->d);
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) {
       const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
-      const int32_t M = hsum_i32(_mm256_madd_epi16(load256(b.bsums), mins));
-      const float db = d * b.d, dmb = dmin * b.d;
-      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm256_cvtepi32_ps(A), lanes[j]);
-      acc[j] = fma_f32(-dmb, float(M), acc[j]);
+      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd_rows[j]), _mm256_cvtepi32_ps(A), lanes[j]);
     }
   }
-  #pragma GCC unroll 8
+  alignas(16) float acc_rows[4];
+  _mm_store_ps(acc_rows, acc);
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(acc[j], lane);
+    y[j] = fold_lanes8(acc_rows[j], lane);
   }
 }
 
@@ -142,13 +153,14 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   const auto* blocks = static_cast<const BlockQ6K*>(w);
   const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(32);
   __m256 lanes[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
     __m256i lo_lanes[NX], hi_lanes[NX];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + l, c = 0..3
       const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
       const __m256i qh = pairs(load256(a.qh + 32 * h));
@@ -164,7 +176,7 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h45);
       g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_srli_epi16(h67, 2));
       __m256i sgn[4], mag[4];  // q - 32 and |q - 32|: maddubs wants an unsigned operand
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {
         sgn[c] = _mm256_sub_epi8(g[c], bias);
         mag[c] = _mm256_abs_epi8(sgn[c]);
@@ -175,11 +187,11 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
           _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[0], s[2])), _mm_set1_epi32(scale_pair(s[1], s[3])));
       const __m256i scale23 =
           _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[4], s[6])), _mm_set1_epi32(scale_pair(s[5], s[7])));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
         __m256i p[4];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int c = 0; c < 4; ++c) p[c] = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(load256(q8 + 32 * c), sgn[c]));
         const __m256i lo01 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[0], p[1]), scale01);
         const __m256i hi01 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[0], p[1]), scale01);
@@ -190,14 +202,14 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       }
     }
     const float d = _cvtsh_ss(a.d);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
       const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
       lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, lanes[j]);
@@ -208,56 +220,68 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
 // ---- Q8_0 ----------------------------------------------------------------------------------------------
 
 // Σ w_i·x_i of one 32-block as 8 partial i32 sums: |w| times x carrying w's sign (maddubs is unsigned x signed).
-__m256i q8_0_partials(__m256i w, __m256i x) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+__m256i q8_0_partials(__m256i w_abs, __m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-// The reference is one f32 FMA chain in block order, so only the integer sums are vectorised: four
-// blocks' sums are reduced together, then fed to the chain one by one.
+// [S_0 .. S_7]: the full sums of eight blocks' partial vectors.
+__m256i hsum8_i32(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The reference is one f32 FMA chain in block order, so only the integer sums and the scale products are
+// vectorised, eight blocks at a time; the chain then runs through them one by one. Activations come in
+// the q8_0_group8 layout (prepare_q8_0_group8), whose eight scales are one load.
 template <int NX>
 void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* b[NX];
+  const uint8_t* rows[NX];
   float acc[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
-    b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+    rows[j] = static_cast<const uint8_t*>(x) + size_t(j) * x_stride;
     acc[j] = 0.0f;
   }
   const int64_t nb = n / kQK8_0;
   int64_t k = 0;
-  for (; k + 4 <= nb; k += 4) {
-    __m256i wq[4];
-    float dw[4];
-    #pragma GCC unroll 8
-    for (int q = 0; q < 4; ++q) {
+  for (; k + 8 <= nb; k += 8) {
+    __m256i wq[8], wabs[8];
+    alignas(16) uint16_t dw16[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
       wq[q] = load256(a[k + q].qs);
-      dw[q] = _cvtsh_ss(a[k + q].d);
+      wabs[q] = _mm256_abs_epi8(wq[q]);
+      dw16[q] = a[k + q].d;
     }
-    #pragma GCC unroll 8
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dw16)));
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
-      __m256i s[4];
-      #pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-      alignas(16) int32_t sumi[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
-      #pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
+      const uint8_t* group = rows[j] + size_t(k) * sizeof(BlockQ8_0);  // [8 x f16 d][8 x 32 qs]
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) s[q] = q8_0_partials(wabs[q], wq[q], load256(group + 16 + 32 * q));
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))));
+      alignas(32) float sumf[8], ddf[8];
+      _mm256_store_ps(sumf, _mm256_cvtepi32_ps(hsum8_i32(s)));
+      _mm256_store_ps(ddf, dd);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) acc[j] = __builtin_fmaf(sumf[q], ddf[q], acc[j]);
     }
   }
-  for (; k < nb; ++k) {
-    const __m256i wq = load256(a[k].qs);
+  for (; k < nb; ++k) {  // blocks past the last group of eight keep the plain layout
+    const __m256i wq = load256(a[k].qs), wabs = _mm256_abs_epi8(wq);
     const float dw = _cvtsh_ss(a[k].d);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
-      const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
-      acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
+      const auto& b = reinterpret_cast<const BlockQ8_0*>(rows[j])[k];
+      const int32_t sumi = hsum_i32(q8_0_partials(wabs, wq, load256(b.qs)));
+      acc[j] = __builtin_fmaf(float(sumi), dw * _cvtsh_ss(b.d), acc[j]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 

@@ -18,10 +18,6 @@
 namespace essaim {
 namespace {
 
-float fma_f32(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
 __m512i pairs(__m512i v) {
   const __m512i k = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
   return _mm512_shuffle_epi8(v, k);
@@ -43,19 +39,8 @@ int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-int32_t scale_pair(int a, int b) {
-  return int32_t(uint32_t(uint16_t(int16_t(a))) | (uint32_t(uint16_t(int16_t(b))) << 16));
-}
-
 // Two 256-bit halves of a zmm: lower from lo, upper from hi.
 __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-
-// lo: lanes 0..3 in each 128-bit quarter, hi: lanes 4..7 -> the eight canonical lanes.
-__m256i fold_lane_quarters(__m512i lo, __m512i hi) {
-  const __m256i l = _mm256_add_epi32(_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1));
-  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(l, h, 0x20), _mm256_permute2x128_si256(l, h, 0x31));
-}
 
 const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
@@ -74,7 +59,7 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
       const int8_t* src = in[k].qs + 128 * half;
       int8_t* dst = o[k].qs + 128 * half;
       const int order[4] = {0, 2, 1, 3};
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < 4; ++i)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
     }
@@ -114,7 +99,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const __m512i spread_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
                                  join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
   __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
   __m128 acc = _mm_setzero_ps();  // acc of row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
@@ -128,7 +113,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
     if constexpr (kQ5) qh = pairs256(load256(a->qh));
 
     __m512i lo_lanes[2 * kPairs], hi_lanes[2 * kPairs];
-    #pragma GCC unroll 8
+  #pragma GCC unroll 8
     for (int j = 0; j < 2 * kPairs; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
@@ -141,7 +126,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
       }
       const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         // q45k_avx512 layout: the activation bytes of sub-blocks 4h | 4h+2, then 4h+1 | 4h+3.
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
@@ -154,7 +139,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
     // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
     __m256i mpart[4] = {};
     alignas(16) float yd_rows[4] = {};
-    #pragma GCC unroll 8
+  #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
       mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
@@ -167,7 +152,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
     const __m128 M = _mm_cvtepi32_ps(hsum4_i32(mpart[0], mpart[1], mpart[2], mpart[3]));
     acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_shuffle_ps(dd, dd, 0x55), yd), M, acc);
     const __m512 db = _mm512_mul_ps(_mm512_broadcastss_ps(dd), _mm512_castps128_ps512(yd));
-    #pragma GCC unroll 8
+  #pragma GCC unroll 8
     for (int i = 0; i < kPairs; ++i) {
       const __m512i A = fold_two_rows(lo_lanes[2 * i], hi_lanes[2 * i], lo_lanes[2 * i + 1], hi_lanes[2 * i + 1]);
       lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread_idx[i], db), _mm512_cvtepi32_ps(A), lanes[i]);
@@ -175,7 +160,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   }
   alignas(16) float acc_rows[4];
   _mm_store_ps(acc_rows, acc);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < kPairs; ++i) {
     alignas(64) float lane[16];
     _mm512_store_ps(lane, lanes[i]);
@@ -188,27 +173,31 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
 
 template <int NX>
 void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  constexpr int kPairs = (NX + 1) / 2;
   const auto* blocks = static_cast<const BlockQ6K*>(w);
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
   // Per 16-bit word: which qh bit pair the lower (group c) and upper (group c+1) half of a vector needs.
   const __m512i shift01 = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
   const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
   const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m256 lanes[NX];
-  #pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  const __m512i spread_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
+                                 join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
+  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
-    __m512i lo_lanes[NX], hi_lanes[NX];
-    #pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+    __m512i lo_lanes[2 * kPairs], hi_lanes[2 * kPairs];
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * kPairs; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h+127: groups c = 0 | 1 and c = 2 | 3
       const __m512i ql = pairs(load512(a.ql + 64 * h));
       const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
-      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                          _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45));
-      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                          _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45));
+      const __m512i hi01 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45);
+      const __m512i hi23 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45);
+      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
+      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
       const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);  // q - 32
       const __m512i m01 = _mm512_abs_epi8(s01), m23 = _mm512_abs_epi8(s23);
       const __mmask64 neg01 = _mm512_movepi8_mask(s01), neg23 = _mm512_movepi8_mask(s23);
@@ -216,11 +205,11 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
       const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
       const __m512i scale = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
-      #pragma GCC unroll 8
+      const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
         const __m512i y01 = load512(q8), y23 = load512(q8 + 64);
-        const __m512i zero = _mm512_setzero_si512();
         // |q| times y with q's sign: the unsigned x signed form maddubs needs.
         const __m512i p01 = _mm512_maddubs_epi16(m01, _mm512_mask_sub_epi8(y01, neg01, zero, y01));
         const __m512i p23 = _mm512_maddubs_epi16(m23, _mm512_mask_sub_epi8(y23, neg23, zero, y23));
@@ -228,73 +217,91 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
         hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(p01, p23), scale);
       }
     }
-    const float d = _cvtsh_ss(a.d);
-    #pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) {
-      const __m256i A = fold_lane_quarters(lo_lanes[j], hi_lanes[j]);
-      const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
-      lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
+    alignas(16) float yd_rows[4] = {};
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) yd_rows[j] = q8k_row(x, x_stride, j)[k].d;
+    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(a.d)), _mm512_castps128_ps512(_mm_load_ps(yd_rows)));
+#pragma GCC unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      const __m512i A = fold_two_rows(lo_lanes[2 * i], hi_lanes[2 * i], lo_lanes[2 * i + 1], hi_lanes[2 * i + 1]);
+      const __m512 scaled = _mm512_mul_ps(_mm512_permutexvar_ps(spread_idx[i], dd), _mm512_cvtepi32_ps(A));
+      lanes[i] = _mm512_add_ps(lanes[i], scaled);
     }
   }
-  #pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) {
-    alignas(32) float lane[8];
-    _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(0.0f, lane);
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) {
+    alignas(64) float lane[16];
+    _mm512_store_ps(lane, lanes[i]);
+    y[2 * i] = fold_lanes8(0.0f, lane);
+    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(0.0f, lane + 8);
   }
 }
 
 // ---- Q8_0 ----------------------------------------------------------------------------------------------
 
 // One block's Σ w_i·x_i as 8 partial i32 sums, by vpdpbusd on |w| and x carrying w's sign.
-__m256i q8_0_partials(__m256i w, __m256i x) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+__m256i q8_0_partials(__m256i w_abs, __m256i w, __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(x, w));
 }
 
-// Integer sums vectorised four blocks at a time; the f32 chain stays in block order as in the reference.
+// [S_0 .. S_7]: the full sums of eight blocks' partial vectors.
+__m256i hsum8_i32(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The reference is one f32 FMA chain in block order, so only the integer sums and the scale products are
+// vectorised, eight blocks at a time; the chain then runs through them one by one. Activations come in
+// the q8_0_group8 layout (prepare_q8_0_group8), whose eight scales are one load.
 template <int NX>
 void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* b[NX];
+  const uint8_t* rows[NX];
   float acc[NX];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) {
-    b[j] = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+    rows[j] = static_cast<const uint8_t*>(x) + size_t(j) * x_stride;
     acc[j] = 0.0f;
   }
   const int64_t nb = n / kQK8_0;
   int64_t k = 0;
-  for (; k + 4 <= nb; k += 4) {
-    __m256i wq[4];
-    float dw[4];
-    #pragma GCC unroll 8
-    for (int q = 0; q < 4; ++q) {
+  for (; k + 8 <= nb; k += 8) {
+    __m256i wq[8], wabs[8];
+    alignas(16) uint16_t dw16[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
       wq[q] = load256(a[k + q].qs);
-      dw[q] = _cvtsh_ss(a[k + q].d);
+      wabs[q] = _mm256_abs_epi8(wq[q]);
+      dw16[q] = a[k + q].d;
     }
-    #pragma GCC unroll 8
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dw16)));
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
-      __m256i s[4];
-      #pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q) s[q] = q8_0_partials(wq[q], load256(b[j][k + q].qs));
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-      alignas(16) int32_t sumi[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(sumi), sums);
-      #pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q) acc[j] = fma_f32(float(sumi[q]), dw[q] * _cvtsh_ss(b[j][k + q].d), acc[j]);
+      const uint8_t* group = rows[j] + size_t(k) * sizeof(BlockQ8_0);  // [8 x f16 d][8 x 32 qs]
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) s[q] = q8_0_partials(wabs[q], wq[q], load256(group + 16 + 32 * q));
+      const __m256 dd = _mm256_mul_ps(dw, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))));
+      alignas(32) float sumf[8], ddf[8];
+      _mm256_store_ps(sumf, _mm256_cvtepi32_ps(hsum8_i32(s)));
+      _mm256_store_ps(ddf, dd);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) acc[j] = __builtin_fmaf(sumf[q], ddf[q], acc[j]);
     }
   }
-  for (; k < nb; ++k) {
-    const __m256i wq = load256(a[k].qs);
+  for (; k < nb; ++k) {  // blocks past the last group of eight keep the plain layout
+    const __m256i wq = load256(a[k].qs), wabs = _mm256_abs_epi8(wq);
     const float dw = _cvtsh_ss(a[k].d);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
-      const int32_t sumi = hsum_i32(q8_0_partials(wq, load256(b[j][k].qs)));
-      acc[j] = fma_f32(float(sumi), dw * _cvtsh_ss(b[j][k].d), acc[j]);
+      const auto& b = reinterpret_cast<const BlockQ8_0*>(rows[j])[k];
+      const int32_t sumi = hsum_i32(q8_0_partials(wabs, wq, load256(b.qs)));
+      acc[j] = __builtin_fmaf(float(sumi), dw * _cvtsh_ss(b.d), acc[j]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 

@@ -6,6 +6,7 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
 #include "kernels/quantize.h"
 
 namespace essaim {
@@ -60,6 +61,22 @@ void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
     const float d = f16_to_f32(x[b].d);
     for (int i = 0; i < kQK8_0; ++i) dst[b * kQK8_0 + i] = float(x[b].qs[i]) * d;
   }
+}
+
+// Layout q8_0_group8 of the SIMD Q8_0 kernels (dot_kernels.h): same bytes, the scales of every eight blocks
+// gathered in front of their quants.
+void prepare_q8_0_group8(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8_0*>(x);
+  auto* o = static_cast<uint8_t*>(out);
+  const int64_t nb = n / kQK8_0;
+  int64_t k = 0;
+  for (; k + 8 <= nb; k += 8, o += 8 * sizeof(BlockQ8_0)) {
+    for (int q = 0; q < 8; ++q) {
+      std::memcpy(o + 2 * q, &in[k + q].d, 2);
+      std::memcpy(o + 16 + 32 * q, in[k + q].qs, 32);
+    }
+  }
+  std::memcpy(o, in + k, size_t(nb - k) * sizeof(BlockQ8_0));
 }
 
 // REFERENCE.md 2.6. mx is the first element whose magnitude is strictly larger than every earlier one, so
