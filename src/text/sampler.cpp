@@ -60,7 +60,9 @@ void sampler_penalties(Candidates& c, std::span<const TokenId> history, const Sa
   if (params.repeat_last_n > 0) n = std::min(n, size_t(params.repeat_last_n));
   std::unordered_map<TokenId, int> counts;
   for (TokenId id : history.subspan(history.size() - n)) ++counts[id];
-  for (const auto& [id, count] : counts) {
+  for (const auto& entry : counts) {
+    const TokenId id = entry.first;  // a named variable, not a structured binding: clang 14 cannot capture those
+    const int count = entry.second;
     // The list is usually still in id order (nothing sorted it yet): index directly, else search.
     Candidate* x = nullptr;
     if (id >= 0 && size_t(id) < c.data.size() && c.data[size_t(id)].id == id) {
