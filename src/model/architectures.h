@@ -13,5 +13,6 @@
 namespace essaim {
 
 Result<std::unique_ptr<Model>> load_qwen3moe(std::unique_ptr<GgufFile> file);  // qwen3moe.cpp
+Result<std::unique_ptr<Model>> load_qwen35moe(std::unique_ptr<GgufFile> file);  // qwen35moe.cpp
 
 }  // namespace essaim

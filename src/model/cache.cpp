@@ -108,7 +108,8 @@ uint64_t SequenceCache::bytes() const {
   uint64_t b = 0;
   for (const LayerCache& l : layers_) {
     if (auto* kv = std::get_if<KvCache>(&l)) b += kv->bytes();
-    if (auto* r = std::get_if<RecurrentState>(&l)) b += (r->conv.size() + r->state.size()) * sizeof(float);
+    if (auto* r = std::get_if<RecurrentState>(&l))
+      b += (r->conv.size() + r->state.size() + r->conv_next.size() + r->state_next.size()) * sizeof(float);
   }
   return b;
 }

@@ -15,6 +15,7 @@ struct ArchEntry {
 
 constexpr std::array kArchitectures{
     ArchEntry{"qwen3moe", &load_qwen3moe},
+    ArchEntry{"qwen35moe", &load_qwen35moe},
 };
 
 }  // namespace

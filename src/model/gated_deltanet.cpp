@@ -1,0 +1,184 @@
+#include "model/gated_deltanet.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/status.h"
+#include "model/ops.h"
+#include "moe/numerics.h"
+
+namespace essaim {
+namespace {
+
+// State columns per work item: 16 columns of Dk = 128 floats are 8 KiB, resident in L1 for the whole run.
+constexpr int64_t kColumnBlock = 16;
+
+// Same element-wise IEEE lanes as ops.cpp's dot_f32 (GCC/Clang vector extension; no FMA under
+// -ffp-contract=off), so the dot products below reduce exactly in dot_f32's documented order.
+typedef float v8f __attribute__((vector_size(32)));
+
+// Vectors never cross a function boundary (no AVX calling convention is assumed): loads and stores are
+// memcpys in the loop bodies.
+#define ESSAIM_LOAD8(v, p) __builtin_memcpy(&(v), (p), sizeof(v8f))
+#define ESSAIM_STORE8(p, v) __builtin_memcpy((p), &(v), sizeof(v8f))
+inline float reduce8(const float lane[8]) {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// softplus as llama.cpp's ggml_softplus: the identity above 20, ln(1 + e^x) below (REFERENCE.md 4.3).
+inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
+
+// One token's update of one state column s[0..n) (n = Dk), REFERENCE.md 5.6:
+//   s ← decay·s;  δ = (v − s·k)·β;  s ← s + k·δ;  returns (s·q)·scale.
+// Both dot products follow dot_f32's order (lane l sums indices ≡ l mod 8 in index order, then the fixed
+// pairwise fold), each product and sum rounded separately.
+inline float delta_rule_column(float* s, const float* k, const float* q, float decay, float v, float beta,
+                               float scale, int64_t n) {
+  const int64_t n8 = n - n % 8;
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  const v8f vd = {decay, decay, decay, decay, decay, decay, decay, decay};
+  for (int64_t i = 0; i < n8; i += 8) {
+    v8f sv, kv;
+    ESSAIM_LOAD8(sv, s + i);
+    ESSAIM_LOAD8(kv, k + i);
+    sv = sv * vd;
+    ESSAIM_STORE8(s + i, sv);
+    acc = acc + sv * kv;
+  }
+  float lane[8];
+  __builtin_memcpy(lane, &acc, sizeof(lane));
+  for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
+    s[i] = s[i] * decay;
+    lane[l] = lane[l] + s[i] * k[i];
+  }
+  const float delta = (v - reduce8(lane)) * beta;
+
+  const v8f vdelta = {delta, delta, delta, delta, delta, delta, delta, delta};
+  acc = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n8; i += 8) {
+    v8f sv, kv, qv;
+    ESSAIM_LOAD8(sv, s + i);
+    ESSAIM_LOAD8(kv, k + i);
+    ESSAIM_LOAD8(qv, q + i);
+    sv = sv + kv * vdelta;
+    ESSAIM_STORE8(s + i, sv);
+    acc = acc + sv * qv;
+  }
+  __builtin_memcpy(lane, &acc, sizeof(lane));
+  for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
+    s[i] = s[i] + k[i] * delta;
+    lane[l] = lane[l] + s[i] * q[i];
+  }
+  return reduce8(lane) * scale;
+}
+
+// L2norm(x) = x · 1/max(sqrtf(f32(Σ x²)), eps): squares in f32, summed in f64 (llama.cpp's ggml_l2_norm).
+void l2_normalize(float* x, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float scale = 1.0f / std::max(std::sqrt(float(sum)), eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale;
+}
+
+// Causal depthwise conv + SiLU over the window [previous Kc-1 raw rows | this run's rows], then the q/k
+// L2 norms. mix: [T][C] raw projections; u: [T][C] out. Advances the conv window into io.conv_out.
+void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, int64_t T, const GdnStateIo& io,
+                    float* u, ThreadPool* pool) {
+  const int64_t C = s.conv_channels(), Kc = s.conv_kernel, Dk = s.head_dim;
+  std::vector<float> ext(size_t((Kc - 1 + T) * C));  // [Kc-1+T][C]: oldest row first
+  std::memcpy(ext.data(), io.conv_in, s.conv_state_size() * sizeof(float));
+  std::memcpy(ext.data() + (Kc - 1) * C, mix, size_t(T * C) * sizeof(float));
+
+  parallel_for(T > 1 ? pool : nullptr, size_t(T), [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t) {
+      float* ut = u + t * size_t(C);
+      const float* window = ext.data() + t * size_t(C);  // row j of the window = ext row t + j
+      for (int64_t c = 0; c < C; ++c) {
+        const float* taps = conv1d + c * Kc;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < Kc; ++j) sum = sum + taps[j] * window[j * C + c];  // tap 0 = oldest
+        ut[c] = silu(sum);
+      }
+      for (int64_t h = 0; h < 2 * int64_t(s.n_k_heads); ++h) l2_normalize(ut + h * Dk, Dk, s.eps);  // q, then k
+    }
+  });
+  // The newest Kc-1 raw rows become the window of the next run (written last: conv_out may be conv_in).
+  std::memcpy(io.conv_out, ext.data() + T * C, s.conv_state_size() * sizeof(float));
+}
+
+// The gated delta rule for T tokens: u [T][C] (normalised q, k and v), decay / beta [T][Hv], o [T][Hv][Dv].
+// Work item = (value head, block of state columns); each column runs through the tokens in order.
+void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta, int64_t T,
+                const GdnStateIo& io, float* o, ThreadPool* pool) {
+  const int64_t C = s.conv_channels(), KD = s.key_dim(), Dk = s.head_dim, Dv = s.head_dim;
+  const int64_t Hv = s.n_v_heads, Hk = s.n_k_heads;
+  const int64_t n_blocks = (Dv + kColumnBlock - 1) / kColumnBlock;
+  const float scale = 1.0f / std::sqrt(float(Dv));
+  parallel_for(pool, size_t(Hv * n_blocks), [&](size_t b, size_t e) {
+    std::vector<float> st(size_t(kColumnBlock * Dk));  // [columns][Dk]
+    for (size_t item = b; item < e; ++item) {
+      const int64_t h = int64_t(item) / n_blocks, j = h % Hk;  // tiled head mapping (REFERENCE.md 10.15)
+      const int64_t c0 = (int64_t(item) % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
+      const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
+      std::memcpy(st.data(), io.state_in + first, n * sizeof(float));
+      for (int64_t t = 0; t < T; ++t) {
+        const float* q = u + t * C + j * Dk;
+        const float* k = u + t * C + KD + j * Dk;
+        const float* v = u + t * C + 2 * KD + h * Dv;
+        const float dec = decay[t * Hv + h], bt = beta[t * Hv + h];
+        float* ot = o + (t * Hv + h) * Dv;
+        for (int64_t c = c0; c < c1; ++c)
+          ot[c] = delta_rule_column(st.data() + (c - c0) * Dk, k, q, dec, v[c], bt, scale, Dk);
+      }
+      std::memcpy(io.state_out + first, st.data(), n * sizeof(float));
+    }
+  });
+}
+
+}  // namespace
+
+void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float* a, int64_t T,
+                            const GdnStateIo& io, float* y, ThreadPool* pool) {
+  ESSAIM_CHECK(T >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
+               s.n_v_heads % s.n_k_heads == 0);
+  const int64_t C = s.conv_channels(), VD = s.value_dim(), Hv = s.n_v_heads, Dv = s.head_dim;
+
+  // Input projections, batched over the run.
+  std::vector<float> mix(size_t(T * C));     // [T][C]  q | k | v before the conv
+  std::vector<float> z(size_t(T * VD));      // [T][Hv][Dv]
+  std::vector<float> beta(size_t(T * Hv));   // [T][Hv]
+  std::vector<float> decay(size_t(T * Hv));  // [T][Hv]
+  matmul(w.qkv, a, T, mix.data(), pool);
+  matmul(w.gate, a, T, z.data(), pool);
+  matmul(w.beta, a, T, beta.data(), pool);
+  matmul(w.alpha, a, T, decay.data(), pool);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hv; ++h) {
+      float& b = beta[size_t(t * Hv + h)];
+      b = sigmoid(b);
+      float& d = decay[size_t(t * Hv + h)];
+      const float g = softplus(d + w.dt_bias[h]) * w.a[h];  // log of the decay, ≤ 0
+      d = std::exp(g);
+    }
+
+  std::vector<float> u(size_t(T * C));  // [T][C] after conv, SiLU and the q/k L2 norms
+  conv_silu_norm(s, w.conv1d, mix.data(), T, io, u.data(), pool);
+
+  std::vector<float> o(size_t(T * VD));  // [T][Hv][Dv] delta-rule read-out
+  delta_rule(s, u.data(), decay.data(), beta.data(), T, io, o.data(), pool);
+
+  // Gated RMSNorm per head: RMSNorm(o_h, ssm_norm) ⊙ silu(z_h).
+  parallel_for(T * Hv > 16 ? pool : nullptr, size_t(T * Hv), [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      float* oh = o.data() + r * size_t(Dv);
+      const float* zh = z.data() + r * size_t(Dv);
+      rms_norm(oh, w.norm, Dv, s.eps, oh);
+      for (int64_t c = 0; c < Dv; ++c) oh[c] = oh[c] * silu(zh[c]);
+    }
+  });
+  matmul(w.out, o.data(), T, y, pool);  // [T][E]
+}
+
+}  // namespace essaim

@@ -1,0 +1,317 @@
+// Architecture `qwen35moe` (Qwen3.5 / Qwen3.6 MoE, e.g. Qwen3.5-122B-A10B) exactly as REFERENCE.md section 5
+// describes llama.cpp running it: hparams (5.1, 5.2: qwen35moe_hparams.h), tensors (5.3), forward (5.4).
+//
+//   h = embed(tokens)                                           -- [T][E]
+//   for each executed layer i:
+//     a  = RMSNorm(h, attn_norm)
+//     t  = recurrent(i) ? GatedDeltaNet(a)  : GatedAttention(a)   -- gated_deltanet.h / gated_attention.h
+//     h1 = h + t
+//     f  = RMSNorm(h1, post_attention_norm)                     -- the pre-FFN norm, despite its name
+//     h  = h1 + (moe(f) + γ·shared(f))                          -- routed experts via the ExpertExecutor,
+//                                                                  the shared expert on the backbone
+//   logits = W_out · RMSNorm(h, output_norm)                    -- W_out tied to token_embd when absent
+//
+// MTP (nextn) blocks after the main stack are bound and shape-checked but never executed (llama.cpp runs them
+// only as a separate speculative-draft graph). Norm weights are used as stored: the converter already wrote
+// Qwen3.5's 1 + w (5.9). Recurrent layers keep their conv window and delta-rule state in the sequence's
+// cache; a forward pass writes the advanced states aside and swaps them in only when every layer succeeded.
+#include <cstring>
+#include <vector>
+
+#include "kernels/quantize.h"
+#include "model/architectures.h"
+#include "model/gated_attention.h"
+#include "model/gated_deltanet.h"
+#include "model/moe_block.h"
+#include "model/ops.h"
+#include "model/qwen35moe_hparams.h"
+#include "model/shared_expert.h"
+#include "model/tensor_binder.h"
+
+namespace essaim {
+namespace {
+
+using TN = TensorName;
+
+struct Layer {
+  bool recurrent = false;
+  const float* attn_norm = nullptr;       // [E]
+  const float* post_attn_norm = nullptr;  // [E], the FFN input norm
+  GdnWeights gdn;                         // recurrent layers
+  GatedAttentionWeights attn;             // attention layers
+  MoeBlock moe;
+  SharedExpert shared;
+};
+
+class Qwen35Moe final : public Model {
+ public:
+  explicit Qwen35Moe(std::unique_ptr<GgufFile> file) : Model(std::move(file)) {}
+  Status bind(const Qwen35Hparams& hp);
+  SequenceCache new_cache(const CacheOptions& options) const override;
+  Status forward(const ForwardArgs& args) const override;
+
+ private:
+  // Binds the MoE part every block has (router, routed experts separate or fused, shared expert); returns
+  // the routed experts' bytes and, through `active`, the bytes of K experts.
+  Result<uint64_t> bind_ffn(TensorBinder& b, int32_t il, TensorKind kind, Layer* l, uint64_t* active);
+  // Binds an MTP block's tensors (shape checks only); returns their bytes.
+  Result<uint64_t> bind_nextn_block(TensorBinder& b, int32_t il);
+
+  Qwen35Hparams hp_;
+  GdnShape gdn_shape_;
+  GatedAttentionShape attn_shape_;
+  WeightMatrix tok_embd_;               // [E -> V] rows = tokens
+  const float* output_norm_ = nullptr;  // [E]
+  WeightMatrix output_;                 // [E -> V], token_embd when tied
+  std::vector<Layer> layers_;           // [n_layer]
+};
+
+Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kind, Layer* l, uint64_t* active) {
+  const int64_t E = hp_.n_embd, X = hp_.n_expert, F = hp_.n_ff_exp, Fs = hp_.n_ff_shexp;
+  const GgufTensor *router, *gate = nullptr, *up = nullptr, *gate_up = nullptr, *down;
+  ESSAIM_ASSIGN_OR_RETURN(router, b.require(TN::FFN_GATE_INP, il, {E, X}, kind));
+  if (b.has(TN::FFN_GATE_UP_EXPS, il)) {
+    ESSAIM_ASSIGN_OR_RETURN(gate_up, b.require(TN::FFN_GATE_UP_EXPS, il, {E, 2 * F, X}, kind));
+  } else {
+    ESSAIM_ASSIGN_OR_RETURN(gate, b.require(TN::FFN_GATE_EXPS, il, {E, F, X}, kind));
+    ESSAIM_ASSIGN_OR_RETURN(up, b.require(TN::FFN_UP_EXPS, il, {E, F, X}, kind));
+  }
+  ESSAIM_ASSIGN_OR_RETURN(down, b.require(TN::FFN_DOWN_EXPS, il, {F, E, X}, kind));
+  const GgufTensor* shexp[4];
+  ESSAIM_ASSIGN_OR_RETURN(shexp[0], b.require(TN::FFN_GATE_INP_SHEXP, il, {E},
+                                              kind == TensorKind::ANY ? kind : TensorKind::F32));
+  ESSAIM_ASSIGN_OR_RETURN(shexp[1], b.require(TN::FFN_GATE_SHEXP, il, {E, Fs}, kind));
+  ESSAIM_ASSIGN_OR_RETURN(shexp[2], b.require(TN::FFN_UP_SHEXP, il, {E, Fs}, kind));
+  ESSAIM_ASSIGN_OR_RETURN(shexp[3], b.require(TN::FFN_DOWN_SHEXP, il, {Fs, E}, kind));
+
+  const uint64_t bytes = (gate_up ? gate_up->nbytes : gate->nbytes + up->nbytes) + down->nbytes;
+  if (active)
+    *active = uint64_t(hp_.n_expert_used) *
+              ((gate_up ? gate_up->expert_slab_bytes() : gate->expert_slab_bytes() + up->expert_slab_bytes()) +
+               down->expert_slab_bytes());
+  if (!l) return bytes;  // an MTP block: validated, not executed
+
+  const ExpertLayer experts =
+      gate_up ? ExpertLayer::fused(expert_tensor(*gate_up), expert_tensor(*down))
+              : ExpertLayer::separate(expert_tensor(*gate), expert_tensor(*up), expert_tensor(*down));
+  ESSAIM_RETURN_IF_ERROR(experts_.add(il, experts).with_context("layer " + std::to_string(il) + " experts"));
+  l->moe = MoeBlock{.layer = il, .router = weight_matrix(*router), .n_expert_used = hp_.n_expert_used,
+                    .expert_weight_type = (gate_up ? gate_up : gate)->type, .n_embd = hp_.n_embd};
+  l->shared = SharedExpert{.gate_inp = f32_data(*shexp[0]), .gate = weight_matrix(*shexp[1]),
+                           .up = weight_matrix(*shexp[2]), .down = weight_matrix(*shexp[3])};
+  if (type_traits(shexp[1]->type).vec_dot_type != type_traits(shexp[2]->type).vec_dot_type)
+    return Status::error("tensors '" + tensor_name(TN::FFN_GATE_SHEXP, il) + "' (" +
+                         std::string(type_name(shexp[1]->type)) + ") and '" + tensor_name(TN::FFN_UP_SHEXP, il) +
+                         "' (" + std::string(type_name(shexp[2]->type)) + ") need different activation formats");
+  return bytes;
+}
+
+Result<uint64_t> Qwen35Moe::bind_nextn_block(TensorBinder& b, int32_t il) {
+  const int64_t E = hp_.n_embd, V = hp_.n_vocab, D = hp_.head_dim, HD = int64_t(hp_.n_head) * D,
+                KD = int64_t(hp_.n_head_kv) * D;
+  struct Want {
+    TN name;
+    std::vector<int64_t> ne;
+    bool required;
+  };
+  const Want wants[] = {
+      {TN::ATTN_NORM, {E}, true},          {TN::POST_ATTN_NORM, {E}, true},   {TN::ATTN_Q, {E, 2 * HD}, true},
+      {TN::ATTN_K, {E, KD}, true},         {TN::ATTN_V, {E, KD}, true},       {TN::ATTN_Q_NORM, {D}, true},
+      {TN::ATTN_K_NORM, {D}, true},        {TN::ATTN_OUTPUT, {HD, E}, true},  {TN::NEXTN_EH_PROJ, {2 * E, E}, true},
+      {TN::NEXTN_ENORM, {E}, true},        {TN::NEXTN_HNORM, {E}, true},      {TN::NEXTN_EMBED_TOKENS, {E, V}, false},
+      {TN::NEXTN_SHARED_HEAD_HEAD, {E, V}, false}, {TN::NEXTN_SHARED_HEAD_NORM, {E}, false},
+  };
+  uint64_t bytes = 0;
+  for (const Want& w : wants) {
+    if (!w.required && !b.has(w.name, il)) continue;
+    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* t, b.require_one_of(w.name, il, {w.ne}, TensorKind::ANY));
+    bytes += t->nbytes;
+  }
+  ESSAIM_ASSIGN_OR_RETURN(uint64_t ffn_bytes, bind_ffn(b, il, TensorKind::ANY, nullptr, nullptr));
+  // The router and shared expert are dense tensors of the block; count them too.
+  for (TN n : {TN::FFN_GATE_INP, TN::FFN_GATE_INP_SHEXP, TN::FFN_GATE_SHEXP, TN::FFN_UP_SHEXP, TN::FFN_DOWN_SHEXP})
+    bytes += file_->find_tensor(tensor_name(n, il))->nbytes;
+  return bytes + ffn_bytes;
+}
+
+Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
+  hp_ = hp;
+  gdn_shape_ = GdnShape{.n_embd = hp.n_embd, .conv_kernel = hp.ssm_conv_kernel, .n_k_heads = hp.ssm_n_k_heads,
+                        .n_v_heads = hp.ssm_n_v_heads, .head_dim = hp.ssm_head_dim, .eps = hp.eps};
+  attn_shape_ = GatedAttentionShape{.n_head = hp.n_head, .n_head_kv = hp.n_head_kv, .head_dim = hp.head_dim,
+                                    .n_rot = hp.n_rot, .rope_base = hp.rope_base,
+                                    .rope_sections = hp.rope_sections, .eps = hp.eps};
+  const int64_t E = hp.n_embd, V = hp.n_vocab, D = hp.head_dim, HD = int64_t(hp.n_head) * D,
+                KD = int64_t(hp.n_head_kv) * D, C = gdn_shape_.conv_channels(), VD = gdn_shape_.value_dim(),
+                Hv = hp.ssm_n_v_heads, Kc = hp.ssm_conv_kernel, Dv = hp.ssm_head_dim;
+  constexpr TensorKind kF32 = TensorKind::F32;
+  TensorBinder b(*file_);
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* embd, b.require(TN::TOKEN_EMBD, -1, {E, V}));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* onorm, b.require(TN::OUTPUT_NORM, -1, {E}, kF32));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* out, b.optional(TN::OUTPUT, -1, {E, V}));
+  tok_embd_ = weight_matrix(*embd);
+  output_norm_ = f32_data(*onorm);
+  output_ = weight_matrix(out ? *out : *embd);
+
+  uint64_t expert_bytes = 0, active_expert_bytes = 0, nextn_bytes = 0;
+  layers_.resize(size_t(hp.n_layer));
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    Layer& l = layers_[size_t(il)];
+    l.recurrent = hp.recurrent[size_t(il)];
+    const GgufTensor* t;
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
+    l.attn_norm = f32_data(*t);
+    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
+    l.post_attn_norm = f32_data(*t);
+    if (l.recurrent) {
+      GdnWeights& g = l.gdn;
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_QKV, il, {E, C}));
+      g.qkv = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_GATE, il, {E, VD}));
+      g.gate = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_BETA, il, {E, Hv}));
+      g.beta = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_ALPHA, il, {E, Hv}));
+      g.alpha = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_CONV1D, il, {Kc, C}, kF32));
+      g.conv1d = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_DT_BIAS, il, {Hv}, kF32));
+      g.dt_bias = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_A, il, {Hv}, kF32));
+      g.a = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_NORM, il, {Dv}, kF32));
+      g.norm = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_OUT, il, {VD, E}));
+      g.out = weight_matrix(*t);
+    } else {
+      GatedAttentionWeights& a = l.attn;
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q, il, {E, 2 * HD}));
+      a.q = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K, il, {E, KD}));
+      a.k = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_V, il, {E, KD}));
+      a.v = weight_matrix(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q_NORM, il, {D}, kF32));
+      a.q_norm = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K_NORM, il, {D}, kF32));
+      a.k_norm = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_OUTPUT, il, {HD, E}));
+      a.out = weight_matrix(*t);
+    }
+    uint64_t active = 0;
+    ESSAIM_ASSIGN_OR_RETURN(uint64_t bytes, bind_ffn(b, il, TensorKind::MATRIX, &l, &active));
+    expert_bytes += bytes;
+    active_expert_bytes += active;
+  }
+  for (int32_t il = hp.n_layer; il < hp.n_block; ++il) {
+    ESSAIM_ASSIGN_OR_RETURN(uint64_t bytes, bind_nextn_block(b, il));
+    nextn_bytes += bytes;
+  }
+  ESSAIM_RETURN_IF_ERROR(b.finish());
+
+  info_.arch = "qwen35moe";
+  info_.name = file_->get_string("general.name").value_or("");
+  info_.n_vocab = hp.n_vocab;
+  info_.n_embd = hp.n_embd;
+  info_.n_layer = hp.n_layer;
+  info_.n_ctx_train = hp.n_ctx_train;
+  info_.n_expert = hp.n_expert;
+  info_.n_expert_used = hp.n_expert_used;
+  for (const GgufTensor& t : file_->tensors()) info_.weight_bytes += t.nbytes;
+  info_.expert_bytes = expert_bytes;  // executed layers' routed experts (MTP blocks' are in nextn_bytes)
+  // A decoded token reads every dense weight of the executed layers (shared experts included) except the
+  // embedding table (one row), all of the LM head, and K routed experts per layer; MTP blocks not at all.
+  info_.active_bytes_per_token = info_.weight_bytes - expert_bytes - nextn_bytes - embd->nbytes +
+                                 embd->row_bytes() + (out ? 0 : embd->nbytes) + active_expert_bytes;
+  return Status::ok();
+}
+
+SequenceCache Qwen35Moe::new_cache(const CacheOptions& options) const {
+  std::vector<LayerCache> layers;
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    if (layers_[size_t(il)].recurrent) {
+      RecurrentState r;
+      r.conv.assign(gdn_shape_.conv_state_size(), 0.0f);
+      r.state.assign(gdn_shape_.recurrent_state_size(), 0.0f);
+      layers.emplace_back(std::move(r));
+    } else {
+      layers.emplace_back(KvCache(options.kv_type, hp_.n_head_kv, hp_.head_dim));
+    }
+  }
+  return SequenceCache(std::move(layers), resolve_n_ctx(options));
+}
+
+Status Qwen35Moe::forward(const ForwardArgs& args) const {
+  ESSAIM_RETURN_IF_ERROR(check_forward_args(args));
+  SequenceCache& cache = *args.cache;
+  ESSAIM_CHECK(cache.n_layers() == hp_.n_layer);
+  ThreadPool* pool = args.pool;
+  const int64_t T = int64_t(args.tokens.size());
+  const int32_t E = hp_.n_embd;
+  const int32_t p0 = cache.n_past();
+
+  std::vector<int32_t> pos(static_cast<size_t>(T));  // [T] absolute positions
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = p0 + int32_t(t);
+
+  std::vector<float> x(size_t(T) * E);  // [T][E] residual stream h
+  for (int64_t t = 0; t < T; ++t)
+    dequantize_row(tok_embd_.type, tok_embd_.data + uint64_t(args.tokens[size_t(t)]) * tok_embd_.row_stride,
+                   x.data() + t * E, E);
+
+  std::vector<float> cur(size_t(T) * E);  // [T][E] a = RMSNorm(h), then f = RMSNorm(h1)
+  std::vector<float> mix(size_t(T) * E);  // [T][E] mixer output t
+  std::vector<float> ffn(size_t(T) * E);  // [T][E] routed sum, then + γ·shared
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    const Layer& l = layers_[size_t(il)];
+    rms_norm_rows(x.data(), l.attn_norm, T, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
+    if (l.recurrent) {
+      RecurrentState& r = cache.recurrent(il);
+      r.conv_next.resize(r.conv.size());
+      r.state_next.resize(r.state.size());
+      gated_deltanet_forward(gdn_shape_, l.gdn, cur.data(), T,
+                             {.conv_in = r.conv.data(), .state_in = r.state.data(), .conv_out = r.conv_next.data(),
+                              .state_out = r.state_next.data()},
+                             mix.data(), pool);
+    } else {
+      gated_attention_forward(attn_shape_, l.attn, cur.data(), T, pos.data(), cache.kv(il), mix.data(), pool);
+    }
+    add_f32(x.data(), mix.data(), T * E);  // h1 = h + t
+
+    rms_norm_rows(x.data(), l.post_attn_norm, T, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
+    Status s = moe_block_forward(l.moe, cur.data(), T, *args.experts, pool, ffn.data());
+    if (!s) {  // leave the cache as it was: drop this call's K/V; recurrent states were not swapped in
+      for (int32_t jl = 0; jl <= il; ++jl)
+        if (!layers_[size_t(jl)].recurrent) cache.kv(jl).truncate(p0);
+      return s;
+    }
+    shared_expert_add(l.shared, cur.data(), T, ffn.data(), pool);  // r + γ·sh, after the routed sum
+    add_f32(x.data(), ffn.data(), T * E);                          // h = h1 + FFN(f)
+  }
+  for (int32_t il = 0; il < hp_.n_layer; ++il) {
+    if (!layers_[size_t(il)].recurrent) continue;
+    RecurrentState& r = cache.recurrent(il);
+    r.conv.swap(r.conv_next);
+    r.state.swap(r.state_next);
+  }
+
+  // LM head over the rows asked for.
+  const int64_t first = args.logits_mode == LogitsMode::ALL ? 0 : T - 1;
+  const int64_t n_out = args.logits_mode == LogitsMode::ALL ? T : args.logits_mode == LogitsMode::LAST ? 1 : 0;
+  if (n_out > 0) {
+    rms_norm_rows(x.data() + first * E, output_norm_, n_out, E, hp_.eps, cur.data(), pool);
+    matmul(output_, cur.data(), n_out, args.logits.data(), pool);  // [n_out][V]
+  }
+  cache.advance(int32_t(T));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_qwen35moe(std::unique_ptr<GgufFile> file) {
+  ESSAIM_ASSIGN_OR_RETURN(Qwen35Hparams hp, qwen35moe_read_hparams(*file));
+  auto m = std::make_unique<Qwen35Moe>(std::move(file));
+  ESSAIM_RETURN_IF_ERROR(m->bind(hp));
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace essaim
