@@ -4,7 +4,6 @@
 //   essaim synth --arch qwen35moe --preset q35-122b --layers 4 --types q4_k_m -o q35-4l.gguf
 //   essaim synth --arch qwen35moe --preset tiny --types f32 --nextn 1 --fused-gate-up -o mtp.gguf
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <string>
 
@@ -16,6 +15,7 @@ namespace essaim::cli {
 void register_synth(CLI::App& app, int& exit_code) {
   struct Args {
     SynthOptions options;
+    std::string arch, preset, types;
     uint32_t layers = 0;
     std::string out;
   };
@@ -25,21 +25,16 @@ void register_synth(CLI::App& app, int& exit_code) {
       "Write a synthetic GGUF model (llama.cpp's keys, tensor names, shapes, order and type mix; seeded random "
       "weights). The q35-122b preset has Qwen3.5-122B-A10B's per-layer shapes but, unless --tokenizer is given, "
       "the small synthetic vocabulary (a real 248320-token one would make token_embd and output ~760 MB each).");
-  const std::map<std::string, SynthArch> archs{{"qwen3moe", SynthArch::QWEN3MOE}, {"qwen35moe", SynthArch::QWEN35MOE}};
-  const std::map<std::string, SynthPreset> presets{{"tiny", SynthPreset::TINY}, {"q35-122b", SynthPreset::Q35_122B}};
-  const std::map<std::string, SynthTypeMix> types{{"f32", SynthTypeMix::F32}, {"q4_k_m", SynthTypeMix::Q4_K_M}};
-  cmd->add_option("--arch", args->options.arch, "Architecture: qwen3moe | qwen35moe")
+  cmd->add_option("--arch", args->arch, "Architecture")->required()->check(CLI::IsMember({"qwen3moe", "qwen35moe"}));
+  cmd->add_option("--preset", args->preset,
+                  "tiny (unit tests, a few MB) or q35-122b (Qwen3.5-122B-A10B per-layer shapes)")
       ->required()
-      ->transform(CLI::CheckedTransformer(archs, CLI::ignore_case));
-  cmd->add_option("--preset", args->options.preset,
-                  "tiny (unit tests, a few MB) | q35-122b (Qwen3.5-122B-A10B per-layer shapes)")
-      ->required()
-      ->transform(CLI::CheckedTransformer(presets, CLI::ignore_case));
+      ->check(CLI::IsMember({"tiny", "q35-122b"}));
   cmd->add_option("--layers", args->layers, "Executed layers (default: tiny qwen3moe 2, tiny qwen35moe 4, q35-122b 2)")
       ->check(CLI::Range(1, 512));
-  cmd->add_option("--types", args->options.types, "Type mix: f32 | q4_k_m (llama-quantize's Q4_K_M rule)")
+  cmd->add_option("--types", args->types, "Type mix (q4_k_m: llama-quantize's Q4_K_M rule)")
       ->required()
-      ->transform(CLI::CheckedTransformer(types, CLI::ignore_case));
+      ->check(CLI::IsMember({"f32", "q4_k_m"}));
   cmd->add_option("--seed", args->options.seed, "Random seed; the same seed gives a byte-identical file")
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->options.tokenizer_json,
@@ -64,6 +59,9 @@ void register_synth(CLI::App& app, int& exit_code) {
 
   cmd->callback([args, &exit_code] {
     SynthOptions o = args->options;
+    o.arch = args->arch == "qwen35moe" ? SynthArch::QWEN35MOE : SynthArch::QWEN3MOE;
+    o.preset = args->preset == "q35-122b" ? SynthPreset::Q35_122B : SynthPreset::TINY;
+    o.types = args->types == "q4_k_m" ? SynthTypeMix::Q4_K_M : SynthTypeMix::F32;
     if (args->layers > 0) o.layers = args->layers;
     Result<SynthPlan> plan = synth_plan(o);
     if (!plan) {

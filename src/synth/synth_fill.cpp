@@ -39,6 +39,11 @@ struct Q6KBlock {
 };
 static_assert(sizeof(Q6KBlock) == 210);
 
+// The low byte of `bits` mapped onto [lo, hi] by multiply-shift (no division in the per-block path).
+int32_t byte_in_range(uint64_t bits, int32_t lo, int32_t hi) {
+  return lo + int32_t(((bits & 0xFF) * uint64_t(hi - lo + 1)) >> 8);
+}
+
 void fill_random_bytes(SynthRng& rng, uint8_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -61,8 +66,9 @@ void fill_q4k_block(SynthRng& rng, float sigma, const float* mean, uint8_t* out)
   const float d = f16_to_f32(b.d);
   float target[8];
   float target_max = 0;
+  const uint64_t scale_bits = rng.next();  // one byte per sub-block scale
   for (int s = 0; s < 8; ++s) {
-    sc[s] = uint8_t(rng.uniform_int(kQ4ScaleLo, kQ4ScaleHi));
+    sc[s] = uint8_t(byte_in_range(scale_bits >> (8 * s), kQ4ScaleLo, kQ4ScaleHi));
     target[s] = 7.5f * d * float(sc[s]) - (mean ? mean[s] : 0.0f);
     target_max = std::max(target_max, target[s]);
   }
@@ -70,8 +76,9 @@ void fill_q4k_block(SynthRng& rng, float sigma, const float* mean, uint8_t* out)
   b.dmin = f32_to_f16(target_max / 60.0f);
   const float dmin = f16_to_f32(b.dmin);
   for (int s = 0; s < 8; ++s) {
-    const float m = dmin > 0 ? std::nearbyint(target[s] / dmin) : 0.0f;
-    mn[s] = uint8_t(std::clamp(m, 0.0f, 63.0f));
+    // Round half up by truncation after clamping to [0, 63]: no libm call on the per-block path.
+    const float m = dmin > 0 ? std::clamp(target[s] / dmin, 0.0f, 63.0f) : 0.0f;
+    mn[s] = uint8_t(m + 0.5f);
   }
   for (int j = 0; j < 4; ++j) {
     b.scales[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
@@ -88,9 +95,9 @@ void fill_q6k_block(SynthRng& rng, float sigma, uint8_t* out) {
   Q6KBlock b;
   fill_random_bytes(rng, b.ql, sizeof(b.ql));
   fill_random_bytes(rng, b.qh, sizeof(b.qh));
-  const uint64_t signs = rng.next();
+  const uint64_t signs = rng.next(), mags[2] = {rng.next(), rng.next()};
   for (int s = 0; s < 16; ++s) {
-    const int32_t mag = rng.uniform_int(kQ6ScaleLo, kQ6ScaleHi);
+    const int32_t mag = byte_in_range(mags[s / 8] >> (8 * (s % 8)), kQ6ScaleLo, kQ6ScaleHi);
     b.scales[s] = int8_t(((signs >> s) & 1) ? -mag : mag);
   }
   const float jitter = 0.9f + 0.2f * rng.uniform();
