@@ -2,14 +2,15 @@
 // Q5_K·Q8_K, Q6_K·Q8_K), bit-identical to dot_scalar.cpp.
 //
 // The integer parts are exact, so only their *grouping* has to follow the reference: K-quant lane l owns
-// the elements e ≡ l (mod 8) of a super-block (REFERENCE.md 2.7). One in-lane byte shuffle (kPairs) puts
+// the elements e ≡ l (mod 8) of a super-block (REFERENCE.md 2.7). One in-lane byte shuffle (pairs) puts
 // elements i and i+8 of every 16 side by side, so maddubs' pair sums never mix lanes; i16 lane i of a
-// 128-bit half is then lane i % 8. Two sub-blocks are interleaved with unpack{lo,hi}_epi16 so that madd
-// applies both their 6-bit scales while still summing within one lane; a ymm of i32 ends up holding lanes
-// 0..3 twice (unpacklo) or 4..7 twice (unpackhi), folded at the end of each super-block. The f32 steps are
-// then the reference's, one vector FMA (Q4_K, Q5_K) or multiply + add (Q6_K) over the eight lanes.
-// Activation bytes are assumed in [-127, 127], which every quantiser here produces (sign_epi8 cannot
-// negate -128).
+// 128-bit half is then lane i % 8. The weights are shuffled here, the activations once per row by
+// prepare_q8k_pairs16_avx2 (docs/kernels.md, "prepared activations"). Two sub-blocks are interleaved with
+// unpack{lo,hi}_epi16 so that madd applies both their 6-bit scales while still summing within one lane; a
+// ymm of i32 ends up holding lanes 0..3 twice (unpacklo) or 4..7 twice (unpackhi), folded at the end of
+// each super-block. The f32 steps are then the reference's, one vector FMA (Q4_K, Q5_K) or multiply + add
+// (Q6_K) over the eight lanes. Activation bytes are assumed in [-127, 127], which every quantiser here
+// produces (sign_epi8 cannot negate -128).
 #include <immintrin.h>
 
 #include <cstdint>

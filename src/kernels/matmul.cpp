@@ -35,6 +35,11 @@ const KernelTraits& activation_kernels(GgmlType weight_type) {
 
 }  // namespace
 
+bool matmul_type_supported(GgmlType weight_type) {
+  const KernelTraits* k = kernel_traits(weight_type);
+  return k != nullptr && k->dot(Isa::SCALAR) != nullptr;
+}
+
 uint64_t activation_row_bytes(GgmlType weight_type, int64_t cols) {
   const KernelTraits& a = activation_kernels(weight_type);
   ESSAIM_CHECK(cols >= 0 && cols % a.block_size == 0);

@@ -27,6 +27,11 @@ struct WeightMatrix {
   uint64_t row_stride = 0;       // bytes; = type_traits(type).row_bytes(cols)
 };
 
+// True when weights of this type can be multiplied (F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K); Q8_K, an
+// activation-only format, and types without kernels are not. Validate file tensors with this before
+// building a WeightMatrix: the functions below treat a wrong type as a programming error.
+bool matmul_type_supported(GgmlType weight_type);
+
 // Bytes one activation row of `cols` floats occupies in w.type's vec_dot format.
 uint64_t activation_row_bytes(GgmlType weight_type, int64_t cols);
 

@@ -6,7 +6,7 @@
 //   dequantize_row(GgmlType::Q4_K, q.data(), y, 3072);
 //
 // n (elements) must be a multiple of the type's block size; types without kernels are a programming error
-// (callers check type_traits(type).computable, or kernel_type_supported, on anything read from a file).
+// (callers check kernel_type_supported on anything read from a file).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@
 
 namespace essaim {
 
-// True for F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K Q8_K: the types these functions accept.
+// True for F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K Q8_K: the types these functions accept. Whether a type can be
+// a weight matrix is matmul_type_supported (matmul.h): Q8_K cannot.
 bool kernel_type_supported(GgmlType type);
 
 // src (n elements of `type`) -> dst (n floats).

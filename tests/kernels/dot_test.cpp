@@ -11,6 +11,7 @@
 #include "kernels/blocks.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
+#include "kernels/matmul.h"
 #include "kernels/quantize.h"
 
 namespace essaim {
@@ -171,6 +172,10 @@ TEST(KernelTable, IsaSelection) {
     EXPECT_NE(k->dot(best_isa()), nullptr);
   }
   EXPECT_EQ(kernel_traits(GgmlType::Q2_K), nullptr);
+  EXPECT_TRUE(matmul_type_supported(GgmlType::Q6_K));
+  EXPECT_FALSE(matmul_type_supported(GgmlType::Q8_K));
+  EXPECT_FALSE(matmul_type_supported(GgmlType::Q2_K));
+  EXPECT_TRUE(kernel_type_supported(GgmlType::Q8_K));
   EXPECT_EQ(kernel_traits(GgmlType::Q8_K)->dot(Isa::SCALAR), nullptr);
 }
 

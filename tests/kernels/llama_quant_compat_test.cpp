@@ -82,6 +82,8 @@ TEST(LlamaCompat, Qwen35MoeQuantisedBytesAreReproduced) {
   check_pair("qwen35moe-small-f32.gguf", "qwen35moe-small-q4k.gguf", &t);
   EXPECT_GT(t.q4k_rows, 0u);
   EXPECT_GT(t.q8_0_rows, 0u);
+  RecordProperty("tensors", t.tensors);
+  RecordProperty("rows", std::to_string(t.rows));
 }
 
 }  // namespace
