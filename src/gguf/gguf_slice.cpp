@@ -1,23 +1,12 @@
 #include "gguf/gguf_slice.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <future>
 
 #include "gguf/gguf_layout.h"
-#include "gguf/gguf_writer.h"
 
 namespace essaim {
 namespace {
-
-// Large enough that per-call overhead vanishes next to the memcpy into the page cache, small enough that
-// read-ahead of the next chunk overlaps the write of this one.
-constexpr size_t kCopyChunk = size_t(8) << 20;
 
 std::string range_text(uint64_t first, uint64_t count) {
   return count == 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + count - 1);
@@ -60,37 +49,6 @@ GgufValue bool_value(bool v) {
   x.type = GgufValueType::BOOL;
   x.u = v ? 1 : 0;
   return x;
-}
-
-uint64_t scalar_bytes(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
-    case GgufValueType::STRING: case GgufValueType::ARRAY: case GgufValueType::COUNT: break;
-  }
-  ESSAIM_CHECK(false && "not a fixed-size GGUF type");
-  return 0;
-}
-
-// Encoded size of a value after its type field (REFERENCE.md 1.3).
-uint64_t value_bytes(const GgufValue& v) {
-  if (v.type == GgufValueType::STRING) return 8 + v.str.size();
-  if (v.type != GgufValueType::ARRAY) return scalar_bytes(v.type);
-  uint64_t n = 4 + 8;
-  if (v.elem_type == GgufValueType::STRING) {
-    for (const std::string& s : v.strs) n += 8 + s.size();
-  } else {
-    n += scalar_bytes(v.elem_type) * v.array_size();
-  }
-  return n;
-}
-
-uint64_t align_up(uint64_t x, uint32_t alignment) {
-  uint64_t out = 0;
-  ESSAIM_CHECK(gguf_align_up(x, alignment, &out));
-  return out;
 }
 
 // [in, out, X] with ne[3] = 1: the shape every routed-expert tensor must have.
@@ -238,15 +196,6 @@ Status check_slice_range(const MoeLayout& moe, const SliceRange& r) {
   return Status::ok();
 }
 
-uint64_t OutFile::size() const {
-  uint64_t n = 4 + 4 + 8 + 8;  // magic, version, tensor_count, kv_count
-  for (const GgufKv& kv : kvs) n += 8 + kv.key.size() + 4 + value_bytes(kv.value);
-  for (const OutTensor& t : tensors) n += 8 + t.name.size() + 4 + 8 * t.ne.size() + 4 + 8;
-  n = align_up(n, alignment);
-  for (const OutTensor& t : tensors) n += align_up(t.bytes.size(), alignment);
-  return n;
-}
-
 Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, const SliceRange& r) {
   ESSAIM_RETURN_IF_ERROR(check_slice_range(moe, r));
   OutFile f;
@@ -302,41 +251,6 @@ OutFile backbone_file(const GgufFile& src, const MoeLayout& moe) {
   return f;
 }
 
-Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash) {
-  GgufWriter w(f.alignment);
-  for (const GgufKv& kv : f.kvs) w.set_value(kv.key, kv.value);
-  for (const OutTensor& t : f.tensors) w.add_tensor(t.name, t.type, t.ne);
-  const std::string part = path + ".part";
-  ESSAIM_RETURN_IF_ERROR(w.begin(part));
-  const uint8_t* base = f.source != nullptr ? f.source->mapping().bytes().data() : nullptr;
-  for (const OutTensor& t : f.tensors) {
-    for (size_t off = 0; off < t.bytes.size(); off += kCopyChunk) {
-      const std::span<const uint8_t> chunk = t.bytes.subspan(off, std::min(kCopyChunk, t.bytes.size() - off));
-      // Ask for the next chunk while this one is written, so a cold source streams at disk speed.
-      if (base != nullptr && off + kCopyChunk < t.bytes.size())
-        f.source->mapping().advise_willneed(size_t(chunk.data() + kCopyChunk - base),
-                                            std::min(kCopyChunk, t.bytes.size() - off - kCopyChunk));
-      ESSAIM_RETURN_IF_ERROR(w.write_tensor_data(chunk));
-    }
-  }
-  ESSAIM_RETURN_IF_ERROR(w.finish());
-  if (std::rename(part.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(part.c_str());
-    return Status::error("cannot rename '" + part + "' to '" + path + "': " + std::strerror(err));
-  }
-  WrittenFile out;
-  out.path = path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return Status::error("cannot stat '" + path + "': " + std::strerror(errno));
-  out.bytes = uint64_t(st.st_size);
-  ESSAIM_CHECK(out.bytes == f.size());  // OutFile::size follows the writer's layout exactly
-  if (hash) {
-    ESSAIM_ASSIGN_OR_RETURN(out.sha256, sha256_file(path));
-  }
-  return out;
-}
-
 Result<SliceManifest> plan_manifest(const GgufFile& src, const MoeLayout& moe, const SlicePlanOptions& opt) {
   if (opt.experts_per_slice == 0) return Status::error("a slice must hold at least 1 expert");
   const std::string stem = opt.stem.empty() ? moe.architecture : opt.stem;
@@ -388,17 +302,6 @@ Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, cons
   for (ManifestSlice& s : done.slices)
     jobs.push_back({s.file, s.bytes, &s.sha256, SliceRange{s.layer_first, s.layer_count, s.expert_first, s.expert_count}});
 
-  // Two-stage pipeline: the previous file is hashed (read back from the page cache) on another thread while
-  // this one is copied, so slicing costs max(copy, hash) per file rather than their sum.
-  std::future<Result<Sha256Digest>> hashing;
-  Sha256Digest* hashing_into = nullptr;
-  const auto collect = [&]() -> Status {
-    if (!hashing.valid()) return Status::ok();
-    Result<Sha256Digest> d = hashing.get();
-    if (!d) return d.status();
-    *hashing_into = *d;
-    return Status::ok();
-  };
   for (const Job& job : jobs) {
     OutFile f;
     if (job.range) {
@@ -409,13 +312,9 @@ Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, cons
     if (f.size() != job.planned_bytes)
       return Status::error("the plan says " + job.file + " has " + std::to_string(job.planned_bytes) +
                            " bytes, the source gives " + std::to_string(f.size()) + ": re-plan");
-    const std::string path = (std::filesystem::path(dir) / job.file).string();
-    ESSAIM_RETURN_IF_ERROR(write_out_file(f, path, /*hash=*/false).status());
-    ESSAIM_RETURN_IF_ERROR(collect());
-    hashing = std::async(std::launch::async, [path] { return sha256_file(path); });
-    hashing_into = job.sha256;
+    ESSAIM_ASSIGN_OR_RETURN(const WrittenFile w, write_out_file(f, (std::filesystem::path(dir) / job.file).string()));
+    *job.sha256 = w.sha256;
   }
-  ESSAIM_RETURN_IF_ERROR(collect());
   ESSAIM_RETURN_IF_ERROR(done.save((std::filesystem::path(dir) / "manifest.json").string()));
   return done;
 }

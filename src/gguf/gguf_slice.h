@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model_identity.h"
+#include "gguf/out_file.h"
 #include "gguf/slice_format.h"
 #include "gguf/slice_manifest.h"
 
@@ -72,36 +73,10 @@ struct SliceRange {
 // The range names existing MoE layers and experts of the model; the message says what the model has.
 Status check_slice_range(const MoeLayout& moe, const SliceRange& r);
 
-// One file to write: metadata, and for each tensor the source bytes it copies.
-struct OutTensor {
-  std::string name;
-  GgmlType type = GgmlType::F32;
-  std::vector<int64_t> ne;           // ggml order, as written
-  std::span<const uint8_t> bytes;    // into the source mapping
-};
-struct OutFile {
-  uint32_t alignment = 32;
-  std::vector<GgufKv> kvs;           // in file order
-  std::vector<OutTensor> tensors;    // in file (= data) order
-  const GgufFile* source = nullptr;  // the mapping `bytes` point into (for read-ahead hints)
-
-  uint64_t size() const;  // exact size of the file write_out_file produces
-};
-
 // An expert slice of src (keys in docs/slicing.md); tensors keep their names, ne[2] = r.expert_count.
 Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, const SliceRange& r);
 // Every tensor but the routed experts, every KV, plus essaim.backbone.{version,source_model}.
 OutFile backbone_file(const GgufFile& src, const MoeLayout& moe);
-
-struct WrittenFile {
-  std::string path;
-  uint64_t bytes = 0;
-  Sha256Digest sha256{};
-};
-
-// Streams `f` to path (via path.part, renamed when complete, so a crash never leaves a plausible file) in
-// large chunks straight from the source mapping, then hashes what was written unless hash = false.
-Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash = true);
 
 struct SlicePlanOptions {
   uint32_t experts_per_slice = 32;  // N; the last slice of a layer is shorter when N does not divide X
@@ -113,7 +88,7 @@ struct SlicePlanOptions {
 // hashes still zero. Nothing is written.
 Result<SliceManifest> plan_manifest(const GgufFile& src, const MoeLayout& moe, const SlicePlanOptions& opt);
 // Writes every file of the plan into dir (created if missing) and dir/manifest.json; returns the manifest
-// with hashes. Hashing file k overlaps writing file k+1.
+// with every file's SHA-256.
 Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, const SliceManifest& plan,
                                  const std::string& dir);
 

@@ -8,7 +8,7 @@
 
 #include "gguf/expert_slice.h"
 #include "gguf/gguf_slice.h"
-#include "slice_test_model.h"
+#include "slice_test_util.h"
 
 namespace essaim {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_slice.h"
-#include "slice_test_model.h"
+#include "slice_test_util.h"
 
 namespace essaim {
 namespace {

@@ -8,44 +8,16 @@
 #include "gguf/expert_slice.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_slice.h"
-#include "slice_test_model.h"
+#include "slice_test_util.h"
 
 namespace essaim {
 namespace {
 
+using testing::expect_backbone_matches_source;
+using testing::expect_slice_matches_source;
 using testing::make_test_dir;
 using testing::TestMoeSpec;
 using testing::write_test_moe;
-
-// Every expert slab of every tensor the slice holds equals the source's slab of the same global expert.
-void expect_slice_matches_source(const GgufFile& src, const ExpertSlice& s) {
-  const uint32_t fused_kinds = s.gate_up_fused() ? 2 : 3;
-  size_t compared = 0;
-  for (const MoeLayer& l : s.layers()) {
-    size_t kinds = 0;
-    for (size_t k = 0; k < kExpertTensorKindCount; ++k) {
-      const GgufTensor* t = l.tensors[k];
-      if (t == nullptr) continue;
-      ++kinds;
-      const GgufTensor* from = src.find_tensor(t->name);
-      ASSERT_NE(from, nullptr) << t->name;
-      EXPECT_EQ(t->type, from->type) << t->name;
-      EXPECT_EQ(t->ne[0], from->ne[0]) << t->name;
-      EXPECT_EQ(t->ne[1], from->ne[1]) << t->name;
-      EXPECT_EQ(t->ne[2], int64_t(s.expert_count())) << t->name;
-      for (uint32_t j = 0; j < s.expert_count(); ++j) {
-        const std::span<const uint8_t> got = t->expert_slab(j);
-        const std::span<const uint8_t> want = from->expert_slab(s.expert_first() + j);
-        ASSERT_EQ(got.size(), want.size());
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
-            << t->name << " local expert " << j << " differs from source expert " << s.expert_first() + j;
-        ++compared;
-      }
-    }
-    EXPECT_EQ(kinds, fused_kinds) << "layer " << l.layer;
-  }
-  EXPECT_EQ(compared, size_t(s.layer_count()) * fused_kinds * s.expert_count());
-}
 
 // Cuts `r` out of the file at `path`, reopens the slice alone and compares it with the source.
 void check_range(const std::string& path, const SliceRange& r, const std::string& out) {
@@ -185,31 +157,7 @@ TEST_P(SliceFixture, BackboneKeepsEveryOtherTensorAndKeyUnchanged) {
   Result<GgufFile> bb = GgufFile::open(w->path);
   ASSERT_TRUE(bb) << bb.status().message();
 
-  size_t kept = 0;
-  for (const GgufTensor& t : src->tensors()) {
-    const GgufTensor* b = bb->find_tensor(t.name);
-    if (is_routed_expert_tensor_name(t.name)) {
-      EXPECT_EQ(b, nullptr) << t.name;
-      continue;
-    }
-    ASSERT_NE(b, nullptr) << t.name;
-    EXPECT_EQ(b->type, t.type);
-    EXPECT_EQ(b->ne, t.ne);
-    ASSERT_EQ(b->nbytes, t.nbytes);
-    EXPECT_EQ(std::memcmp(b->data, t.data, t.nbytes), 0) << t.name;
-    ++kept;
-  }
-  EXPECT_EQ(bb->tensors().size(), kept);
-  EXPECT_EQ(kept + 3 * moe->layers.size() - (moe->gate_up_fused ? moe->layers.size() : 0), src->tensors().size());
-  for (const GgufKv& kv : src->kvs()) {
-    const GgufValue* v = bb->find_kv(kv.key);
-    ASSERT_NE(v, nullptr) << kv.key;
-    EXPECT_EQ(v->type, kv.value.type) << kv.key;
-    EXPECT_EQ(v->array_size(), kv.value.array_size()) << kv.key;
-    EXPECT_EQ(v->u, kv.value.u) << kv.key;
-    EXPECT_EQ(v->str, kv.value.str) << kv.key;
-    EXPECT_EQ(v->strs, kv.value.strs) << kv.key;
-  }
+  expect_backbone_matches_source(*src, *moe, *bb);
   // The backbone names its source; the backbone's own header hash is a different thing.
   EXPECT_EQ(bb->get_string(kBackboneKeySourceModel), digest_hex(model_identity(*src)));
   EXPECT_EQ(*source_model_identity(*bb), model_identity(*src));

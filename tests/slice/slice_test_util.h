@@ -1,3 +1,6 @@
+// Helpers of the slicing tests: small MoE GGUF files, and the two checks every test runs — a slice's slabs
+// equal the source's, a backbone keeps every other tensor and key unchanged.
+//
 // Small MoE GGUF files for the slicing tests, written with GgufWriter: shapes and names follow llama.cpp's
 // qwen3moe layout, weights are seeded random bytes (slicing never looks at values, only at byte ranges).
 // Unlike `essaim synth`, these also cover what synth does not write: dense layers before the MoE layers,
@@ -12,6 +15,9 @@
 
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "gguf/expert_slice.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_slice.h"
 
 namespace essaim::testing {
 
@@ -31,6 +37,12 @@ struct TestMoeSpec {
 };
 
 Status write_test_moe(const std::string& path, const TestMoeSpec& spec);
+
+// Every expert slab of every tensor the slice holds equals the source's slab of the same global expert
+// (gtest expectations).
+void expect_slice_matches_source(const GgufFile& src, const ExpertSlice& s);
+// Every non-expert tensor byte-identical, no routed-expert tensor, every source KV present and equal.
+void expect_backbone_matches_source(const GgufFile& src, const MoeLayout& moe, const GgufFile& bb);
 
 // A fresh empty directory under the system temp dir, unique per test.
 std::string make_test_dir(const std::string& name);
