@@ -9,10 +9,12 @@
 // the timings: all variants see the same cache, so the ratio isolates what slicing adds to a copy (headers,
 // slab arithmetic, and the SHA-256 of every output, computed on a second thread while the file is written).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +25,7 @@
 
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_slice.h"
+#include "gguf/model_identity.h"
 #include "synth/synth.h"
 
 namespace essaim {
@@ -31,7 +34,22 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// CPU seconds (user + system) of this process and its waited-for children (cp).
+double cpu_s() {
+  rusage self{}, kids{};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &kids);
+  const auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return sec(self.ru_utime) + sec(self.ru_stime) + sec(kids.ru_utime) + sec(kids.ru_stime);
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The machine's 1-minute load average: wall-clock figures from a shared machine mean little without it.
+double load_average() {
+  double l[1] = {0};
+  return ::getloadavg(l, 1) == 1 ? l[0] : -1;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -97,21 +115,36 @@ int run(const std::string& model, uint32_t experts, int reps, const std::string&
     const char* name;
     std::function<bool()> run;
     std::vector<double> seconds;
+    std::vector<double> cpu_seconds;
   };
-  std::vector<Variant> variants = {{"slice_plan", slice_plan, {}}, {"slice_nohash", slice_nohash, {}},
-                                   {"plain_copy", copy, {}}, {"cp", cp, {}}};
+  std::vector<Variant> variants = {{"slice_plan", slice_plan, {}, {}}, {"slice_nohash", slice_nohash, {}, {}},
+                                   {"plain_copy", copy, {}, {}}, {"cp", cp, {}, {}}};
   for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms the page cache and is not counted
     for (size_t k = 0; k < variants.size(); ++k) {
       Variant& v = variants[(k + size_t(std::max(rep, 0))) % variants.size()];
       fs::remove_all(out_dir);
       fs::create_directories(out_dir);
       ::sync();
-      const double t0 = now_s();
+      const double t0 = now_s(), c0 = cpu_s();
       if (!v.run()) return std::fprintf(stderr, "slice_bench: %s failed\n", v.name), 1;
-      if (rep >= 0) v.seconds.push_back(now_s() - t0);
+      if (rep >= 0) {
+        v.seconds.push_back(now_s() - t0);
+        v.cpu_seconds.push_back(cpu_s() - c0);
+      }
     }
   }
   fs::remove_all(out_dir);
+  // SHA-256 alone over the same bytes, in memory, one thread: the floor under slice_plan's second thread.
+  std::vector<double> t_hash;
+  for (int rep = 0; rep < reps; ++rep) {
+    const double t0 = now_s();
+    Sha256 h;
+    for (const MoeLayer& l : moe->layers)
+      for (const GgufTensor* t : l.tensors)
+        if (t != nullptr) h.update(t->bytes());
+    (void)h.finish();
+    t_hash.push_back(now_s() - t0);
+  }
   const std::vector<double>& t_slice = variants[0].seconds;
   const std::vector<double>& t_nohash = variants[1].seconds;
   const std::vector<double>& t_copy = variants[2].seconds;
@@ -138,8 +171,13 @@ int run(const std::string& model, uint32_t experts, int reps, const std::string&
       {"cp_MBps", cp_mbps},
       {"slice_vs_plain_copy", slice / copy_mbps},
       {"slice_vs_cp", slice / cp_mbps},
+      {"sha256_only_MBps", mbps(double(bytes), median(t_hash))},
+      {"load_average_1min", load_average()},
       {"seconds_median", {{"slice_plan", median(t_slice)}, {"slice_nohash", median(t_nohash)},
                           {"plain_copy", median(t_copy)}, {"cp", median(t_cp)}}},
+      {"cpu_seconds_median", {{"slice_plan", median(variants[0].cpu_seconds)},
+                              {"slice_nohash", median(variants[1].cpu_seconds)},
+                              {"plain_copy", median(variants[2].cpu_seconds)}, {"cp", median(variants[3].cpu_seconds)}}},
   };
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
