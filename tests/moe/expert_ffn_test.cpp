@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -41,6 +44,17 @@ struct ExpertWeights {
   }
   ExpertLayer::Tensor3d tensor() const { return {type, cols, rows, n_experts, bytes.data()}; }
 };
+
+// Reference quantisation is slow; each (type, shape, seed) is built once per test binary.
+const ExpertWeights& weights(GgmlType t, int64_t c, int64_t r, int64_t x, uint32_t seed) {
+  static std::map<std::tuple<GgmlType, int64_t, int64_t, int64_t, uint32_t>, std::unique_ptr<ExpertWeights>> cache;
+  std::unique_ptr<ExpertWeights>& w = cache[{t, c, r, x, seed}];
+  if (!w) {
+    std::mt19937 rng(seed);
+    w = std::make_unique<ExpertWeights>(t, c, r, x, rng);
+  }
+  return *w;
+}
 
 struct Case {
   GgmlType gate_up, down;
@@ -94,14 +108,15 @@ std::vector<uint8_t> quantize_rows(const ExpertLayer& l, const std::vector<float
 class ExpertFfn : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    std::mt19937 rng(42 + int(GetParam().gate_up));
-    gate = std::make_unique<ExpertWeights>(GetParam().gate_up, E, F, X, rng);
-    up = std::make_unique<ExpertWeights>(GetParam().gate_up, E, F, X, rng);
-    down = std::make_unique<ExpertWeights>(GetParam().down, F, E, X, rng);
+    gate = &weights(GetParam().gate_up, E, F, X, 1);
+    up = &weights(GetParam().gate_up, E, F, X, 2);
+    down = &weights(GetParam().down, F, E, X, 3);
     layer = ExpertLayer::separate(gate->tensor(), up->tensor(), down->tensor());
     ASSERT_TRUE(layer.validate().is_ok()) << layer.validate().message();
   }
-  std::unique_ptr<ExpertWeights> gate, up, down;
+  const ExpertWeights* gate = nullptr;
+  const ExpertWeights* up = nullptr;
+  const ExpertWeights* down = nullptr;
   ExpertLayer layer;
 };
 
@@ -315,13 +330,13 @@ TEST_P(ExpertFfnQ4, ExecutorRefusesInconsistentBatches) {
 }
 
 TEST(ExpertLayerValidate, RefusesMismatchedShapesAndTypes) {
-  std::mt19937 rng(14);
-  ExpertWeights g(GgmlType::Q4_K, E, F, X, rng), u(GgmlType::Q4_K, E, F, X, rng), d(GgmlType::Q6_K, F, E, X, rng);
+  const ExpertWeights &g = weights(GgmlType::Q4_K, E, F, X, 1), &u = weights(GgmlType::Q4_K, E, F, X, 2),
+                      &d = weights(GgmlType::Q6_K, F, E, X, 3);
   EXPECT_TRUE(ExpertLayer::separate(g.tensor(), u.tensor(), d.tensor()).validate().is_ok());
-  ExpertWeights u8(GgmlType::Q8_0, E, F, X, rng);
+  const ExpertWeights& u8 = weights(GgmlType::Q8_0, E, F, X, 2);
   Status s = ExpertLayer::separate(g.tensor(), u8.tensor(), d.tensor()).validate();
   EXPECT_NE(s.message().find("different activation formats"), std::string::npos) << s.message();
-  ExpertWeights wrong(GgmlType::Q6_K, F, 2 * E, X, rng);
+  const ExpertWeights& wrong = weights(GgmlType::Q6_K, F, 2 * E, X, 4);
   s = ExpertLayer::separate(g.tensor(), u.tensor(), wrong.tensor()).validate();
   EXPECT_NE(s.message().find("expert down weights are [512, 512], expected [512, 256]"), std::string::npos)
       << s.message();
@@ -334,7 +349,8 @@ TEST(ExpertLayerValidate, RefusesMismatchedShapesAndTypes) {
 TEST(ExpertLayerFused, FusedGateUpEqualsSeparateTensors) {
   // ffn_gate_up_exps [E, 2F, X]: per expert, rows 0..F-1 gate, F..2F-1 up.
   std::mt19937 rng(15);
-  ExpertWeights g(GgmlType::Q4_K, E, F, X, rng), u(GgmlType::Q4_K, E, F, X, rng), d(GgmlType::Q6_K, F, E, X, rng);
+  const ExpertWeights &g = weights(GgmlType::Q4_K, E, F, X, 1), &u = weights(GgmlType::Q4_K, E, F, X, 2),
+                      &d = weights(GgmlType::Q6_K, F, E, X, 3);
   const uint64_t slab = g.bytes.size() / X;
   std::vector<uint8_t> fused;
   for (int64_t e = 0; e < X; ++e) {
