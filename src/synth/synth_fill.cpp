@@ -10,6 +10,7 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "synth/synth_random.h"
+#include "synth/synth_vocab.h"
 
 namespace essaim {
 namespace {
@@ -178,10 +179,12 @@ SynthFillContext synth_fill_context(const SynthPlan& plan) {
   SynthRng dir(synth_stream_seed(ctx.seed, synth_name_hash("essaim.synth.direction"), 0));
   ctx.direction.resize(ctx.n_embd / 32);
   for (int8_t& s : ctx.direction) s = (dir.next() >> 63) ? int8_t(-1) : int8_t(1);
-  // Greedy text should not stop or derail on special tokens at random: damp their LM-head rows.
+  // Greedy text from random weights should neither stop on a special token by chance nor fill up with stray
+  // bytes (lone UTF-8 continuation bytes, control characters): damp the LM-head rows of every token that is
+  // not plain printable text.
   ctx.damped_row.resize(plan.vocab.types.size());
   for (size_t i = 0; i < plan.vocab.types.size(); ++i)
-    ctx.damped_row[i] = plan.vocab.types[i] == TokenType::CONTROL || plan.vocab.types[i] == TokenType::USER_DEFINED;
+    ctx.damped_row[i] = plan.vocab.types[i] != TokenType::NORMAL || !synth_token_is_plain_text(plan.vocab.tokens[i]);
   // A random popularity order per block, so the popular experts differ from layer to layer.
   ctx.expert_rank.resize(plan.hp.block_count());
   for (uint32_t il = 0; il < plan.hp.block_count(); ++il) {

@@ -10,7 +10,8 @@
 //   LINEAR      N(0, gain^2 / ne[0])
 //   NORM        1 + gain * N(0, 1)
 //   EMBEDDING   gain * N(0, 1) + m * u            (m = kSynthSkewCarrier when router skew > 0, else 0)
-//   LM_HEAD     N(0, (logits_scale / sqrt(E))^2), rows of CONTROL / USER_DEFINED tokens x 0.25
+//   LM_HEAD     N(0, (logits_scale / sqrt(E))^2); rows of special tokens and of tokens that are not plain
+//               printable text (stray bytes) x 0.25
 //   ROUTER      LINEAR + skew * zipf(rank of the expert) * u / (E * c)
 //   SSM_A       -uniform[1, 16];  SSM_DT_BIAS  uniform[-6.9, -2.3]
 // u is the shared direction: a random sign per 32-element sub-block, so it is also exact in Q4_K blocks
@@ -34,7 +35,7 @@ struct SynthFillContext {
   float router_skew = 0;
   float logits_scale = 0;
   std::vector<int8_t> direction;                  // [n_embd / 32] signs of u
-  std::vector<uint8_t> damped_row;                // [n_vocab] 1 for CONTROL / USER_DEFINED tokens
+  std::vector<uint8_t> damped_row;                // [n_vocab] 1 for special and non-plain-text tokens
   std::vector<std::vector<uint32_t>> expert_rank;  // [block][expert] popularity rank, 0 = most popular
 };
 

@@ -99,6 +99,31 @@ std::string synth_byte_encode(std::string_view bytes) {
   return out;
 }
 
+bool synth_token_is_plain_text(std::string_view t) {
+  if (t.empty()) return false;
+  for (size_t i = 0; i < t.size();) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    uint32_t cp = c;
+    if (c >= 0xC0 && c < 0xE0 && i + 1 < t.size()) {  // the byte map only needs 1- and 2-byte sequences
+      cp = (uint32_t(c & 0x1F) << 6) | (static_cast<unsigned char>(t[i + 1]) & 0x3F);
+      i += 2;
+    } else if (c < 0x80) {
+      i += 1;
+    } else {
+      return false;
+    }
+    // The byte this code point stands for (REFERENCE.md 7.2), or -1.
+    static const std::vector<int> kByteOf = [] {
+      std::vector<int> t(0x144, -1);
+      for (unsigned b = 0; b < 256; ++b) t[byte_code_point(b)] = int(b);
+      return t;
+    }();
+    const int byte = cp < kByteOf.size() ? kByteOf[cp] : -1;
+    if (!(byte == '\n' || byte == '\t' || (byte >= 0x20 && byte <= 0x7E))) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> synth_pretokenize_ascii(std::string_view text) {
   std::vector<std::string> words;
   for (size_t i = 0; i < text.size();) {

@@ -25,6 +25,10 @@ inline constexpr uint32_t kSynthDefaultMerges = 320;
 // REFERENCE.md 7.2: each byte of `bytes` as its code point, UTF-8 encoded ("Ġ" for a space).
 std::string synth_byte_encode(std::string_view bytes);
 
+// True when a byte-encoded token text decodes to printable ASCII, tab or newline only. The synthetic LM head
+// damps every other token so greedy text from random weights stays readable.
+bool synth_token_is_plain_text(std::string_view token_text);
+
 // Words of ASCII text exactly as the qwen2 pre-tokeniser regex (REFERENCE.md 7.4) splits it.
 std::vector<std::string> synth_pretokenize_ascii(std::string_view text);
 

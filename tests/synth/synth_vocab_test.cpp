@@ -22,6 +22,17 @@ TEST(SynthVocab, ByteMapIsGpt2s) {
   EXPECT_EQ(synth_byte_encode("\xA1\xFF"), "\xC2\xA1\xC3\xBF");  // printable Latin-1 keeps its code point
 }
 
+TEST(SynthVocab, PlainTextTokens) {
+  EXPECT_TRUE(synth_token_is_plain_text(synth_byte_encode(" the")));
+  EXPECT_TRUE(synth_token_is_plain_text(synth_byte_encode("\n\n")));
+  EXPECT_TRUE(synth_token_is_plain_text(synth_byte_encode("a\tb~")));
+  EXPECT_FALSE(synth_token_is_plain_text(synth_byte_encode("\xE2")));  // a lone UTF-8 lead byte
+  EXPECT_FALSE(synth_token_is_plain_text(synth_byte_encode("\x7F")));
+  EXPECT_FALSE(synth_token_is_plain_text(synth_byte_encode(std::string(1, '\0'))));
+  EXPECT_FALSE(synth_token_is_plain_text("\xE4\xB8\xAD"));  // raw UTF-8 is not the byte encoding
+  EXPECT_FALSE(synth_token_is_plain_text(""));
+}
+
 TEST(SynthVocab, PreTokenizerSplitsLikeTheQwen2Regex) {
   using W = std::vector<std::string>;
   EXPECT_EQ(synth_pretokenize_ascii("Hello world"), (W{"Hello", " world"}));
