@@ -6,6 +6,7 @@
 //   build-model/bench/model_bench                                  # tiny + 122B-shaped 2 and 4 layers
 //   build-model/bench/model_bench --layers 2 --decode 16 --reps 3
 //   build-model/bench/model_bench --model some.gguf                # only that file
+//   build-model/bench/model_bench --arch qwen35moe --layers 4      # qwen35moe: 3 Gated DeltaNet + 1 attention
 //
 // Models: unless --model is given, the synth library writes (once, into --data-dir) the tiny qwen3moe
 // (q4_k_m) and the q35-122b-shaped qwen3moe with the requested layer counts (q4_k_m): the per-layer shapes
@@ -38,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::vector<std::string> models;
+  SynthArch arch = SynthArch::QWEN3MOE;  // of the synth models
   std::string data_dir = "bench-data";
   std::vector<uint32_t> layers = {2, 4};
   bool skip_122b = false;
@@ -107,12 +109,12 @@ json memory_bandwidth(int64_t bytes, int reps, ThreadPool* pool) {
 
 // Writes a synth model unless it is already there (synth is deterministic: same options, same bytes).
 std::string ensure_synth(const Options& o, SynthPreset preset, uint32_t layers) {
-  const std::string name = std::string("qwen3moe-") + std::string(synth_preset_name(preset)) + "-" +
+  const std::string name = std::string(synth_arch_name(o.arch)) + "-" + std::string(synth_preset_name(preset)) + "-" +
                            std::to_string(layers) + "l-q4_k_m.gguf";
   const std::string path = o.data_dir + "/" + name;
   if (std::filesystem::exists(path)) return path;
   std::filesystem::create_directories(o.data_dir);
-  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = preset, .layers = layers,
+  Result<SynthPlan> plan = synth_plan({.arch = o.arch, .preset = preset, .layers = layers,
                                        .types = SynthTypeMix::Q4_K_M, .seed = 1});
   if (!plan) throw std::runtime_error(plan.status().message());
   std::fprintf(stderr, "model_bench: writing %s\n", path.c_str());
@@ -223,6 +225,10 @@ int main(int argc, char** argv) {
   essaim::Options o;
   CLI::App app{"essaim model benchmark: load, prefill and decode tokens/s, bytes per token, % of bandwidth"};
   app.add_option("--model", o.models, "GGUF file(s) to measure instead of the synth models");
+  app.add_option("--arch", o.arch, "Architecture of the synth models: qwen3moe (default) or qwen35moe")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, essaim::SynthArch>{{"qwen3moe", essaim::SynthArch::QWEN3MOE},
+                                                   {"qwen35moe", essaim::SynthArch::QWEN35MOE}}));
   app.add_option("--data-dir", o.data_dir, "Where the synth models are written once (default ./bench-data)");
   app.add_option("--layers", o.layers, "Layer counts of the 122B-shaped models (default 2 4)");
   app.add_flag("--skip-122b", o.skip_122b, "Only the tiny model");
