@@ -1,5 +1,7 @@
 #include "net/frame_connection.h"
 
+#include "net/wait.h"
+
 namespace essaim::net {
 
 namespace {
@@ -32,27 +34,28 @@ void FrameConnection::close() {
 }
 
 NetStatus FrameConnection::send(const proto::Message& m, Deadline deadline) {
-  // Encoded outside the lock: concurrent senders encode in parallel and only take turns on the wire.
-  std::vector<uint8_t> bytes = proto::encode_message(m);
-  uint64_t payload = bytes.size() - proto::kFrameHeaderBytes;
+  // Checked before anything is built, then encoded outside the lock: concurrent senders encode in
+  // parallel and only take turns on the wire.
+  uint64_t payload = proto::message_payload_bytes(m);
   if (payload > peer_max_payload_) {
     return net_error(NetErrorKind::TOO_LARGE,
                      std::string(proto::frame_type_name(proto::message_frame_type(m))) + " of " +
                          std::to_string(payload) + " bytes exceeds the " + std::to_string(peer_max_payload_.load()) +
                          "-byte limit of " + peer_name() + "; split it");
   }
-  return send_raw(bytes, deadline);
+  return send_raw(proto::encode_message(m), deadline);
 }
 
 NetStatus FrameConnection::send_raw(std::span<const uint8_t> frames, Deadline deadline) {
-  std::unique_lock<std::timed_mutex> lock(write_mu_, std::defer_lock);
-  if (deadline == kNoDeadline) {
-    lock.lock();
-  } else if (!lock.try_lock_until(deadline)) {
-    return net_error(NetErrorKind::TIMEOUT, "other senders to " + peer_name() + " held the line past the deadline");
+  {
+    std::unique_lock lock(write_mu_);
+    if (!wait_until_deadline(write_cv_, lock, deadline, [&] { return !writing_; })) {
+      return net_error(NetErrorKind::TIMEOUT, "other senders to " + peer_name() + " held the line past the deadline");
+    }
+    writing_ = true;
   }
-  if (write_broken_) return net_error(NetErrorKind::CLOSED, "connection to " + peer_name() + " is closed");
-  NetStatus s = stream_->write_all(frames, deadline);
+  NetStatus s = write_broken_ ? NetStatus(net_error(NetErrorKind::CLOSED, "connection to " + peer_name() + " is closed"))
+                              : stream_->write_all(frames, deadline);
   if (!s) {
     // Part of a frame may be out: the peer's decoder is now out of step, so no frame may follow. A peer
     // that is gone (CLOSED) may still have left a last message in our input (a REFUSE, an ERROR saying
@@ -60,6 +63,11 @@ NetStatus FrameConnection::send_raw(std::span<const uint8_t> frames, Deadline de
     write_broken_ = true;
     if (s.error().kind != NetErrorKind::CLOSED) stream_->close();
   }
+  {
+    std::lock_guard lock(write_mu_);
+    writing_ = false;
+  }
+  write_cv_.notify_one();
   return s;
 }
 

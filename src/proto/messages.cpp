@@ -321,13 +321,38 @@ ProtoResult<void> validate_expert_request(const ExpertRequest& r) {
   return {};
 }
 
+uint64_t message_payload_bytes(const Message& m) {
+  auto text = [](const std::string& s) { return 2 + uint64_t(std::min(s.size(), kMaxReasonBytes)); };
+  struct Size {
+    decltype(text)& t;
+    uint64_t operator()(const Hello& h) const {
+      return 4 + 2 + 1 + 4 + 2 + h.fingerprint.isa_class.size() + 32 + 8 + 2 + h.label.size() + 4 +
+             12 * uint64_t(h.holdings.size());
+    }
+    uint64_t operator()(const HelloAck&) const { return 0; }
+    uint64_t operator()(const Refuse& r) const { return 1 + t(r.message); }
+    uint64_t operator()(const ExpertRequest& r) const {
+      return expert_request_payload_bytes(r.n_rows(), r.n_pairs(), r.act_row_bytes);
+    }
+    uint64_t operator()(const ExpertResponse& r) const { return expert_response_payload_bytes(r.n_outputs, r.n_embd); }
+    uint64_t operator()(const ExpertError& e) const { return 8 + 1 + t(e.message); }
+    uint64_t operator()(const Ping&) const { return 8; }
+    uint64_t operator()(const Pong&) const { return 8; }
+    uint64_t operator()(const Goodbye& g) const { return t(g.message); }
+  };
+  return std::visit(Size{text}, m);
+}
+
 void append_message_frame(const Message& m, std::vector<uint8_t>& out) {
-  size_t start = out.size();
-  append_frame_header(message_frame_type(m), 0, out);  // length patched below
+  const size_t start = out.size();
+  const uint64_t len = message_payload_bytes(m);
+  // One allocation of the exact size: a 16 MiB response grown by doubling would be copied and faulted in
+  // several times over.
+  out.reserve(start + kFrameHeaderBytes + len);
+  append_frame_header(message_frame_type(m), len, out);
   WireWriter w(out);
   std::visit([&](const auto& msg) { put(w, msg); }, m);
-  uint64_t len = out.size() - start - kFrameHeaderBytes;
-  std::memcpy(out.data() + start + 1, &len, sizeof(len));
+  ESSAIM_CHECK(out.size() - start - kFrameHeaderBytes == len);
 }
 
 std::vector<uint8_t> encode_message(const Message& m) {

@@ -169,6 +169,9 @@ uint64_t expert_response_payload_bytes(uint64_t n_outputs, uint64_t n_embd);
 // on every request; senders may run it before encoding.
 ProtoResult<void> validate_expert_request(const ExpertRequest& r);
 
+// Payload bytes encode_message will produce for m (without encoding it).
+uint64_t message_payload_bytes(const Message& m);
+
 // Appends one whole frame (header + payload) to out.
 void append_message_frame(const Message& m, std::vector<uint8_t>& out);
 std::vector<uint8_t> encode_message(const Message& m);

@@ -30,7 +30,8 @@ proto::Hello hello(proto::Role role) {
 
 TEST_P(FrameConnectionTest, SixteenMiBMessagesRoundTrip) {
   testing::StreamPair p = testing::connected_pair(GetParam());
-  std::thread server([&] { testing::serve_echo(*p.b); });
+  // jthread: joined after `c` is destroyed (and closed), also when an assertion returns early.
+  std::jthread server([&] { testing::serve_echo(*p.b, 30s); });
   FrameConnection c(std::move(p.a));
   std::mt19937 rng(1);
   proto::ExpertResponse big{.request_id = 3, .n_outputs = 1024, .n_embd = 4096, .outputs = {}};
@@ -46,12 +47,11 @@ TEST_P(FrameConnectionTest, SixteenMiBMessagesRoundTrip) {
     EXPECT_EQ(std::memcmp(got.outputs.data(), big.outputs.data(), big.outputs.size() * 4), 0);
   }
   ASSERT_TRUE(c.send(proto::Goodbye{"done"}, deadline_in(1s)));
-  server.join();
 }
 
 TEST_P(FrameConnectionTest, ManyRequestsInFlightFromSeveralSendersAnsweredOutOfOrder) {
   testing::StreamPair p = testing::connected_pair(GetParam());
-  std::thread server([&] { testing::serve_echo(*p.b); });
+  std::jthread server([&] { testing::serve_echo(*p.b, 30s); });
   FrameConnection c(std::move(p.a));
   const int kSenders = 4, kPerSender = 250;
 
@@ -91,7 +91,6 @@ TEST_P(FrameConnectionTest, ManyRequestsInFlightFromSeveralSendersAnsweredOutOfO
   for (size_t i = 1; i < order.size(); ++i) inversions += order[i] < order[i - 1];
   EXPECT_GT(inversions, 10u) << "answers should come back out of order";
   ASSERT_TRUE(c.send(proto::Goodbye{}, deadline_in(1s)));
-  server.join();
 }
 
 TEST_P(FrameConnectionTest, ReadTimeoutKeepsAPartialFrame) {

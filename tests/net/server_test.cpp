@@ -57,7 +57,7 @@ TEST_P(ServerTest, StalledClientsDoNotStallAnother) {
   proto::ExpertResponse mib{.request_id = 1, .n_outputs = 256, .n_embd = 1024, .outputs = {}};
   mib.outputs.assign(256 * 1024, 0.5f);
   std::atomic<int> flood_sent{0};
-  std::thread flooder([&] {
+  std::jthread flooder([&] {
     for (int i = 0; i < 64; ++i) {
       if (!flood.send(mib, deadline_in(1500ms))) return;
       ++flood_sent;
