@@ -13,3 +13,7 @@ echo "== essaim synth: a tiny qwen3moe model (q4_k_m)"
 "$bin" synth --arch qwen3moe --preset tiny --types q4_k_m --seed 1 -o "$out/tiny-q4k.gguf"
 echo "== essaim inspect"
 "$bin" inspect "$out/tiny-q4k.gguf" | head -n 60
+echo "== essaim run: generate from the synthetic model (greedy; random weights, so the text is noise)"
+"$bin" run -m "$out/tiny-q4k.gguf" -p "Once upon a time" -n 32 --temp 0
+echo "== essaim eval: teacher-forced logits of every position as .npy"
+"$bin" eval -m "$out/tiny-q4k.gguf" -p "Once upon a time" --logits-out "$out/tiny-q4k.logits.npy"
