@@ -1,5 +1,6 @@
 // vocab_from_hf_tokenizer_json and vocab_pad_to (text/vocab.h): a Hugging Face tokenizer.json turned into the
 // vocabulary llama.cpp's convert_hf_to_gguf.py would have written.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -100,8 +101,29 @@ Result<Vocab> import(const json& j, const std::string& path) {
   vocab.model = "gpt2";
   ESSAIM_ASSIGN_OR_RETURN(vocab.pre, detect_pre(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json()));
 
-  std::vector<std::optional<std::string>> texts;
-  std::vector<TokenType> types;
+  // Ids size the tables: refuse sparse ones first, so a small hostile file cannot make us allocate millions of
+  // entries. Real files number their tokens densely (at most a few padding gaps).
+  int64_t max_id = -1;
+  size_t n_entries = 0;
+  for (const auto& [text, value] : model["vocab"].items()) {
+    ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(value, "model.vocab[\"" + text + "\"]"));
+    max_id = std::max(max_id, id);
+    ++n_entries;
+  }
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const json& added : j["added_tokens"]) {
+      if (!added.is_object() || !added.contains("id")) continue;  // reported below
+      ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(added["id"], "added_tokens"));
+      max_id = std::max(max_id, id);
+      ++n_entries;
+    }
+  }
+  if (max_id >= int64_t(2 * n_entries + 65536)) {
+    return Status::error(path + ": token ids reach " + std::to_string(max_id) + " for only " +
+                         std::to_string(n_entries) + " tokens");
+  }
+  std::vector<std::optional<std::string>> texts(size_t(max_id + 1));
+  std::vector<TokenType> types(size_t(max_id + 1), TokenType::UNUSED);
   const auto place = [&](int64_t id, std::string text, TokenType type, bool may_replace) -> Status {
     if (size_t(id) >= texts.size()) {
       texts.resize(size_t(id) + 1);

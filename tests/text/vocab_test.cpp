@@ -124,6 +124,8 @@ TEST(HfImport, RefusesMalformedFilesWithClearMessages) {
   EXPECT_NE(error_of("d.json", unigram).find("BPE"), std::string::npos);
   const std::string huge_id = replace_once(mini_tokenizer_json(), R"("abc":4)", R"("abc":4000000000)");
   EXPECT_NE(error_of("e.json", huge_id).find("out of range"), std::string::npos);
+  const std::string sparse = replace_once(mini_tokenizer_json(), R"("abc":4)", R"("abc":16000000)");
+  EXPECT_NE(error_of("e2.json", sparse).find("for only"), std::string::npos);
   const std::string dup = replace_once(mini_tokenizer_json(), R"("abc":4)", R"("abc":3)");
   EXPECT_NE(error_of("f.json", dup).find("twice"), std::string::npos);
   const std::string lower = replace_once(mini_tokenizer_json(), R"("NFC")", R"("Lowercase")");
