@@ -74,7 +74,12 @@ void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float
     });
     xq = prepared.data();
   }
-  const int64_t tile = std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
+  // At most kTileBytes of weights per tile, and at least four tiles per thread so contiguous chunks of
+  // tiles balance across threads.
+  const int64_t threads = pool != nullptr ? int64_t(pool->size()) : 1;
+  const int64_t by_cache = int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1));
+  const int64_t by_threads = (w.rows + 4 * threads - 1) / (4 * threads);
+  const int64_t tile = std::clamp<int64_t>(std::min(by_cache, by_threads), 4, 512);
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
 
   parallel_for(pool, size_t(n_tiles), [&](size_t tile_begin, size_t tile_end) {
