@@ -1,9 +1,14 @@
-// Streams a planned synthetic model to disk: the pool generates one chunk of rows while the previous chunk
-// is being written, so a 1.4 GB layer costs about max(generation, write) rather than their sum.
+// Streams a planned synthetic model to disk through an ordered pipeline: the data is cut into pieces of at
+// most 16 MiB (whole rows of one tensor, in file order); every pool thread generates whole pieces into a
+// ring of buffers while a writer thread hands finished pieces to GgufWriter strictly in order. No barrier
+// per chunk, so a descheduled thread (a busy machine) delays one piece rather than all of them, and a 1.4 GB
+// layer costs about max(generation, write) rather than their sum.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
-#include <future>
+#include <mutex>
+#include <thread>
 
 #include "core/thread_pool.h"
 #include "gguf/gguf_writer.h"
@@ -13,7 +18,37 @@
 namespace essaim {
 namespace {
 
-constexpr uint64_t kChunkBytes = 32ull << 20;  // big enough to amortise a write call, small enough to pipeline
+constexpr uint64_t kPieceBytes = 16ull << 20;  // amortises a write call; small enough to keep the ring short
+
+struct Piece {
+  size_t tensor;
+  uint64_t row_begin, row_end;
+  uint64_t bytes;
+};
+
+std::vector<Piece> cut_pieces(const SynthPlan& plan) {
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const SynthTensor& t = plan.tensors[i];
+    const uint64_t rows = t.rows(), row_bytes = t.nbytes / rows;
+    const uint64_t per_piece = std::max<uint64_t>(1, kPieceBytes / row_bytes);
+    for (uint64_t r0 = 0; r0 < rows; r0 += per_piece) {
+      const uint64_t r1 = std::min(rows, r0 + per_piece);
+      pieces.push_back({i, r0, r1, (r1 - r0) * row_bytes});
+    }
+  }
+  return pieces;
+}
+
+// The shared state of one write: which pieces are claimed, generated, written.
+struct Pipeline {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next_claim = 0;          // next piece a generator may take
+  size_t written = 0;             // pieces handed to the writer so far
+  std::vector<uint8_t> ready;     // per piece: generated
+  bool failed = false;
+};
 
 }  // namespace
 
@@ -27,27 +62,57 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path)
 
   ThreadPool pool(plan.options.threads);
   const SynthFillContext ctx = synth_fill_context(plan);
-  std::vector<uint8_t> buffers[2];
-  int current = 0;
-  std::future<Status> pending;  // the write of the other buffer
-  for (const SynthTensor& t : plan.tensors) {
-    const uint64_t rows = t.rows();
-    const uint64_t row_bytes = t.nbytes / rows;
-    const uint64_t rows_per_chunk = std::max<uint64_t>(1, kChunkBytes / row_bytes);
-    for (uint64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
-      const uint64_t n = std::min(rows_per_chunk, rows - r0);
-      std::vector<uint8_t>& buf = buffers[current];
-      buf.resize(size_t(n * row_bytes));
-      uint8_t* base = buf.data();
-      parallel_for(&pool, size_t(n), [&](size_t b, size_t e) {
-        synth_fill_rows(ctx, t, r0 + b, r0 + e, base + b * row_bytes);
-      });
-      if (pending.valid()) ESSAIM_RETURN_IF_ERROR(pending.get());
-      pending = std::async(std::launch::async, [&writer, &buf] { return writer.write_tensor_data(buf); });
-      current ^= 1;
+  const std::vector<Piece> pieces = cut_pieces(plan);
+  const size_t n_slots = 2 * pool.size() + 1;  // every generator busy while the writer drains one
+  std::vector<std::vector<uint8_t>> slots(n_slots);
+  Pipeline pipe;
+  pipe.ready.assign(pieces.size(), 0);
+
+  // Piece p lives in slot p % n_slots, so it may be claimed only once piece p - n_slots has been written.
+  const auto generate = [&] {
+    for (;;) {
+      size_t p;
+      {
+        std::unique_lock<std::mutex> lock(pipe.mu);
+        pipe.cv.wait(lock, [&] {
+          return pipe.failed || pipe.next_claim >= pieces.size() || pipe.next_claim < pipe.written + n_slots;
+        });
+        if (pipe.failed || pipe.next_claim >= pieces.size()) return;
+        p = pipe.next_claim++;
+      }
+      const Piece& piece = pieces[p];
+      std::vector<uint8_t>& buf = slots[p % n_slots];
+      buf.resize(size_t(piece.bytes));
+      synth_fill_rows(ctx, plan.tensors[piece.tensor], piece.row_begin, piece.row_end, buf.data());
+      {
+        std::lock_guard<std::mutex> lock(pipe.mu);
+        pipe.ready[p] = 1;
+      }
+      pipe.cv.notify_all();
     }
-  }
-  if (pending.valid()) ESSAIM_RETURN_IF_ERROR(pending.get());
+  };
+  Status write_status;
+  std::thread write_thread([&] {
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      {
+        std::unique_lock<std::mutex> lock(pipe.mu);
+        pipe.cv.wait(lock, [&] { return pipe.ready[p] != 0; });
+      }
+      write_status = writer.write_tensor_data(slots[p % n_slots]);
+      {
+        std::lock_guard<std::mutex> lock(pipe.mu);
+        pipe.written = p + 1;
+        pipe.failed = !write_status.is_ok();
+      }
+      pipe.cv.notify_all();
+      if (!write_status) return;
+    }
+  });
+  pool.parallel_for(pool.size(), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) generate();
+  });
+  write_thread.join();
+  ESSAIM_RETURN_IF_ERROR(write_status);
   ESSAIM_RETURN_IF_ERROR(writer.finish());
 
   SynthSummary s;
