@@ -69,9 +69,12 @@ namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
 
-// [M_0 .. M_3] from four rows' partial vectors (rows past nx are zero vectors).
-__m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+// [M_0 .. M_3] from the first nx of four rows' partial vectors (the others are zero); one row takes the
+// cheaper single reduction, which is what decoding runs.
+template <int NX>
+__m128i hsum4_i32(const __m256i v[4]) {
+  if constexpr (NX == 1) return _mm_cvtsi32_si128(hsum_i32(v[0]));
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
@@ -128,7 +131,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
       yd_rows[j] = b.d;
     }
     const __m128 yd = _mm_load_ps(yd_rows);
-    const __m128 M = _mm_cvtepi32_ps(hsum4_i32(mpart[0], mpart[1], mpart[2], mpart[3]));
+    const __m128 M = _mm_cvtepi32_ps(hsum4_i32<NX>(mpart));
     acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
     const float d = _cvtsh_ss(a->d);
 #pragma GCC unroll 8
