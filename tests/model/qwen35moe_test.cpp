@@ -53,6 +53,8 @@ struct Fixture {
   double min_cosine;
 };
 
+void PrintTo(const Fixture& f, std::ostream* os) { *os << f.model; }
+
 class Qwen35Fixture : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(Qwen35Fixture, LogitsMatchLlamaCppAtEveryPosition) {
@@ -117,6 +119,8 @@ struct Golden {
   SynthTypeMix types;
   std::vector<int32_t> ids;
 };
+
+void PrintTo(const Golden& g, std::ostream* os) { *os << synth_type_mix_name(g.types); }
 
 class Qwen35Golden : public ::testing::TestWithParam<Golden> {};
 
