@@ -13,6 +13,16 @@ namespace {
 
 using namespace synth_test;
 using VT = GgufValueType;
+
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(scratch_path(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kScratchCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
 constexpr GgmlType F32 = GgmlType::F32, Q4K = GgmlType::Q4_K, Q6K = GgmlType::Q6_K;
 
 struct ExpTensor {

@@ -19,9 +19,14 @@
 
 namespace essaim::synth_test {
 
+// One directory per test process, removed when the process's tests end (synth_format_test.cpp registers
+// the cleanup).
+inline std::filesystem::path scratch_path() {
+  return std::filesystem::temp_directory_path() / ("essaim_synth_test_" + std::to_string(::getpid()));
+}
+
 inline std::filesystem::path scratch_dir() {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("essaim_synth_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = scratch_path();
   std::filesystem::create_directories(dir);
   return dir;
 }
