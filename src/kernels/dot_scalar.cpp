@@ -55,29 +55,17 @@ float dot_q8_0(int64_t n, const void* w, const void* x) {
   return acc;
 }
 
-// Value of every element of a super-block, unpacked once (the index maps of REFERENCE.md 2.4).
-void q4k_values(const BlockQ4K& b, int32_t q[kQK_K]) {
-  for (int e = 0; e < kQK_K; ++e) q[e] = (b.qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xF;
+// The quantised value of element i (0..31) of sub-block s of a Q4_K / Q5_K block (REFERENCE.md 2.4):
+// qs[32*(s/2) + i] holds it in its low (even s) or high (odd s) nibble; Q5_K adds bit s of qh[i] as 16.
+int32_t q4k_value(const BlockQ4K& b, int s, int i) { return (b.qs[32 * (s / 2) + i] >> (4 * (s % 2))) & 0xF; }
+
+int32_t q5k_value(const BlockQ5K& b, int s, int i) {
+  return ((b.qs[32 * (s / 2) + i] >> (4 * (s % 2))) & 0xF) | (((b.qh[i] >> s) & 1) << 4);
 }
 
-void q5k_values(const BlockQ5K& b, int32_t q[kQK_K]) {
-  for (int e = 0; e < kQK_K; ++e) {
-    const int32_t low = (b.qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xF;
-    q[e] = low | (((b.qh[e % 32] >> (e / 32)) & 1) << 4);
-  }
-}
-
-void q6k_values(const BlockQ6K& b, int32_t q[kQK_K]) {
-  for (int e = 0; e < kQK_K; ++e) {
-    const int h = e / 128, c = (e % 128) / 32, l = e % 32;
-    const uint8_t qlb = b.ql[64 * h + 32 * (c & 1) + l];
-    const int32_t low4 = c < 2 ? (qlb & 0xF) : (qlb >> 4);
-    q[e] = (low4 | (((b.qh[32 * h + l] >> (2 * c)) & 3) << 4)) - 32;
-  }
-}
-
-// Q4_K and Q5_K differ only in how the 0..15 / 0..31 values are read.
-template <typename Block, void (*Values)(const Block&, int32_t*)>
+// Q4_K and Q5_K differ only in how the 0..15 / 0..31 values are read. Lane l's partial sum of sub-block
+// s adds its four elements 8c + l (c = 0..3) — written out so compilers vectorise it over l.
+template <typename Block, int32_t (*Value)(const Block&, int, int)>
 float dot_q45k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const Block*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
@@ -86,14 +74,14 @@ float dot_q45k(int64_t n, const void* w, const void* x) {
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     uint8_t sc[8], m[8];
     q4k_unpack_scales(a[k].scales, sc, m);
-    int32_t q[kQK_K];
-    Values(a[k], q);
     int32_t A[8] = {};
     for (int s = 0; s < 8; ++s) {
-      int32_t part[8] = {};
-      for (int c = 0; c < 4; ++c)
-        for (int l = 0; l < 8; ++l) part[l] += q[32 * s + 8 * c + l] * int32_t(b[k].qs[32 * s + 8 * c + l]);
-      for (int l = 0; l < 8; ++l) A[l] += int32_t(sc[s]) * part[l];
+      const int8_t* y = b[k].qs + 32 * s;
+      for (int l = 0; l < 8; ++l) {
+        const int32_t part = Value(a[k], s, l) * y[l] + Value(a[k], s, 8 + l) * y[8 + l] +
+                             Value(a[k], s, 16 + l) * y[16 + l] + Value(a[k], s, 24 + l) * y[24 + l];
+        A[l] += int32_t(sc[s]) * part;
+      }
     }
     int32_t M = 0;
     for (int g = 0; g < 16; ++g) M += int32_t(b[k].bsums[g]) * int32_t(m[g / 2]);
@@ -105,22 +93,34 @@ float dot_q45k(int64_t n, const void* w, const void* x) {
   return fold_lanes8(acc, lane);
 }
 
-float dot_q4k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ4K, q4k_values>(n, w, x); }
-float dot_q5k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ5K, q5k_values>(n, w, x); }
+float dot_q4k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ4K, q4k_value>(n, w, x); }
+float dot_q5k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ5K, q5k_value>(n, w, x); }
+
+// Sub-block s (16 elements) of a Q6_K block, as pointers and shifts: element 16s + i has the low nibble
+// of ql[i] (high nibble when `nibble` is 4) and bits `pair`..`pair`+1 of qh[i], minus 32. With h = s/8,
+// c = (s%8)/2 and o = 16(s%2) this is REFERENCE.md 2.4's element 128h + 32c + o + i.
+struct Q6kRun {
+  const uint8_t* ql;
+  const uint8_t* qh;
+  int nibble, pair;
+  int32_t value(int i) const { return (((ql[i] >> nibble) & 0xF) | (((qh[i] >> pair) & 3) << 4)) - 32; }
+};
+
+Q6kRun q6k_run(const BlockQ6K& b, int s) {
+  const int h = s / 8, c = (s % 8) / 2, o = 16 * (s % 2);
+  return Q6kRun{.ql = b.ql + 64 * h + 32 * (c & 1) + o, .qh = b.qh + 32 * h + o, .nibble = 4 * (c / 2), .pair = 2 * c};
+}
 
 float dot_q6k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ6K*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
   float lane[8] = {};
   for (int64_t k = 0; k < n / kQK_K; ++k) {
-    int32_t q[kQK_K];
-    q6k_values(a[k], q);
     int32_t A[8] = {};
-    for (int s = 0; s < 16; ++s) {
-      int32_t part[8] = {};
-      for (int c = 0; c < 2; ++c)
-        for (int l = 0; l < 8; ++l) part[l] += q[16 * s + 8 * c + l] * int32_t(b[k].qs[16 * s + 8 * c + l]);
-      for (int l = 0; l < 8; ++l) A[l] += int32_t(a[k].scales[s]) * part[l];
+    for (int s = 0; s < 16; ++s) {  // lane l of sub-block s: elements 16s + l and 16s + 8 + l
+      const Q6kRun q = q6k_run(a[k], s);
+      const int8_t* y = b[k].qs + 16 * s;
+      for (int l = 0; l < 8; ++l) A[l] += int32_t(a[k].scales[s]) * (q.value(l) * y[l] + q.value(8 + l) * y[8 + l]);
     }
     const float d = f16_to_f32(a[k].d) * b[k].d;
     for (int l = 0; l < 8; ++l) lane[l] = lane[l] + d * float(A[l]);
