@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
@@ -177,6 +180,30 @@ TEST(KernelTable, IsaSelection) {
   EXPECT_FALSE(matmul_type_supported(GgmlType::Q2_K));
   EXPECT_TRUE(kernel_type_supported(GgmlType::Q8_K));
   EXPECT_EQ(kernel_traits(GgmlType::Q8_K)->dot(Isa::SCALAR), nullptr);
+}
+
+// ESSAIM_ISA picks the initial variant. The choice is made once per process, so the check runs in a child:
+// this binary again, with the variable set, running only EnvChild.
+TEST(KernelTable, EnvChild) {
+  const char* want = std::getenv("ESSAIM_ISA_EXPECT");
+  if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentChoosesTheInitialIsa";
+  EXPECT_EQ(isa_name(kernels_isa()), want);
+}
+
+TEST(KernelTable, EnvironmentChoosesTheInitialIsa) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  auto run_child = [&](const std::string& env) {
+    const std::string cmd = env + " '" + self + "' --gtest_filter=KernelTable.EnvChild > /dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_ISA_EXPECT=scalar"), 0);
+  EXPECT_NE(run_child("ESSAIM_ISA=scalar ESSAIM_ISA_EXPECT=avx2"), 0) << "the child must be able to fail";
+  // Unknown or unsupported names fall back to the best supported set.
+  const std::string best(isa_name(best_isa()));
+  EXPECT_EQ(run_child("ESSAIM_ISA=neon ESSAIM_ISA_EXPECT=" + best), 0);
+  if (isa_supported(Isa::AVX2)) {
+    EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_ISA_EXPECT=avx2"), 0);
+  }
 }
 
 }  // namespace
