@@ -87,25 +87,26 @@ void l2_normalize(float* x, int64_t n, float eps) {
 void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, int64_t T, const GdnStateIo& io,
                     float* u, ThreadPool* pool) {
   const int64_t C = s.conv_channels(), Kc = s.conv_kernel, Dk = s.head_dim;
-  std::vector<float> ext(size_t((Kc - 1 + T) * C));  // [Kc-1+T][C]: oldest row first
-  std::memcpy(ext.data(), io.conv_in, s.conv_state_size() * sizeof(float));
-  std::memcpy(ext.data() + (Kc - 1) * C, mix, size_t(T * C) * sizeof(float));
-
+  // Row r of the window sequence [conv_in rows 0..Kc-2 | mix rows 0..T-1], oldest first.
+  auto window_row = [&](int64_t r) { return r < Kc - 1 ? io.conv_in + r * C : mix + (r - (Kc - 1)) * C; };
   parallel_for(T > 1 ? pool : nullptr, size_t(T), [&](size_t b, size_t e) {
+    std::vector<const float*> rows(static_cast<size_t>(Kc));  // the Kc inputs of token t, tap 0 = oldest
     for (size_t t = b; t < e; ++t) {
+      for (int64_t j = 0; j < Kc; ++j) rows[size_t(j)] = window_row(int64_t(t) + j);
       float* ut = u + t * size_t(C);
-      const float* window = ext.data() + t * size_t(C);  // row j of the window = ext row t + j
       for (int64_t c = 0; c < C; ++c) {
         const float* taps = conv1d + c * Kc;
         float sum = 0.0f;
-        for (int64_t j = 0; j < Kc; ++j) sum = sum + taps[j] * window[j * C + c];  // tap 0 = oldest
+        for (int64_t j = 0; j < Kc; ++j) sum = sum + taps[j] * rows[size_t(j)][c];
         ut[c] = silu(sum);
       }
       for (int64_t h = 0; h < 2 * int64_t(s.n_k_heads); ++h) l2_normalize(ut + h * Dk, Dk, s.eps);  // q, then k
     }
   });
-  // The newest Kc-1 raw rows become the window of the next run (written last: conv_out may be conv_in).
-  std::memcpy(io.conv_out, ext.data() + T * C, s.conv_state_size() * sizeof(float));
+  // The newest Kc-1 raw rows become the next window. Row r comes from window row T + r > r, so ascending
+  // order never overwrites a row still to be read when conv_out is conv_in.
+  for (int64_t r = 0; r < Kc - 1; ++r)
+    std::memmove(io.conv_out + r * C, window_row(T + r), size_t(C) * sizeof(float));
 }
 
 // The gated delta rule for T tokens: u [T][C] (normalised q, k and v), decay / beta [T][Hv], o [T][Hv][Dv].

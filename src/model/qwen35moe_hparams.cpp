@@ -10,6 +10,7 @@ namespace essaim {
 namespace {
 
 constexpr const char* kArch = "qwen35moe";
+constexpr uint64_t kMaxRecurrentStateFloats = uint64_t(1) << 28;  // 1 GiB per layer
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
@@ -163,6 +164,12 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   if (n_v_heads % n_k_heads != 0)
     return Status::error("qwen35moe: ssm.time_step_rank (" + str(n_v_heads) +
                          ") is not a multiple of ssm.group_count (" + str(n_k_heads) + ")");
+  // The per-sequence state is Hv·Dk·Dk floats per GDN layer (4 MiB for Qwen3.5): refuse sizes no model has
+  // before a cache allocation could fail on them.
+  if (uint64_t(d_inner) * d_state > kMaxRecurrentStateFloats)
+    return Status::error("qwen35moe: a recurrent state of ssm.inner_size x ssm.state_size = " +
+                         str(uint64_t(d_inner) * d_state) + " floats per layer exceeds the limit of " +
+                         str(kMaxRecurrentStateFloats));
   hp.ssm_conv_kernel = int32_t(kc);
   hp.ssm_n_k_heads = int32_t(n_k_heads);
   hp.ssm_n_v_heads = int32_t(n_v_heads);

@@ -81,6 +81,10 @@ TEST(Qwen35Loader, InconsistentHyperparametersAreRefused) {
   expect_error("flags_len", {.set_keys = {{"qwen35moe.attention.recurrent_layers",
                                            gguf_array(GgufValueType::BOOL, {1, 0, 0})}}},
                "'qwen35moe.attention.recurrent_layers' has 3 entries, expected one per block (2)");
+  expect_error("huge_state", {.set_keys = {{"qwen35moe.ssm.time_step_rank", gguf_u32(4096)},
+                                            {"qwen35moe.ssm.state_size", gguf_u32(4096)},
+                                            {"qwen35moe.ssm.inner_size", gguf_u32(4096 * 4096)}}},
+               "recurrent state of ssm.inner_size x ssm.state_size = 68719476736 floats per layer exceeds");
   expect_error("yarn", {.set_keys = {{"qwen35moe.rope.scaling.type", test::gguf_string("yarn")}}},
                "rope scaling 'yarn' is not supported");
 }
