@@ -303,6 +303,9 @@ Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, cons
     jobs.push_back({s.file, s.bytes, &s.sha256, SliceRange{s.layer_first, s.layer_count, s.expert_first, s.expert_count}});
 
   for (const Job& job : jobs) {
+    // A plan may have been loaded from JSON; parse() checks names, a hand-built manifest may not have been.
+    if (!manifest_file_name_is_plain(job.file))
+      return Status::error("'" + job.file + "' is not a plain file name inside '" + dir + "'");
     OutFile f;
     if (job.range) {
       ESSAIM_ASSIGN_OR_RETURN(f, expert_slice_file(src, moe, *job.range));
