@@ -3,6 +3,7 @@
 #include "synth/synth_arch.h"
 
 #include <cstdio>
+#include <iterator>
 
 #include "core/status.h"
 

@@ -1,7 +1,5 @@
 // qwen3moe as data: presets, the tensor table of REFERENCE.md 4.2 (separate q/k/v, per-head q/k RMSNorm,
 // routed experts only) and the metadata keys of 4.1 with the exact GGUF types of section 9.
-#include <cmath>
-
 #include "synth/synth_arch.h"
 
 namespace essaim {
