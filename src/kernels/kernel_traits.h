@@ -2,9 +2,13 @@
 // against its activation type for every instruction set), plus the run-time choice of instruction set.
 //
 //   const KernelTraits& k = *kernel_traits(GgmlType::Q4_K);     // k.vec_dot_type == GgmlType::Q8_K
+//   const Isa isa = kernels_isa();
+//   prepare_activations(k, isa, xq, 2, 3072, xp);                // 2 Q8_K rows -> the layout k.dot(isa) reads
 //   float y[2];
-//   k.dot(kernels_isa())(3072, w_row, xq, xq_row_bytes, 2, y);   // w_row . xq row 0, w_row . xq row 1
+//   k.dot(isa)(3072, w_row, xp, xq_row_bytes, 2, y);              // w_row . row 0, w_row . row 1
 //   set_kernel_isa(Isa::SCALAR);                                  // tests and benchmarks compare variants
+//
+// Most callers want matmul.h, which does all of this.
 //
 // Every variant of a dot product returns the same bits as the scalar reference (docs/kernels.md gives the
 // canonical accumulation order each one follows). Adding a type is adding a row here and its kernels;
