@@ -4,6 +4,9 @@
 // sub-blocks (or one half of a Q6_K super-block). After the in-lane pair shuffle each 128-bit quarter
 // holds lanes 0..7 of one 16-element run, maddubs forms same-lane pair sums, unpack{lo,hi}_epi16
 // interleaves two sub-blocks and VNNI's vpdpwssd applies their scales and accumulates in one instruction.
+// The activations arrive pre-arranged (prepare_q8k_q45k_avx512, prepare_q8k_pairs16_avx2), so only the
+// weights are shuffled here. Two rows' lanes share one zmm for the f32 steps; each row's values go through
+// exactly the reference's operations.
 // vpdpbusd would sum four neighbouring bytes, i.e. two different canonical lanes after any in-lane
 // shuffle, so it serves only Q8_0 here, whose reference sums a whole block at once.
 #include <immintrin.h>
