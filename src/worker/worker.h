@@ -46,7 +46,7 @@ namespace essaim::worker {
 inline constexpr uint64_t kWorkerDefaultMaxPayloadBytes = 16ull << 20;
 
 struct WorkerOptions {
-  std::string label;                  // a human name, sent in the HELLO for the peer's logs
+  std::string label{};                // a human name, sent in the HELLO for the peer's logs
   size_t threads = 0;                 // compute threads in all; 0 = every core
   size_t lanes = 1;                   // requests computed at once; the threads are split among them
   uint64_t max_payload_bytes = kWorkerDefaultMaxPayloadBytes;  // largest frame accepted (>= 64 KiB)
@@ -55,8 +55,8 @@ struct WorkerOptions {
   std::chrono::milliseconds handshake_timeout{10'000};
   std::chrono::milliseconds write_timeout{30'000};  // a peer that reads nothing for this long is dropped
   std::chrono::milliseconds idle_timeout{600'000};  // no whole frame for this long: GOODBYE; 0 = never
-  proto::HandshakePolicy policy;
-  std::function<void(const std::string&)> log;      // connection events (refusals, closes); null = silent
+  proto::HandshakePolicy policy{};
+  std::function<void(const std::string&)> log{};    // connection events (refusals, closes); null = silent
 };
 
 class Worker {
