@@ -1,4 +1,5 @@
-// `essaim eval -m FILE (--tokens 1,2,3 | -p TEXT) --logits-out FILE.npy [--batch N] [--threads N]`:
+// `essaim eval -m FILE (--tokens 1,2,3 | -p TEXT) --logits-out FILE.npy [--batch N] [--threads N]
+//  [--worker HOST:PORT]... [--expert-map FILE] [--worker-timeout-ms MS]`:
 // teacher-forced logits of every position, written as float32 .npy [n_tokens, n_vocab] — the format the
 // llama.cpp reference fixtures and other tools compare with.
 //
@@ -6,7 +7,8 @@
 //   essaim eval -m tiny.gguf -p "Hello" --batch 4 --logits-out /tmp/l.npy     # same logits, 4-token chunks
 //
 // The prompt is evaluated in chunks of --batch tokens (default: all at once); the result does not depend
-// on the chunking nor on --threads (DESIGN.md invariant 2).
+// on the chunking nor on --threads (DESIGN.md invariant 2), nor on which workers computed the experts
+// (invariant 1: `essaim npy-diff` of a monolithic and a sharded run shows max |Δ| = 0).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/dispatch_flags.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -32,6 +35,7 @@ struct EvalArgs {
   int32_t threads = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  DispatchFlags swarm;
 };
 
 Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
@@ -75,7 +79,8 @@ Status run_eval(const EvalArgs& a) {
   if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
-  LocalExpertExecutor experts(model->expert_store(), &pool);
+  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(*model, &pool, a.swarm, "essaim eval"));
+  ExpertExecutor& experts = *chosen.executor;
   SequenceCache cache = model->new_cache({.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16,
                                           .n_ctx = std::max<int32_t>(int32_t(ids.size()), 1)});
   const size_t V = size_t(model->info().n_vocab);
@@ -95,6 +100,7 @@ Status run_eval(const EvalArgs& a) {
                a.model.c_str(), model->info().arch.c_str(), ids.size(), load_s, eval_s,
                double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
   std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
+  print_dispatch_stats(chosen, "essaim eval");
   return Status::ok();
 }
 
@@ -113,6 +119,7 @@ void register_eval(CLI::App& app, int& exit_code) {
   cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32");
   cmd->add_flag("--mlock", args->mlock, "Pin the model in RAM");
+  add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code, tokens, prompt] {
     if (tokens->count() == 0 && prompt->count() == 0) {
       std::fprintf(stderr, "essaim eval: give --tokens or -p\n");

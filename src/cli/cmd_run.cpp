@@ -1,13 +1,14 @@
 // `essaim run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
-//  [--seed S] [--chat] [--threads N] [--mlock]`: generate text, streaming it to stdout, and end with the
-// prompt and generation speeds on stderr.
+//  [--seed S] [--chat] [--threads N] [--mlock] [--worker HOST:PORT]... [--expert-map FILE]
+//  [--worker-timeout-ms MS]`: generate text, streaming it to stdout, and end with the prompt and generation
+// speeds (and, with workers, the dispatch summary) on stderr.
 //
 //   essaim run -m tiny.gguf -p "Once upon a time" -n 32 --temp 0          # greedy
 //   essaim run -m tiny.gguf -p "Hi!" --chat --seed 7
 //
 // The prompt is processed in one batched forward pass (or chunks of --batch tokens), then one token per
-// step. Every routed expert goes through the ExpertExecutor built in make_executor (local now; the swarm
-// adds remote workers there).
+// step. Every routed expert goes through the ExpertExecutor built in make_executor: the local replica, or
+// the swarm's dispatcher when workers are given (cli/dispatch_flags.h, docs/dispatch.md).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/dispatch_flags.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
@@ -38,10 +40,11 @@ struct RunArgs {
   int32_t n_ctx = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  DispatchFlags swarm;
 };
 
-std::unique_ptr<ExpertExecutor> make_executor(const Model& model, ThreadPool* pool) {
-  return std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
+Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const DispatchFlags& swarm) {
+  return make_expert_executor(model, pool, swarm, "essaim run");
 }
 
 Status run_generate(const RunArgs& a) {
@@ -66,7 +69,8 @@ Status run_generate(const RunArgs& a) {
   if (prompt.empty()) return Status::error("the prompt encodes to no tokens");
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
-  std::unique_ptr<ExpertExecutor> experts = make_executor(*model, &pool);
+  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_executor(*model, &pool, a.swarm));
+  ExpertExecutor* const experts = chosen.executor.get();
   SequenceCache cache = model->new_cache({.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = a.n_ctx});
   if (int64_t(prompt.size()) >= cache.n_ctx())
     return Status::error("the prompt (" + std::to_string(prompt.size()) + " tokens) does not fit the context (" +
@@ -84,7 +88,7 @@ Status run_generate(const RunArgs& a) {
     const size_t n = std::min(chunk, prompt.size() - b);
     const bool last = b + n == prompt.size();
     ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(prompt).subspan(b, n),
-                                           .cache = &cache, .experts = experts.get(), .pool = &pool,
+                                           .cache = &cache, .experts = experts, .pool = &pool,
                                            .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
                                            .logits = last ? std::span<float>(logits) : std::span<float>()}));
   }
@@ -103,7 +107,7 @@ Status run_generate(const RunArgs& a) {
     std::fflush(stdout);
     if (n_gen == a.n_predict || cache.n_past() >= cache.n_ctx()) break;
     ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(&id, 1), .cache = &cache,
-                                           .experts = experts.get(), .pool = &pool,
+                                           .experts = experts, .pool = &pool,
                                            .logits_mode = LogitsMode::LAST, .logits = logits}));
   }
   std::fputs(out.flush().c_str(), stdout);
@@ -117,6 +121,7 @@ Status run_generate(const RunArgs& a) {
                double(prompt.size()) / prompt_s);
   std::fprintf(stderr, "essaim run: generation %d tokens in %.3f s (%.2f tok/s)\n", n_gen, gen_s,
                gen_s > 0 ? double(n_gen) / gen_s : 0.0);
+  print_dispatch_stats(chosen, "essaim run");
   return Status::ok();
 }
 
@@ -143,6 +148,7 @@ void register_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--ctx", a->n_ctx, "Context size (default: the model's, at most 8192)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32");
   cmd->add_flag("--mlock", a->mlock, "Pin the model in RAM");
+  add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {
     Status s = run_generate(*a);
     if (!s) {

@@ -1,0 +1,113 @@
+#include "backbone/dispatch_stats.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace essaim::backbone {
+
+std::string_view fallback_reason_name(FallbackReason r) {
+  switch (r) {
+    case FallbackReason::UNAVAILABLE: return "unavailable";
+    case FallbackReason::TIMEOUT: return "timeout";
+    case FallbackReason::DISCONNECTED: return "disconnected";
+    case FallbackReason::PROTOCOL: return "protocol";
+    case FallbackReason::ERROR_RESPONSE: return "error_response";
+    case FallbackReason::BAD_RESPONSE: return "bad_response";
+    case FallbackReason::AUDIT_MISMATCH: return "audit_mismatch";
+    case FallbackReason::OVERLOADED: return "overloaded";
+    case FallbackReason::TOO_LARGE: return "too_large";
+    case FallbackReason::COUNT: break;
+  }
+  return "?";
+}
+
+uint64_t DispatchStats::bytes_sent() const {
+  uint64_t n = 0;
+  for (const LayerWire& l : layers) n += l.bytes_sent;
+  return n;
+}
+
+uint64_t DispatchStats::bytes_received() const {
+  uint64_t n = 0;
+  for (const LayerWire& l : layers) n += l.bytes_received;
+  return n;
+}
+
+uint64_t DispatchStats::fallbacks() const {
+  uint64_t n = 0;
+  for (uint64_t p : fallback_pairs) n += p;
+  return n;
+}
+
+std::string DispatchStats::to_json() const {
+  nlohmann::ordered_json j;
+  j["layer_calls"] = layer_calls;
+  j["pairs"] = pairs;
+  j["pairs_remote"] = pairs_remote;
+  j["pairs_local"] = pairs_local;
+  j["pairs_fallback"] = pairs_fallback;
+  j["requests"] = requests;
+  j["responses"] = responses;
+  j["audits"] = audits;
+  nlohmann::ordered_json fr = nlohmann::ordered_json::object(), fp = nlohmann::ordered_json::object();
+  for (size_t r = 0; r < kFallbackReasonCount; ++r) {
+    fr[std::string(fallback_reason_name(FallbackReason(r)))] = fallback_requests[r];
+    fp[std::string(fallback_reason_name(FallbackReason(r)))] = fallback_pairs[r];
+  }
+  j["fallback_requests"] = fr;
+  j["fallback_pairs"] = fp;
+  j["bytes_sent"] = bytes_sent();
+  j["bytes_received"] = bytes_received();
+  nlohmann::ordered_json ls = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].calls == 0) continue;
+    ls.push_back({{"layer", i}, {"calls", layers[i].calls}, {"requests", layers[i].requests},
+                  {"bytes_sent", layers[i].bytes_sent}, {"bytes_received", layers[i].bytes_received}});
+  }
+  j["layers"] = ls;
+  nlohmann::ordered_json ws = nlohmann::ordered_json::array();
+  for (const WorkerReport& w : workers)
+    ws.push_back({{"address", w.address}, {"label", w.label}, {"connected", w.connected}, {"sessions", w.sessions},
+                  {"requests", w.requests}, {"pairs_served", w.pairs_served}, {"failures", w.failures},
+                  {"last_error", w.last_error}});
+  j["workers"] = ws;
+  j["seconds"] = seconds;
+  j["max_call_seconds"] = max_call_seconds;
+  return j.dump();
+}
+
+std::string DispatchStats::to_text() const {
+  char line[512];
+  std::string t;
+  std::snprintf(line, sizeof line,
+                "dispatch: %llu layer calls, %llu (row, expert) pairs: %llu by workers, %llu local, %llu fallback\n",
+                (unsigned long long)layer_calls, (unsigned long long)pairs, (unsigned long long)pairs_remote,
+                (unsigned long long)pairs_local, (unsigned long long)pairs_fallback);
+  t += line;
+  const double calls = layer_calls > 0 ? double(layer_calls) : 1.0;
+  std::snprintf(line, sizeof line,
+                "dispatch: %llu requests, %.1f KiB sent, %.1f KiB received (%.0f B per layer call), "
+                "slowest layer call %.1f ms\n",
+                (unsigned long long)requests, double(bytes_sent()) / 1024, double(bytes_received()) / 1024,
+                double(bytes_sent() + bytes_received()) / calls, max_call_seconds * 1e3);
+  t += line;
+  if (fallbacks() > 0) {
+    std::string reasons;
+    for (size_t r = 0; r < kFallbackReasonCount; ++r)
+      if (fallback_pairs[r] > 0)
+        reasons += (reasons.empty() ? "" : ", ") + std::string(fallback_reason_name(FallbackReason(r))) + " " +
+                   std::to_string(fallback_pairs[r]);
+    t += "dispatch: fallback pairs by reason: " + reasons + "\n";
+  }
+  for (const WorkerReport& w : workers) {
+    std::snprintf(line, sizeof line, "dispatch: worker %s%s%s: %s, %llu requests, %llu pairs served, %llu failed%s%s\n",
+                  w.address.c_str(), w.label.empty() ? "" : " ", w.label.empty() ? "" : ("(" + w.label + ")").c_str(),
+                  w.connected ? "up" : "down", (unsigned long long)w.requests, (unsigned long long)w.pairs_served,
+                  (unsigned long long)w.failures, w.last_error.empty() ? "" : "; last error: ",
+                  w.last_error.c_str());
+    t += line;
+  }
+  return t;
+}
+
+}  // namespace essaim::backbone

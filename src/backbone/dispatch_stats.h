@@ -1,0 +1,77 @@
+// What the backbone's dispatcher did: requests, (row, expert) pairs by where they were computed, fallbacks
+// by reason, bytes on the wire per layer, and the pairs each worker served — the backbone's own
+// observation of the work, which rewards are credited from (DESIGN.md "Coverage market"), never a
+// worker's claim.
+//
+//   DispatchStats s = executor.stats();
+//   s.fallback_pairs[size_t(FallbackReason::TIMEOUT)];   // pairs recomputed locally after a timeout
+//   std::fputs(s.to_text().c_str(), stderr);             // the summary `essaim run` prints
+//   std::string j = s.to_json();                          // one JSON object, stable key order
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace essaim::backbone {
+
+// Why pairs that belonged to a worker were computed from the backbone's replica instead.
+enum class FallbackReason : uint8_t {
+  UNAVAILABLE,     // every worker holding the expert was down (or never connected) when the layer ran
+  TIMEOUT,         // no answer before the deadline
+  DISCONNECTED,    // the connection broke (worker killed, reset, GOODBYE) before the answer
+  PROTOCOL,        // the worker's bytes did not decode, or it sent a message not valid now
+  ERROR_RESPONSE,  // the worker answered a typed ERROR (unknown expert, wrong layer, ...)
+  BAD_RESPONSE,    // a well-formed response of the wrong shape (pair count, width)
+  AUDIT_MISMATCH,  // an audited response differed from the replica's bits
+  OVERLOADED,      // the worker answered OVERLOADED, or the batch needed more requests than allowed in flight
+  TOO_LARGE,       // one row's request or response does not fit the frame limits
+  COUNT,
+};
+inline constexpr size_t kFallbackReasonCount = size_t(FallbackReason::COUNT);
+std::string_view fallback_reason_name(FallbackReason r);  // "timeout", "disconnected", ...
+
+struct LayerWire {
+  uint64_t calls = 0;           // executor calls for this layer
+  uint64_t requests = 0;        // EXPERT_REQUESTs sent
+  uint64_t bytes_sent = 0;      // request frames, headers included
+  uint64_t bytes_received = 0;  // accepted response frames, headers included
+};
+
+struct WorkerReport {
+  std::string address;
+  std::string label;            // the worker's HELLO label (or the map's), may be empty
+  bool connected = false;       // a handshaken session is up now
+  uint64_t sessions = 0;        // successful handshakes so far
+  uint64_t requests = 0;        // requests sent to it
+  uint64_t pairs_served = 0;    // (row, expert) outputs it computed and the backbone accepted
+  uint64_t failures = 0;        // requests that fell back (any reason)
+  std::string last_error;       // why the last session or connect attempt ended, if one did
+};
+
+struct DispatchStats {
+  uint64_t layer_calls = 0;
+  uint64_t pairs = 0;                  // (row, expert) pairs asked for
+  uint64_t pairs_remote = 0;           // answered by a worker and used
+  uint64_t pairs_local = 0;            // owned by no worker: the backbone's own share
+  uint64_t pairs_fallback = 0;         // a worker's share recomputed locally (by reason below)
+  uint64_t requests = 0;               // EXPERT_REQUESTs sent
+  uint64_t responses = 0;              // accepted EXPERT_RESPONSEs
+  uint64_t audits = 0;                 // responses re-computed locally and compared
+  std::array<uint64_t, kFallbackReasonCount> fallback_requests{};  // requests, by reason (0 for UNAVAILABLE)
+  std::array<uint64_t, kFallbackReasonCount> fallback_pairs{};     // pairs, by reason
+  std::vector<LayerWire> layers;       // indexed by layer
+  std::vector<WorkerReport> workers;   // map order
+  double seconds = 0;                  // wall time inside the executor
+  double max_call_seconds = 0;         // the slowest layer call (bounded by the deadline + local compute)
+
+  uint64_t bytes_sent() const;
+  uint64_t bytes_received() const;
+  uint64_t fallbacks() const;          // pairs recomputed, all reasons
+  std::string to_json() const;
+  std::string to_text() const;         // a few human lines
+};
+
+}  // namespace essaim::backbone

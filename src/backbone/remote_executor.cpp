@@ -1,0 +1,323 @@
+#include "backbone/remote_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernel_traits.h"
+#include "model/model.h"
+#include "net/tcp.h"
+
+namespace essaim::backbone {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The HELLO a backbone sends: what it computes with, which model, no holdings.
+proto::Hello backbone_hello(const ModelIdentity& model, const std::string& label) {
+  proto::Hello h;
+  h.role = proto::Role::BACKBONE;
+  h.fingerprint = proto::BuildFingerprint{.kernel_abi = kKernelAbiVersion, .isa_class = std::string(isa_name(kernels_isa()))};
+  std::copy(model.begin(), model.end(), h.model.begin());
+  h.label = label;
+  return h;
+}
+
+}  // namespace
+
+// One request in flight, and the pairs its answer fills: pair i of the request is flat pair pairs[i]
+// (row * k + slot) of the batch.
+struct RemoteExpertExecutor::Outgoing {
+  size_t link = 0;
+  std::shared_ptr<LinkSession> session;
+  uint64_t id = 0;
+  std::vector<uint32_t> pairs;
+  uint64_t request_bytes = 0;
+};
+
+RemoteExpertExecutor::RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options)
+    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool) {}
+
+RemoteExpertExecutor::~RemoteExpertExecutor() = default;
+
+std::unique_ptr<RemoteExpertExecutor> RemoteExpertExecutor::create(const ExpertStore& replica,
+                                                                   const ModelIdentity& model,
+                                                                   std::vector<DispatchEndpoint> endpoints,
+                                                                   ThreadPool* pool, DispatchOptions options) {
+  std::unique_ptr<RemoteExpertExecutor> ex(new RemoteExpertExecutor(replica, pool, std::move(options)));
+  const proto::Hello mine = backbone_hello(model, ex->options_.label);
+  for (DispatchEndpoint& e : endpoints) {
+    ex->stats_.workers.emplace_back().address = e.name;
+    std::vector<proto::Holding> expected;
+    if (e.declared) expected = routable_holdings(*e.declared, std::nullopt, replica);
+    LinkEndpoint le{.name = e.name, .connect = std::move(e.connect), .expected = std::move(expected),
+                    .routable = [declared = std::move(e.declared), &replica](const proto::Hello& peer) {
+                      return routable_holdings(peer.holdings, declared, replica);
+                    }};
+    ex->links_.push_back(std::make_unique<WorkerLink>(std::move(le), mine, ex->options_.link));
+  }
+  return ex;
+}
+
+Result<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::create(const ExpertStore& replica,
+                                                                           const ModelIdentity& model,
+                                                                           const ExpertMap& map, ThreadPool* pool,
+                                                                           DispatchOptions options) {
+  std::vector<DispatchEndpoint> endpoints;
+  for (const WorkerEndpoint& w : map.workers) {
+    net::NetResult<std::pair<std::string, uint16_t>> hp = net::parse_host_port(w.address);
+    if (!hp) return Status::error("worker '" + w.address + "': " + hp.error().message);
+    endpoints.push_back(DispatchEndpoint{.name = w.address, .connect = tcp_connector(hp->first, hp->second),
+                                         .declared = w.holdings});
+  }
+  return create(replica, model, std::move(endpoints), pool, std::move(options));
+}
+
+size_t RemoteExpertExecutor::wait_connected(net::Deadline deadline) {
+  size_t up = 0;
+  for (const auto& l : links_) up += l->wait_first_attempt(deadline) ? 1 : 0;
+  return up;
+}
+
+size_t RemoteExpertExecutor::connected() const {
+  size_t up = 0;
+  for (const auto& l : links_) up += l->session() ? 1 : 0;
+  return up;
+}
+
+DispatchStats RemoteExpertExecutor::stats() const {
+  DispatchStats s;
+  {
+    std::lock_guard lock(stats_mu_);
+    s = stats_;
+  }
+  for (size_t i = 0; i < links_.size(); ++i) {
+    const WorkerReport r = links_[i]->report();
+    s.workers[i].label = r.label;
+    s.workers[i].connected = r.connected;
+    s.workers[i].sessions = r.sessions;
+    s.workers[i].last_error = r.last_error;
+  }
+  return s;
+}
+
+Status RemoteExpertExecutor::compute_local(const ExpertBatch& b, const std::vector<uint32_t>& pairs,
+                                           std::span<float> out) {
+  if (pairs.empty()) return Status::ok();
+  std::vector<int32_t> masked(b.ids.size(), -1);  // [n][k]: only the selected pairs, others untouched
+  for (uint32_t p : pairs) masked[p] = b.ids[p];
+  ExpertBatch mb = b;
+  mb.ids = masked;
+  return local_.compute(mb, out);
+}
+
+Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out) {
+  std::lock_guard call_lock(call_mu_);
+  const Clock::time_point t0 = Clock::now();
+  const net::Deadline deadline = t0 + options_.timeout;
+  const ExpertLayer* layer = replica_.any(b.layer);
+  if (layer == nullptr) return Status::error("no experts held for layer " + std::to_string(b.layer));
+  ESSAIM_RETURN_IF_ERROR(validate_expert_batch(b, *layer, out.size()));
+  const size_t n_pairs = b.ids.size();
+  const uint64_t E = uint64_t(layer->n_embd);
+  const uint64_t row_bytes = layer->activation_row_bytes();
+  const uint32_t lay = uint32_t(b.layer);
+
+  // 1. Owners. A pair nobody may serve now is the backbone's own share, unless a worker that is down held
+  //    it: then it is a fallback (UNAVAILABLE) — the difference matters for the stats, not the result.
+  const size_t n_links = links_.size();
+  std::vector<std::shared_ptr<LinkSession>> sessions(n_links);
+  std::vector<std::vector<proto::Holding>> absent_held(n_links);
+  for (size_t i = 0; i < n_links; ++i) {
+    sessions[i] = links_[i]->session();
+    if (!sessions[i]) absent_held[i] = links_[i]->last_routable();
+  }
+  std::vector<int32_t> owner(n_pairs, -1);
+  std::vector<uint32_t> local_pairs, unavailable_pairs;
+  uint64_t asked = 0;
+  for (size_t p = 0; p < n_pairs; ++p) {
+    const int32_t id = b.ids[p];
+    if (id < 0) continue;
+    ++asked;
+    for (size_t i = 0; i < n_links && owner[p] < 0; ++i)
+      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) owner[p] = int32_t(i);
+    if (owner[p] >= 0) continue;
+    bool was_held = false;
+    for (size_t i = 0; i < n_links && !was_held; ++i) was_held = holdings_contain(absent_held[i], lay, uint32_t(id));
+    (was_held ? unavailable_pairs : local_pairs).push_back(uint32_t(p));
+  }
+
+  // 2. Requests, split to fit both frame limits, all sent before anything is computed here.
+  std::vector<Outgoing> sent;
+  std::vector<std::pair<FallbackReason, std::vector<uint32_t>>> failed;  // pairs to compute here, and why
+  std::vector<uint64_t> link_requests(n_links, 0), link_failures(n_links, 0);
+  auto fall_back = [&](size_t link, FallbackReason why, std::vector<uint32_t> pairs) {
+    ++link_failures[link];
+    failed.emplace_back(why, std::move(pairs));
+  };
+  uint64_t bytes_sent = 0;
+  for (size_t i = 0; i < n_links; ++i) {
+    if (!sessions[i]) continue;
+    LinkSession& s = *sessions[i];
+    const uint64_t limit_req = s.conn->peer_max_payload_bytes();
+    const uint64_t limit_resp = s.conn->max_payload_bytes();
+    std::vector<std::vector<uint32_t>> chunks(1);  // each chunk: pairs in request order (row-major)
+    uint64_t rows_in_chunk = 0;
+    std::vector<uint32_t> too_large;
+    for (int64_t r = 0; r < b.n_rows; ++r) {
+      std::vector<uint32_t> row;
+      for (int32_t k = 0; k < b.k; ++k)
+        if (owner[size_t(r) * b.k + k] == int32_t(i)) row.push_back(uint32_t(size_t(r) * b.k + k));
+      if (row.empty()) continue;
+      auto fits = [&](uint64_t rows, uint64_t pairs) {
+        return proto::expert_request_payload_bytes(rows, pairs, row_bytes) <= limit_req &&
+               proto::expert_response_payload_bytes(pairs, E) <= limit_resp;
+      };
+      if (!fits(1, row.size())) {
+        too_large.insert(too_large.end(), row.begin(), row.end());
+        continue;
+      }
+      if (!fits(rows_in_chunk + 1, chunks.back().size() + row.size())) {
+        chunks.emplace_back();
+        rows_in_chunk = 0;
+      }
+      chunks.back().insert(chunks.back().end(), row.begin(), row.end());
+      ++rows_in_chunk;
+    }
+    if (!too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(too_large));
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (chunks[c].empty()) continue;
+      if (c >= options_.max_requests_per_worker) {
+        fall_back(i, FallbackReason::OVERLOADED, std::move(chunks[c]));
+        continue;
+      }
+      Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s), .pairs = std::move(chunks[c])};
+      proto::ExpertRequest req;
+      req.request_id = o.id;
+      req.layer = lay;
+      req.act_type = b.act_type;
+      req.act_row_bytes = row_bytes;
+      req.expert_ids.reserve(o.pairs.size());
+      int64_t last_row = -1;
+      for (uint32_t p : o.pairs) {
+        const int64_t r = int64_t(p) / b.k;
+        if (r != last_row) {
+          req.row_expert_counts.push_back(0);
+          const uint8_t* row = b.act.data() + size_t(r) * row_bytes;
+          req.activations.insert(req.activations.end(), row, row + row_bytes);
+          last_row = r;
+        }
+        ++req.row_expert_counts.back();
+        req.expert_ids.push_back(uint32_t(b.ids[p]));
+      }
+      o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
+      if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
+        if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
+        fall_back(i, f->reason, std::move(o.pairs));
+        continue;
+      }
+      ++link_requests[i];
+      bytes_sent += o.request_bytes;
+      sent.push_back(std::move(o));
+    }
+  }
+
+  // 3. The backbone's own share (and what already failed) while the workers compute.
+  std::vector<uint32_t> now = local_pairs;
+  now.insert(now.end(), unavailable_pairs.begin(), unavailable_pairs.end());
+  for (const auto& [why, pairs] : failed) now.insert(now.end(), pairs.begin(), pairs.end());
+  ESSAIM_RETURN_IF_ERROR(compute_local(b, now, out));
+  const size_t failed_before_wait = failed.size();
+
+  // 4. Answers, until the deadline. Each accepted one fills its slots; the others are recomputed here.
+  uint64_t bytes_received = 0, responses = 0, audits = 0;
+  std::vector<uint64_t> link_served(n_links, 0);
+  std::vector<std::pair<const Outgoing*, proto::ExpertResponse>> audited;
+  for (const Outgoing& o : sent) {
+    LinkAnswer a = links_[o.link]->wait(o.id, deadline);
+    if (a.response && (a.response->n_outputs != o.pairs.size() || a.response->n_embd != E ||
+                       a.response->outputs.size() != o.pairs.size() * E)) {
+      a = LinkAnswer{.response = std::nullopt, .reason = FallbackReason::BAD_RESPONSE,
+                     .message = "answer of " + std::to_string(a.response->n_outputs) + " rows of " +
+                                std::to_string(a.response->n_embd) + " for " + std::to_string(o.pairs.size()) +
+                                " pairs of " + std::to_string(E)};
+    }
+    if (!a.response) {
+      // OVERLOADED is back-pressure from a healthy worker; every other failure ends its session.
+      if (a.reason != FallbackReason::OVERLOADED) links_[o.link]->fail(*o.session, a.reason, a.message);
+      fall_back(o.link, a.reason, o.pairs);
+      continue;
+    }
+    ++responses;
+    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E);
+    links_[o.link]->note_success();
+    if (options_.audit_every > 0 && ++answers_seen_ % options_.audit_every == 0) {
+      audited.emplace_back(&o, std::move(*a.response));
+      continue;
+    }
+    link_served[o.link] += o.pairs.size();
+    const std::vector<float>& rows = a.response->outputs;
+    for (size_t i = 0; i < o.pairs.size(); ++i)
+      std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
+  }
+  std::vector<uint32_t> later;
+  for (size_t f = failed_before_wait; f < failed.size(); ++f)
+    later.insert(later.end(), failed[f].second.begin(), failed[f].second.end());
+  for (const auto& [o, resp] : audited) later.insert(later.end(), o->pairs.begin(), o->pairs.end());
+  ESSAIM_RETURN_IF_ERROR(compute_local(b, later, out));
+  // An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped.
+  for (const auto& [o, resp] : audited) {
+    ++audits;
+    bool same = true;
+    for (size_t i = 0; i < o->pairs.size() && same; ++i)
+      same = std::memcmp(out.data() + size_t(o->pairs[i]) * E, resp.outputs.data() + i * E, E * sizeof(float)) == 0;
+    if (same) {
+      link_served[o->link] += o->pairs.size();
+      continue;
+    }
+    links_[o->link]->fail(*o->session, FallbackReason::AUDIT_MISMATCH, "an audited answer differs from the replica");
+    fall_back(o->link, FallbackReason::AUDIT_MISMATCH, o->pairs);
+  }
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::lock_guard lock(stats_mu_);
+  DispatchStats& st = stats_;
+  ++st.layer_calls;
+  st.pairs += asked;
+  st.pairs_local += local_pairs.size();
+  st.requests += sent.size();
+  st.responses += responses;
+  st.audits += audits;
+  if (!unavailable_pairs.empty()) st.fallback_pairs[size_t(FallbackReason::UNAVAILABLE)] += unavailable_pairs.size();
+  for (const auto& [why, pairs] : failed) {
+    ++st.fallback_requests[size_t(why)];
+    st.fallback_pairs[size_t(why)] += pairs.size();
+  }
+  st.pairs_fallback = st.fallbacks();
+  for (size_t i = 0; i < n_links; ++i) {
+    st.workers[i].requests += link_requests[i];
+    st.workers[i].pairs_served += link_served[i];
+    st.workers[i].failures += link_failures[i];
+    st.pairs_remote += link_served[i];
+  }
+  if (st.layers.size() <= size_t(b.layer)) st.layers.resize(size_t(b.layer) + 1);
+  LayerWire& lw = st.layers[size_t(b.layer)];
+  ++lw.calls;
+  lw.requests += sent.size();
+  lw.bytes_sent += bytes_sent;
+  lw.bytes_received += bytes_received;
+  st.seconds += seconds;
+  st.max_call_seconds = std::max(st.max_call_seconds, seconds);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<RemoteExpertExecutor>> remote_executor_for_model(const Model& model, const ExpertMap& map,
+                                                                        ThreadPool* pool, DispatchOptions options) {
+  ESSAIM_ASSIGN_OR_RETURN(ModelIdentity id, source_model_identity(model.file()));
+  const std::chrono::milliseconds wait = options.link.connect_timeout;
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteExpertExecutor> ex,
+                          RemoteExpertExecutor::create(model.expert_store(), id, map, pool, std::move(options)));
+  ex->wait_connected(net::deadline_in(wait + std::chrono::milliseconds(500)));
+  return ex;
+}
+
+}  // namespace essaim::backbone

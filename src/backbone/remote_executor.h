@@ -1,0 +1,110 @@
+// The backbone's dispatcher: an ExpertExecutor that sends each (row, expert) pair of a MoE layer to the
+// worker holding that expert, computes the rest from the backbone's resident replica meanwhile, and falls
+// back to the replica for every answer that does not come (DESIGN.md invariants 1 and 5; docs/dispatch.md).
+//
+//   ESSAIM_ASSIGN_OR_RETURN(ExpertMap map, expert_map_from_addresses({"127.0.0.1:9001", "127.0.0.1:9002"}));
+//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteExpertExecutor> ex,
+//                           remote_executor_for_model(*model, map, &pool, {.timeout = 2000ms}));
+//   model->forward({.tokens = ids, .cache = &cache, .experts = ex.get(), ...});   // same logits, bit for bit
+//   std::fputs(ex->stats().to_text().c_str(), stderr);
+//
+// One layer call, compute(batch, out):
+//   1. owner of each pair = the first worker (map order) whose live session may serve the expert; none: local
+//   2. per owner, one EXPERT_REQUEST (split only to fit frame limits): the rows with at least one of its
+//      experts, those experts per row, the activation rows as the model quantised them — all sent first
+//   3. the local share computed from the replica (LocalExpertExecutor) while the workers compute
+//   4. answers collected until the call's deadline (start + timeout); each accepted answer fills its own
+//      slots of `out`; a timeout, disconnect, protocol error, ERROR or wrong-shaped answer marks that
+//      worker's session failed (it reconnects in the background, with backoff) and its pairs are computed
+//      from the replica — by the same kernels on the same bytes, hence the same bits
+// `out` is then exactly what LocalExpertExecutor would have written; the weighted combine in slot order
+// stays in the model. A call never waits for a connection, and never past the deadline for an answer:
+// its wall time is at most the timeout plus the local compute.
+//
+// Calls are serialised (one layer at a time); stats() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backbone/dispatch_stats.h"
+#include "backbone/expert_map.h"
+#include "backbone/worker_link.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/model_identity.h"
+#include "moe/executor.h"
+
+namespace essaim {
+class Model;
+}
+
+namespace essaim::backbone {
+
+inline constexpr std::chrono::milliseconds kDefaultWorkerTimeout{2000};
+
+struct DispatchOptions {
+  std::chrono::milliseconds timeout = kDefaultWorkerTimeout;  // per layer call: send + answer
+  LinkOptions link;                      // connect timeout, reconnect backoff, frame limit, log
+  size_t max_requests_per_worker = 8;    // per layer call; pairs beyond are computed locally (OVERLOADED)
+  uint32_t audit_every = 0;              // recompute every Nth answer from the replica and compare (0 = off)
+  std::string label = "essaim backbone";  // sent in the HELLO, for the workers' logs
+};
+
+// A worker reached through any transport (the TCP ones come from an ExpertMap).
+struct DispatchEndpoint {
+  std::string name;
+  Connector connect;
+  std::optional<std::vector<proto::Holding>> declared;  // the map's restriction, if any
+};
+
+class RemoteExpertExecutor final : public ExpertExecutor {
+ public:
+  // Starts one link per endpoint (each connects in the background at once). `replica` and `pool` must
+  // outlive the executor.
+  static std::unique_ptr<RemoteExpertExecutor> create(const ExpertStore& replica, const ModelIdentity& model,
+                                                      std::vector<DispatchEndpoint> endpoints, ThreadPool* pool,
+                                                      DispatchOptions options = {});
+  // TCP endpoints from a map; refuses malformed addresses.
+  static Result<std::unique_ptr<RemoteExpertExecutor>> create(const ExpertStore& replica, const ModelIdentity& model,
+                                                              const ExpertMap& map, ThreadPool* pool,
+                                                              DispatchOptions options = {});
+  ~RemoteExpertExecutor() override;
+
+  Status compute(const ExpertBatch& batch, std::span<float> out) override;
+
+  // Waits until every worker's first connect attempt has finished; returns how many are up.
+  size_t wait_connected(net::Deadline deadline);
+  size_t connected() const;
+  DispatchStats stats() const;
+
+ private:
+  struct Outgoing;
+  RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options);
+  // Computes the pairs selected by `mask` (indices into batch.ids) from the replica into out.
+  Status compute_local(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out);
+
+  const ExpertStore& replica_;
+  ThreadPool* pool_;
+  const DispatchOptions options_;
+  LocalExpertExecutor local_;
+  std::vector<std::unique_ptr<WorkerLink>> links_;  // map order
+  std::mutex call_mu_;                              // one layer call at a time
+  uint64_t answers_seen_ = 0;                       // for audit_every; guarded by call_mu_
+  mutable std::mutex stats_mu_;
+  DispatchStats stats_;                             // guarded by stats_mu_ (workers[] hold the dispatcher's counts)
+};
+
+// The dispatcher for a loaded model: its experts are the replica, its source identity is what workers must
+// hold. Waits up to the link's connect timeout for the first connections, so the first tokens already use
+// the swarm; a worker that is not up by then joins when it is.
+Result<std::unique_ptr<RemoteExpertExecutor>> remote_executor_for_model(const Model& model, const ExpertMap& map,
+                                                                        ThreadPool* pool, DispatchOptions options = {});
+
+}  // namespace essaim::backbone

@@ -1,0 +1,49 @@
+// The swarm flags of `essaim run` and `essaim eval`, and the executor they select: with no worker the
+// model's own LocalExpertExecutor (nothing changes), otherwise the backbone's RemoteExpertExecutor
+// (docs/dispatch.md).
+//
+//   DispatchFlags swarm;
+//   add_dispatch_flags(*cmd, swarm);                           // --worker, --expert-map, --worker-timeout-ms
+//   ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice ex, make_expert_executor(*model, &pool, swarm, "essaim run"));
+//   model->forward({... .experts = ex.executor.get() ...});
+//   print_dispatch_stats(ex, "essaim run");                   // stderr, only when workers were given
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backbone/remote_executor.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "moe/executor.h"
+
+namespace essaim::cli {
+
+struct DispatchFlags {
+  std::vector<std::string> workers;  // HOST:PORT, repeatable
+  std::string expert_map;            // JSON file (docs/dispatch.md)
+  int64_t timeout_ms = backbone::kDefaultWorkerTimeout.count();
+  bool verbose = false;              // log worker sessions to stderr
+  uint32_t audit_every = 0;
+};
+
+void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
+
+struct ExecutorChoice {
+  std::unique_ptr<ExpertExecutor> executor;
+  backbone::RemoteExpertExecutor* remote = nullptr;  // set when workers were given
+};
+
+// Local when no --worker / --expert-map is given; otherwise connects to the workers (waiting up to the
+// connect timeout for each), prints one line on stderr saying how many are up, and returns the dispatcher.
+Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& flags,
+                                            const char* who);
+
+// The dispatcher's summary (requests, fallbacks by reason, bytes, per-worker pairs) on stderr.
+void print_dispatch_stats(const ExecutorChoice& choice, const char* who);
+
+}  // namespace essaim::cli
