@@ -73,10 +73,6 @@ Result<std::array<int32_t, 4>> read_rope_sections(const GgufFile& f, const Hpara
 
 }  // namespace
 
-int32_t Qwen35Hparams::n_attention_layers() const {
-  return int32_t(std::count(recurrent.begin(), recurrent.begin() + n_layer, false));
-}
-
 Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   HparamReader keys(f, kArch);
   Qwen35Hparams hp;

@@ -46,8 +46,6 @@ struct Qwen35Hparams {
   int32_t n_expert_used = 0;  // K
   int32_t n_ff_exp = 0;       // F, routed expert width
   int32_t n_ff_shexp = 0;     // Fs, shared expert width
-
-  int32_t n_attention_layers() const;  // executed layers that are not recurrent
 };
 
 Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& file);

@@ -44,7 +44,7 @@ WeightMatrix f32_matrix(const std::vector<float>& w, int64_t cols, int64_t rows)
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Seeded random GDN layer with F32 weights (the engine's matmul on F32 weights multiplies f32 activations, so
