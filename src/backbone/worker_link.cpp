@@ -120,7 +120,9 @@ std::shared_ptr<LinkSession> WorkerLink::connect_once(std::string& why) {
     connecting_ = nullptr;
   }
   if (!peer) {
-    why = "handshake: " + peer.error().message;
+    why = "handshake: ";
+    if (peer.error().refuse) why += "refused (" + std::string(proto::refuse_reason_name(*peer.error().refuse)) + "): ";
+    why += peer.error().message;
     conn->close();
     return nullptr;
   }

@@ -1,0 +1,362 @@
+// Dispatch benchmark: decode tokens/s of the 122B-shaped synth model, monolithic vs sharded over loopback
+// TCP to N `essaim-worker` processes (each holding 1/N of every layer's experts), the overhead in %, and the
+// bytes on the wire per decoded token per MoE layer. Prints one JSON document; timings are medians of
+// per-token times over every timed repetition, the two variants alternating (order rotated per rep).
+//
+//   build-dispatch/bench/dispatch_bench                                   # 2-layer q35-122b, 4 workers
+//   build-dispatch/bench/dispatch_bench --workers 4 --decode 16 --reps 3 --data-dir /tmp/essaim-bench
+//   build-dispatch/bench/dispatch_bench --model some.gguf                 # any MoE file
+//
+// The model is `essaim synth --arch qwen3moe --preset q35-122b --layers 2 --types q4_k_m` (written once into
+// --data-dir, same name as model_bench uses), its slices are written once into --data-dir too (named by the
+// model's identity, so a changed model gets new slices). The sharded run must
+// produce the same tokens as the monolithic one with no fallback, or the benchmark fails: a fast wrong
+// answer is not a result. On one machine the workers compete with the backbone for the same cores and
+// memory bandwidth, so the overhead measured here is protocol + scheduling + copies, not network latency.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <iterator>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backbone/remote_executor.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf_slice.h"
+#include "gguf/model_identity.h"
+#include "model/model.h"
+#include "synth/synth.h"
+
+extern char** environ;
+
+namespace essaim {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model;
+  std::string data_dir = "bench-data";
+  std::string worker_bin;
+  uint32_t layers = 2;
+  int workers = 4;
+  int worker_threads = 1;
+  int prompt = 8;
+  int decode = 16;
+  int reps = 3;
+  int threads = 0;
+  int timeout_ms = 30000;
+};
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = 0;
+  in >> l;
+  return l;
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "dispatch_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::string ensure_model(const Options& o) {
+  if (!o.model.empty()) return o.model;
+  const std::string path = o.data_dir + "/qwen3moe-q35-122b-" + std::to_string(o.layers) + "l-q4_k_m.gguf";
+  if (std::filesystem::exists(path)) return path;
+  std::filesystem::create_directories(o.data_dir);
+  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::Q35_122B,
+                                       .layers = o.layers, .types = SynthTypeMix::Q4_K_M, .seed = 1});
+  if (!plan) die(plan.status().message());
+  std::fprintf(stderr, "dispatch_bench: writing %s\n", path.c_str());
+  Result<SynthSummary> s = synth_write(*plan, path + ".part");
+  if (!s) die(s.status().message());
+  std::filesystem::rename(path + ".part", path);
+  return path;
+}
+
+// Slices of worker w: experts [w·X/N, (w+1)·X/N) of every MoE layer, written once into the data dir.
+std::vector<std::vector<std::string>> ensure_slices(const Model& m, const std::string& model_path, int n,
+                                                    const std::string& data_dir) {
+  Result<MoeLayout> moe = moe_layout(m.file());
+  if (!moe) die(moe.status().message());
+  const std::string dir = data_dir + "/" + std::filesystem::path(model_path).filename().string() + ".slices-" +
+                          std::to_string(n) + "-" + digest_hex(moe->source_model).substr(0, 12);
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<std::string>> out(static_cast<size_t>(n));
+  for (const MoeLayer& l : moe->layers)
+    for (int w = 0; w < n; ++w) {
+      const uint32_t first = moe->expert_count * uint32_t(w) / uint32_t(n);
+      const uint32_t end = moe->expert_count * uint32_t(w + 1) / uint32_t(n);
+      const std::string path = dir + "/L" + std::to_string(l.layer) + ".E" + std::to_string(first) + ".gguf";
+      out[size_t(w)].push_back(path);
+      // Reused only when newer than the model (the identity covers the layout, not the weights).
+      if (std::filesystem::exists(path) &&
+          std::filesystem::last_write_time(path) >= std::filesystem::last_write_time(model_path))
+        continue;
+      Result<OutFile> f = expert_slice_file(m.file(), *moe, {.layer_first = l.layer, .layer_count = 1,
+                                                             .expert_first = first, .expert_count = end - first});
+      if (!f) die(f.status().message());
+      Result<WrittenFile> written = write_out_file(*f, path + ".part", /*hash=*/false);
+      if (!written) die(written.status().message());
+      std::filesystem::rename(path + ".part", path);
+    }
+  return out;
+}
+
+struct Process {
+  pid_t pid = -1;
+  std::string address;
+};
+
+Process start_worker(const Options& o, const std::vector<std::string>& slices) {
+  std::vector<std::string> args = {o.worker_bin, "--listen", "127.0.0.1:0", "--quiet",
+                                   "--threads", std::to_string(o.worker_threads)};
+  for (const std::string& s : slices) args.insert(args.end(), {"--slice", s});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) die("pipe");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  Process p;
+  const int rc = posix_spawn(&p.pid, o.worker_bin.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) die("cannot start " + o.worker_bin);
+  std::string line;
+  const auto give_up = Clock::now() + std::chrono::seconds(120);
+  while (line.find('\n') == std::string::npos && Clock::now() < give_up) {
+    pollfd pf{.fd = fds[0], .events = POLLIN, .revents = 0};
+    if (::poll(&pf, 1, 200) <= 0) continue;
+    char buf[256];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    line.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  const size_t colon = line.rfind(':');
+  if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) die("worker said: " + line);
+  p.address = "127.0.0.1:" + std::to_string(std::stoul(line.substr(colon + 1)));
+  return p;
+}
+
+// CPU seconds (user + system) used so far by this process, and by another one (/proc/PID/stat fields 14-15,
+// in clock ticks). On a machine shared with other work, CPU time is the stable measure of what dispatch
+// costs; wall time also measures how the scheduler shares the cores.
+double self_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stod(f);
+    if (i == 15) stime = std::stod(f);
+  }
+  return (utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+double workers_cpu_seconds(const std::vector<Process>& procs) {
+  double t = 0;
+  for (const Process& p : procs) t += process_cpu_seconds(p.pid);
+  return t;
+}
+
+struct DecodeRun {
+  std::vector<double> token_s;   // per decoded token
+  std::vector<int32_t> tokens;
+  backbone::DispatchStats before, after;  // around the decode steps only (prefill excluded)
+  double backbone_cpu_s = 0, workers_cpu_s = 0;  // over the decode steps
+};
+
+// Prefill, then n greedy steps timed one by one. `remote` (may be null) is the executor when sharded.
+DecodeRun decode(const Model& m, const std::vector<int32_t>& prompt, int n, ExpertExecutor& experts,
+                 const backbone::RemoteExpertExecutor* remote, ThreadPool& pool, const std::vector<Process>& procs) {
+  DecodeRun r;
+  std::vector<float> logits(size_t(m.info().n_vocab));
+  SequenceCache cache = m.new_cache({.n_ctx = int32_t(prompt.size()) + n + 1});
+  Status s = m.forward({.tokens = prompt, .cache = &cache, .experts = &experts, .pool = &pool,
+                        .logits_mode = LogitsMode::LAST, .logits = logits});
+  if (!s) die(s.message());
+  if (remote) r.before = remote->stats();
+  const double cpu0 = self_cpu_seconds(), wcpu0 = workers_cpu_seconds(procs);
+  for (int i = 0; i < n; ++i) {
+    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    r.tokens.push_back(next);
+    const auto t0 = Clock::now();
+    s = m.forward({.tokens = std::span<const int32_t>(&next, 1), .cache = &cache, .experts = &experts, .pool = &pool,
+                   .logits_mode = LogitsMode::LAST, .logits = logits});
+    if (!s) die(s.message());
+    r.token_s.push_back(since(t0));
+  }
+  r.backbone_cpu_s = self_cpu_seconds() - cpu0;
+  r.workers_cpu_s = workers_cpu_seconds(procs) - wcpu0;
+  if (remote) r.after = remote->stats();
+  return r;
+}
+
+int run(Options o) {
+  if (o.worker_bin.empty()) die("--worker-bin is required when the default path does not exist");
+  const std::string path = ensure_model(o);
+  Result<std::unique_ptr<Model>> loaded = load_model(path);
+  if (!loaded) die(loaded.status().message());
+  const Model& m = **loaded;
+  const auto slices = ensure_slices(m, path, o.workers, o.data_dir);
+  {  // fault the mapping in: the timings should see RAM, not the disk
+    const auto bytes = m.file().mapping().bytes();
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < bytes.size(); i += 4096) sink = sink + bytes[i];
+  }
+
+  std::vector<Process> procs;
+  backbone::ExpertMap map;
+  for (const auto& s : slices) {
+    procs.push_back(start_worker(o, s));
+    map.workers.push_back({.address = procs.back().address, .label = {}, .holdings = std::nullopt});
+  }
+  ThreadPool pool(size_t(o.threads > 0 ? o.threads : 0));
+  LocalExpertExecutor local(m.expert_store(), &pool);
+  backbone::DispatchOptions dopt;
+  dopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+  dopt.link.connect_timeout = std::chrono::seconds(60);
+  Result<std::unique_ptr<backbone::RemoteExpertExecutor>> remote = backbone::remote_executor_for_model(m, map, &pool, dopt);
+  if (!remote) die(remote.status().message());
+  if ((*remote)->connected() != size_t(o.workers)) die("not every worker connected: " + (*remote)->stats().to_json());
+
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(size_t(o.prompt));
+  for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(m.info().n_vocab));
+
+  std::vector<double> mono_s, swarm_s;
+  std::vector<double> mono_cpu, swarm_cpu, swarm_backbone_cpu;  // CPU seconds per token, one per rep
+  std::vector<int32_t> mono_tokens;
+  uint64_t bytes_sent = 0, bytes_received = 0, requests = 0, layer_calls = 0;
+  const double load_before = load_average();
+  for (int r = 0; r < o.reps + 1; ++r) {  // the first repetition warms up and is not counted
+    for (int v = 0; v < 2; ++v) {
+      const bool sharded = (v + r) % 2 == 1;
+      DecodeRun d = sharded ? decode(m, prompt, o.decode, **remote, remote->get(), pool, procs)
+                            : decode(m, prompt, o.decode, local, nullptr, pool, procs);
+      if (!sharded) {
+        if (!mono_tokens.empty() && mono_tokens != d.tokens) die("the monolithic runs disagree");
+        mono_tokens = d.tokens;
+      } else {
+        if (!mono_tokens.empty() && d.tokens != mono_tokens) die("the sharded tokens differ from the monolithic ones");
+        if ((*remote)->stats().fallbacks() > 0) die("fallbacks during the benchmark: " + (*remote)->stats().to_json());
+      }
+      if (r == 0) continue;
+      (sharded ? swarm_s : mono_s).insert((sharded ? swarm_s : mono_s).end(), d.token_s.begin(), d.token_s.end());
+      (sharded ? swarm_cpu : mono_cpu).push_back((d.backbone_cpu_s + d.workers_cpu_s) / o.decode);
+      if (sharded) swarm_backbone_cpu.push_back(d.backbone_cpu_s / o.decode);
+      if (sharded) {
+        bytes_sent += d.after.bytes_sent() - d.before.bytes_sent();
+        bytes_received += d.after.bytes_received() - d.before.bytes_received();
+        requests += d.after.requests - d.before.requests;
+        layer_calls += d.after.layer_calls - d.before.layer_calls;
+      }
+    }
+  }
+  // One executor call per MoE layer per decoded token: per token per layer = per call.
+  const double calls = double(std::max<uint64_t>(layer_calls, 1));
+  const double moe_layers = double(layer_calls) / (double(o.reps) * o.decode);
+  const double sent = double(bytes_sent) / calls, recv = double(bytes_received) / calls;
+
+  const double mono_tps = 1.0 / median(mono_s), swarm_tps = 1.0 / median(swarm_s);
+  json doc;
+  doc["benchmark"] = "dispatch";
+  doc["model"] = path;
+  doc["n_embd"] = m.info().n_embd;
+  doc["n_expert"] = m.info().n_expert;
+  doc["n_expert_used"] = m.info().n_expert_used;
+  doc["moe_layers"] = moe_layers;
+  doc["workers"] = o.workers;
+  doc["worker_threads"] = o.worker_threads;
+  doc["backbone_threads"] = pool.size();
+  doc["prompt_tokens"] = o.prompt;
+  doc["decode_tokens_per_rep"] = o.decode;
+  doc["reps"] = o.reps;
+  doc["load_average"] = {load_before, load_average()};
+  doc["monolithic_decode_tokens_per_s"] = mono_tps;
+  doc["sharded_decode_tokens_per_s"] = swarm_tps;
+  doc["monolithic_ms_per_token"] = 1e3 / mono_tps;
+  doc["sharded_ms_per_token"] = 1e3 / swarm_tps;
+  doc["overhead_percent"] = (mono_tps / swarm_tps - 1.0) * 100.0;
+  doc["cpu_ms_per_token"] = {{"monolithic", 1e3 * median(mono_cpu)},
+                             {"sharded_total", 1e3 * median(swarm_cpu)},
+                             {"sharded_backbone", 1e3 * median(swarm_backbone_cpu)},
+                             {"sharded_workers", 1e3 * (median(swarm_cpu) - median(swarm_backbone_cpu))}};
+  doc["cpu_overhead_percent"] = (median(swarm_cpu) / median(mono_cpu) - 1.0) * 100.0;
+  doc["wire_bytes_per_token_per_layer"] = {{"sent", sent}, {"received", recv}, {"total", sent + recv}};
+  doc["requests_per_token_per_layer"] = double(requests) / calls;
+  doc["tokens_identical"] = true;
+  doc["dispatch"] = json::parse((*remote)->stats().to_json());
+  std::printf("%s\n", doc.dump(2).c_str());
+  std::fprintf(stderr,
+               "dispatch_bench: monolithic %.2f tok/s, sharded over %d workers %.2f tok/s (time %+.1f%%); CPU per token "
+               "%.1f vs %.1f ms (%+.1f%%); %.0f B/token/layer\n",
+               mono_tps, o.workers, swarm_tps, (mono_tps / swarm_tps - 1.0) * 100.0, 1e3 * median(mono_cpu),
+               1e3 * median(swarm_cpu), (median(swarm_cpu) / median(mono_cpu) - 1.0) * 100.0, sent + recv);
+
+  remote->reset();  // closes the links before the workers go
+  for (const Process& p : procs) ::kill(p.pid, SIGTERM);
+  for (const Process& p : procs) ::waitpid(p.pid, nullptr, 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace essaim
+
+int main(int argc, char** argv) {
+  essaim::Options o;
+  const std::filesystem::path self = std::filesystem::absolute(argv[0]).parent_path();
+  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / "essaim-worker";
+  if (std::filesystem::exists(sibling)) o.worker_bin = sibling.string();
+  CLI::App app{"essaim dispatch benchmark: decode tok/s monolithic vs sharded over loopback workers"};
+  app.add_option("--model", o.model, "GGUF file (default: the 122B-shaped synth model, written once)");
+  app.add_option("--data-dir", o.data_dir, "Where the synth model and its slices are written once (default ./bench-data)");
+  app.add_option("--layers", o.layers, "Layers of the synth model (default 2)")->check(CLI::Range(1, 48));
+  app.add_option("--workers", o.workers, "Worker processes (default 4)")->check(CLI::Range(1, 64));
+  app.add_option("--worker-threads", o.worker_threads, "Threads per worker (default 1)")->check(CLI::Range(1, 256));
+  app.add_option("--worker-bin", o.worker_bin, "essaim-worker binary (default: <build>/src/cli/essaim-worker)");
+  app.add_option("--prompt", o.prompt, "Prompt tokens (default 8)")->check(CLI::Range(1, 4096));
+  app.add_option("--decode", o.decode, "Decoded tokens per repetition (default 16)")->check(CLI::Range(1, 4096));
+  app.add_option("--reps", o.reps, "Timed repetitions (default 3; one more warms up)")->check(CLI::Range(1, 100));
+  app.add_option("--threads", o.threads, "Backbone threads (default: all cores)");
+  app.add_option("--timeout-ms", o.timeout_ms, "Worker deadline (default 30000: no fallback on a loaded machine)");
+  CLI11_PARSE(app, argc, argv);
+  return essaim::run(o);
+}

@@ -1,0 +1,124 @@
+// Helpers of the dispatch tests: tiny synth models loaded as the backbone loads them, with slices cut on
+// demand; evaluation and greedy generation through any ExpertExecutor; expert workers served in-process
+// over in-memory pipes (the real worker core), or as `essaim-worker` processes over TCP; and a worker that
+// can go down and come back, for reconnection.
+//
+//   const SwarmModel& m = SwarmModel::get({.types = SynthTypeMix::Q4_K_M});
+//   PipeWorker w({m.slice(0, 0, 3), m.slice(1, 0, 3)});               // layers 0-1, experts 0-2
+//   auto ex = RemoteExpertExecutor::create(m.model->expert_store(), m.identity, {w.endpoint("w")}, &pool, opts);
+//   ex->wait_connected(net::deadline_in(10s));
+//   expect_same_bits(eval_logits(m, tokens, *ex), m.mono_logits(tokens));
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backbone/remote_executor.h"
+#include "gguf/gguf_slice.h"
+#include "model/model.h"
+#include "net/pipe.h"
+#include "net/stream_server.h"
+#include "synth/synth.h"
+#include "worker/worker.h"
+
+namespace essaim::backbone::testing {
+
+using namespace std::chrono_literals;
+
+struct ModelSpec {
+  SynthArch arch = SynthArch::QWEN3MOE;
+  SynthTypeMix types = SynthTypeMix::Q4_K_M;
+};
+std::string spec_name(const ModelSpec& s);  // "qwen3moe_q4km": gtest parameter names
+inline void PrintTo(const ModelSpec& s, std::ostream* os) { *os << spec_name(s); }
+
+// The three models of the exactness tests: qwen3moe q4_k_m and f32, qwen35moe q4_k_m.
+std::vector<ModelSpec> exactness_specs();
+
+// A synth model written once per test program, loaded as `essaim run` loads it.
+class SwarmModel {
+ public:
+  static const SwarmModel& get(const ModelSpec& spec);
+
+  ModelSpec spec;
+  std::string dir;
+  std::string path;
+  std::unique_ptr<Model> model;
+  ModelIdentity identity{};
+  std::vector<uint32_t> moe_layers;  // layers with routed experts
+  uint32_t n_expert = 0;
+
+  // One-layer slice of experts [first, first + count) of `layer`, written on first use.
+  std::string slice(uint32_t layer, uint32_t first, uint32_t count) const;
+  // Every MoE layer cut into `parts` contiguous expert ranges: result[p] = the slices of part p.
+  std::vector<std::vector<std::string>> split_experts(uint32_t parts) const;
+  // A fixed token sequence of length n (seeded, in the vocabulary).
+  std::vector<int32_t> tokens(size_t n, uint64_t seed = 7) const;
+};
+
+// Teacher-forced logits [n][n_vocab] through `experts`, in chunks of `batch` tokens (0 = all at once).
+std::vector<float> eval_logits(const SwarmModel& m, std::span<const int32_t> tokens, ExpertExecutor& experts,
+                               size_t batch = 0);
+std::vector<float> mono_logits(const SwarmModel& m, std::span<const int32_t> tokens, size_t batch = 0);
+
+// Greedy continuation (argmax, lowest id on ties) of n tokens; `after_token(i)` runs after token i is
+// chosen and before it is fed back (kill a worker mid-generation there).
+std::vector<int32_t> greedy(const SwarmModel& m, std::span<const int32_t> prompt, int n, ExpertExecutor& experts,
+                            const std::function<void(int)>& after_token = {});
+
+// memcmp-equal, with the first differing index reported.
+void expect_same_bits(std::span<const float> got, std::span<const float> want, const std::string& what = "");
+
+// The real worker core served over a PipeHub, reached through a Connector. down() stops it (every
+// connection closed, new connects refused); up() serves again, as a restarted worker would.
+class PipeWorker {
+ public:
+  explicit PipeWorker(std::vector<std::string> slices, worker::WorkerOptions options = {});
+  ~PipeWorker();
+  DispatchEndpoint endpoint(std::string name, std::optional<std::vector<proto::Holding>> declared = std::nullopt);
+  void down();
+  void up();
+  worker::WorkerStats stats() const { return worker_->stats(); }
+
+ private:
+  struct Slot;
+  std::unique_ptr<worker::WorkerState> state_;
+  std::unique_ptr<worker::Worker> worker_;
+  std::shared_ptr<Slot> slot_;  // shared with the connectors handed out
+};
+
+// An `essaim-worker` process on 127.0.0.1 with port 0; the constructor waits for its "listening on" line.
+class WorkerProcess {
+ public:
+  explicit WorkerProcess(const std::vector<std::string>& slices, const std::string& binary = worker_binary());
+  ~WorkerProcess();  // SIGTERM if still running, then waits for it
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  static std::string worker_binary();  // <build>/src/cli/essaim-worker
+  uint16_t port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  void kill_hard();  // SIGKILL and reap
+  bool ok() const { return port_ != 0; }
+
+ private:
+  void start(const std::vector<std::string>& slices, const std::string& binary);  // gtest ASSERTs need a void function
+
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+// Dispatch options for exactness tests: a deadline long enough that a loaded CI machine never falls back.
+DispatchOptions patient_options();
+
+}  // namespace essaim::backbone::testing
