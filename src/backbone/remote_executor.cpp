@@ -22,6 +22,66 @@ proto::Hello backbone_hello(const ModelIdentity& model, const std::string& label
   return h;
 }
 
+// One worker's pairs of a batch (flat indices row * k + slot, row-major), cut into requests that fit both
+// frame limits: whole rows only, so a row's activation travels once per request.
+struct Chunks {
+  std::vector<std::vector<uint32_t>> requests;
+  std::vector<uint32_t> too_large;  // rows that fit no request at all
+};
+Chunks split_for_limits(const ExpertBatch& b, const std::vector<int32_t>& owner, int32_t link, uint64_t row_bytes,
+                        uint64_t n_embd, uint64_t limit_request, uint64_t limit_response) {
+  auto fits = [&](uint64_t rows, uint64_t pairs) {
+    return proto::expert_request_payload_bytes(rows, pairs, row_bytes) <= limit_request &&
+           proto::expert_response_payload_bytes(pairs, n_embd) <= limit_response;
+  };
+  Chunks c;
+  c.requests.emplace_back();
+  uint64_t rows_in_last = 0;
+  std::vector<uint32_t> row;
+  for (int64_t r = 0; r < b.n_rows; ++r) {
+    row.clear();
+    for (int32_t k = 0; k < b.k; ++k)
+      if (owner[size_t(r) * size_t(b.k) + size_t(k)] == link) row.push_back(uint32_t(size_t(r) * size_t(b.k) + size_t(k)));
+    if (row.empty()) continue;
+    if (!fits(1, row.size())) {
+      c.too_large.insert(c.too_large.end(), row.begin(), row.end());
+      continue;
+    }
+    if (!fits(rows_in_last + 1, c.requests.back().size() + row.size())) {
+      c.requests.emplace_back();
+      rows_in_last = 0;
+    }
+    c.requests.back().insert(c.requests.back().end(), row.begin(), row.end());
+    ++rows_in_last;
+  }
+  if (c.requests.back().empty()) c.requests.pop_back();
+  return c;
+}
+
+// The EXPERT_REQUEST for some pairs of a batch (CSR: per row its experts, then the rows' bytes as they are).
+proto::ExpertRequest make_request(const ExpertBatch& b, const std::vector<uint32_t>& pairs, uint64_t id,
+                                  uint64_t row_bytes) {
+  proto::ExpertRequest req;
+  req.request_id = id;
+  req.layer = uint32_t(b.layer);
+  req.act_type = b.act_type;
+  req.act_row_bytes = row_bytes;
+  req.expert_ids.reserve(pairs.size());
+  int64_t last_row = -1;
+  for (uint32_t p : pairs) {
+    const int64_t r = int64_t(p) / b.k;
+    if (r != last_row) {
+      req.row_expert_counts.push_back(0);
+      const uint8_t* row = b.act.data() + size_t(r) * row_bytes;
+      req.activations.insert(req.activations.end(), row, row + row_bytes);
+      last_row = r;
+    }
+    ++req.row_expert_counts.back();
+    req.expert_ids.push_back(uint32_t(b.ids[p]));
+  }
+  return req;
+}
+
 }  // namespace
 
 // One request in flight, and the pairs its answer fills: pair i of the request is flat pair pairs[i]
@@ -158,57 +218,17 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   for (size_t i = 0; i < n_links; ++i) {
     if (!sessions[i]) continue;
     LinkSession& s = *sessions[i];
-    const uint64_t limit_req = s.conn->peer_max_payload_bytes();
-    const uint64_t limit_resp = s.conn->max_payload_bytes();
-    std::vector<std::vector<uint32_t>> chunks(1);  // each chunk: pairs in request order (row-major)
-    uint64_t rows_in_chunk = 0;
-    std::vector<uint32_t> too_large;
-    for (int64_t r = 0; r < b.n_rows; ++r) {
-      std::vector<uint32_t> row;
-      for (int32_t k = 0; k < b.k; ++k)
-        if (owner[size_t(r) * b.k + k] == int32_t(i)) row.push_back(uint32_t(size_t(r) * b.k + k));
-      if (row.empty()) continue;
-      auto fits = [&](uint64_t rows, uint64_t pairs) {
-        return proto::expert_request_payload_bytes(rows, pairs, row_bytes) <= limit_req &&
-               proto::expert_response_payload_bytes(pairs, E) <= limit_resp;
-      };
-      if (!fits(1, row.size())) {
-        too_large.insert(too_large.end(), row.begin(), row.end());
-        continue;
-      }
-      if (!fits(rows_in_chunk + 1, chunks.back().size() + row.size())) {
-        chunks.emplace_back();
-        rows_in_chunk = 0;
-      }
-      chunks.back().insert(chunks.back().end(), row.begin(), row.end());
-      ++rows_in_chunk;
-    }
-    if (!too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(too_large));
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      if (chunks[c].empty()) continue;
+    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, s.conn->peer_max_payload_bytes(),
+                                     s.conn->max_payload_bytes());
+    if (!chunks.too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(chunks.too_large));
+    for (size_t c = 0; c < chunks.requests.size(); ++c) {
       if (c >= options_.max_requests_per_worker) {
-        fall_back(i, FallbackReason::OVERLOADED, std::move(chunks[c]));
+        fall_back(i, FallbackReason::OVERLOADED, std::move(chunks.requests[c]));
         continue;
       }
-      Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s), .pairs = std::move(chunks[c])};
-      proto::ExpertRequest req;
-      req.request_id = o.id;
-      req.layer = lay;
-      req.act_type = b.act_type;
-      req.act_row_bytes = row_bytes;
-      req.expert_ids.reserve(o.pairs.size());
-      int64_t last_row = -1;
-      for (uint32_t p : o.pairs) {
-        const int64_t r = int64_t(p) / b.k;
-        if (r != last_row) {
-          req.row_expert_counts.push_back(0);
-          const uint8_t* row = b.act.data() + size_t(r) * row_bytes;
-          req.activations.insert(req.activations.end(), row, row + row_bytes);
-          last_row = r;
-        }
-        ++req.row_expert_counts.back();
-        req.expert_ids.push_back(uint32_t(b.ids[p]));
-      }
+      Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s),
+                 .pairs = std::move(chunks.requests[c])};
+      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes);
       o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
       if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
         if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
