@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/matmul.h"
 #include "kernels/quantize.h"
 
 namespace essaim {
@@ -43,7 +44,7 @@ Result<const GgufTensor*> TensorBinder::bind(TensorName name, int32_t il,
     return Status::error("tensor '" + n + "' has type " + std::string(type_name(t->type)) + ", expected F32");
   if (kind == TensorKind::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0)
     return Status::error("tensor '" + n + "' data is not 4-byte aligned (general.alignment too small)");
-  if (kind == TensorKind::MATRIX && !kernel_type_supported(t->type))
+  if (kind == TensorKind::MATRIX && !matmul_type_supported(t->type))  // Q8_K is activation-only
     return Status::error("tensor '" + n + "' has type " + std::string(type_name(t->type)) +
                          ", which essaim has no kernels for");
   claimed_.insert(n);
