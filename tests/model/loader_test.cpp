@@ -22,6 +22,7 @@ struct Edit {
   std::map<std::string, GgmlType> retype{};               // new type, zero-filled data
   std::vector<std::string> add_tensors{};                 // extra F32 [4] tensors
   std::map<std::string, std::string> copy_data{};         // tensor -> tensor whose bytes it takes (same size)
+  bool fuse_qkv = false;  // attn_q/k/v -> one attn_qkv [E, H·D + 2·Hkv·D] (rows q, then k, then v)
 };
 
 GgufValue u32_value(uint32_t v) {
@@ -58,12 +59,24 @@ std::string rewrite(const std::string& name, const Edit& e) {
     if (!src->find_kv(key)) w.set_value(key, value);
 
   struct Out {
-    std::span<const uint8_t> bytes;
+    std::vector<std::span<const uint8_t>> bytes;  // written one after the other
     uint64_t zeros = 0;
   };
   std::vector<Out> data;
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   for (const GgufTensor& t : src->tensors()) {
     if (std::find(e.drop_tensors.begin(), e.drop_tensors.end(), t.name) != e.drop_tensors.end()) continue;
+    if (e.fuse_qkv && (ends_with(t.name, ".attn_k.weight") || ends_with(t.name, ".attn_v.weight"))) continue;
+    if (e.fuse_qkv && ends_with(t.name, ".attn_q.weight")) {
+      const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_q.weight").size());
+      const GgufTensor* k = src->find_tensor(blk + "attn_k.weight");
+      const GgufTensor* v = src->find_tensor(blk + "attn_v.weight");
+      w.add_tensor(blk + "attn_qkv.weight", t.type, {t.ne[0], t.ne[1] + k->ne[1] + v->ne[1]});
+      data.push_back(Out{{t.bytes(), k->bytes(), v->bytes()}});
+      continue;
+    }
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
     GgmlType type = t.type;
     bool changed = false;
@@ -74,7 +87,7 @@ std::string rewrite(const std::string& name, const Edit& e) {
     for (int64_t d : ne) n *= uint64_t(d);
     std::span<const uint8_t> bytes = t.bytes();
     if (auto it = e.copy_data.find(t.name); it != e.copy_data.end()) bytes = src->find_tensor(it->second)->bytes();
-    data.push_back(changed ? Out{{}, n / type_traits(type).block_size * type_traits(type).type_size} : Out{bytes});
+    data.push_back(changed ? Out{{}, n / type_traits(type).block_size * type_traits(type).type_size} : Out{{bytes}});
   }
   for (const std::string& extra : e.add_tensors) {
     w.add_tensor(extra, GgmlType::F32, {4});
@@ -87,7 +100,7 @@ std::string rewrite(const std::string& name, const Edit& e) {
       std::vector<uint8_t> z(o.zeros, 0);
       EXPECT_TRUE(w.write_tensor_data(z).is_ok());
     } else {
-      EXPECT_TRUE(w.write_tensor_data(o.bytes).is_ok());
+      for (std::span<const uint8_t> b : o.bytes) EXPECT_TRUE(w.write_tensor_data(b).is_ok());
     }
   }
   EXPECT_TRUE(w.finish().is_ok());
@@ -180,6 +193,19 @@ TEST(Loader, AbsentOutputTiesTheLmHeadToTheEmbeddings) {
   EXPECT_NE(a, test::eval_logits(*original, tokens));
   std::remove(tied_path.c_str());
   std::remove(copy_path.c_str());
+}
+
+TEST(Loader, FusedQkvProjectionGivesTheSameLogits) {
+  // REFERENCE.md 4.2 accepts blk.i.attn_qkv instead of q/k/v: each output row is the same dot product, so
+  // the logits must not change by a bit.
+  const std::string path = rewrite("fused_qkv", {.fuse_qkv = true});
+  std::unique_ptr<Model> fused = test::load_or_die(path);
+  std::unique_ptr<Model> separate = test::load_or_die(test::fixture("qwen3moe-small-f32.gguf"));
+  ASSERT_TRUE(fused && separate);
+  ASSERT_NE(fused->file().find_tensor("blk.1.attn_qkv.weight"), nullptr);
+  const std::vector<int32_t> tokens = {3, 141, 59, 26, 5};
+  EXPECT_EQ(test::eval_logits(*fused, tokens, {.batch = 2}), test::eval_logits(*separate, tokens));
+  std::remove(path.c_str());
 }
 
 }  // namespace
