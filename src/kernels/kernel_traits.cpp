@@ -1,6 +1,9 @@
 #include "kernels/kernel_traits.h"
 
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,12 +60,18 @@ const KernelTraits kTable[] = {
 #undef ESSAIM_PREPARE
 
 #if defined(ESSAIM_KERNELS_X86)
+// F16C straight from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::SCALAR:
       return true;
     case Isa::AVX2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::AVX512:
       return cpu_has(Isa::AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
