@@ -87,11 +87,14 @@ void Worker::serve_connection(net::ByteStream& stream) {
   net::NetResult<proto::Hello> peer =
       net::handshake(c, hello(), net::deadline_in(options_.handshake_timeout), options_.policy);
   if (!peer) {
-    if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse)
+    if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse) {
       count(counters_.handshakes_refused[size_t(*peer.error().refuse)]);
-    else
+      log("handshake with " + stream.peer_name() + " refused (" +
+          std::string(proto::refuse_reason_name(*peer.error().refuse)) + "): " + peer.error().message);
+    } else {
       count(counters_.handshakes_failed);
-    log("handshake with " + stream.peer_name() + " failed: " + peer.error().message);
+      log("handshake with " + stream.peer_name() + " failed: " + peer.error().message);
+    }
     c.close();
     return;
   }

@@ -60,8 +60,7 @@ TEST_P(WorkerExactTest, RandomBatchesMatchTheBackboneBitForBit) {
   }
   EXPECT_GT(first_bits.size(), 20u);
 
-  const WorkerStats s = w.worker().stats();
-  EXPECT_EQ(s.requests, reqs.size());
+  const WorkerStats s = stats_after(w.worker(), reqs.size());
   uint64_t pairs = 0, rows = 0;
   for (const auto& r : reqs) pairs += r.n_pairs(), rows += r.n_rows();
   EXPECT_EQ(s.pairs, pairs);

@@ -192,6 +192,9 @@ TEST_P(WorkerProcessTest, AnswersOverTcpBitForBitAndStopsOnSigterm) {
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.error().kind, net::NetErrorKind::REFUSED);
   EXPECT_EQ(refused.error().refuse, proto::RefuseReason::MODEL);
+  // Both sides refuse at once; wait until the worker's side has logged its own refusal.
+  for (int i = 0; i < 500 && w.child->stderr_text().find("refused (MODEL)") == std::string::npos; ++i)
+    std::this_thread::sleep_for(10ms);
 
   // SIGTERM with a live connection: a clean exit, stats on stderr.
   EXPECT_EQ(w.child->stop(SIGTERM, 10s), 0) << w.child->stderr_text();

@@ -246,6 +246,13 @@ std::vector<proto::ExpertResponse> exchange_all(net::FrameConnection& c, const s
   return out;
 }
 
+WorkerStats stats_after(Worker& w, uint64_t requests) {
+  for (int i = 0; i < 500 && w.stats().requests < requests; ++i) std::this_thread::sleep_for(10ms);
+  WorkerStats s = w.stats();
+  EXPECT_EQ(s.requests, requests);
+  return s;
+}
+
 proto::Message receive_message(net::FrameConnection& c) {
   net::NetResult<proto::Message> m = c.receive(net::deadline_in(5s));
   EXPECT_TRUE(m.is_ok()) << m.error().message;

@@ -109,6 +109,10 @@ class ServedWorker {
 // Fails the test (and returns what it has) on a transport error or an ERROR frame.
 std::vector<proto::ExpertResponse> exchange_all(net::FrameConnection& c, const std::vector<proto::ExpertRequest>& reqs);
 
+// The worker's stats once `requests` responses have been counted: the worker counts a response after its
+// write returns, which may be after the peer has already read it.
+WorkerStats stats_after(Worker& w, uint64_t requests);
+
 // Receives one message (5 s deadline), failing the test on a transport error.
 proto::Message receive_message(net::FrameConnection& c);
 
