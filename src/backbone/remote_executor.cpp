@@ -197,6 +197,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   for (size_t p = 0; p < n_pairs; ++p) {
     const int32_t id = b.ids[p];
     if (id < 0) continue;
+    // Refused before anything is sent: every pair must be computable here, whatever happens to its worker.
+    if (replica_.find(b.layer, id) == nullptr)
+      return Status::error("layer " + std::to_string(b.layer) + ": expert " + std::to_string(id) + " is not held");
     ++asked;
     for (size_t i = 0; i < n_links && owner[p] < 0; ++i)
       if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) owner[p] = int32_t(i);
@@ -245,7 +248,10 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   std::vector<uint32_t> now = local_pairs;
   now.insert(now.end(), unavailable_pairs.begin(), unavailable_pairs.end());
   for (const auto& [why, pairs] : failed) now.insert(now.end(), pairs.begin(), pairs.end());
-  ESSAIM_RETURN_IF_ERROR(compute_local(b, now, out));
+  if (Status st = compute_local(b, now, out); !st) {
+    for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::now());  // unregister, blame no one
+    return st;
+  }
   const size_t failed_before_wait = failed.size();
 
   // 4. Answers, until the deadline. Each accepted one fills its slots; the others are recomputed here.

@@ -148,6 +148,27 @@ TEST(Dispatch, TheMapsDeclarationRestrictsWhatIsRouted) {
   EXPECT_GT(s.pairs_local, 0u);
 }
 
+TEST(Dispatch, ABatchTheReplicaCannotComputeIsRefusedBeforeAnythingIsSent) {
+  const SwarmModel& m = q4();
+  PipeWorker w(m.split_experts(1)[0]);
+  ThreadPool pool(2);
+  auto ex = connect(m, {w.endpoint("w")}, &pool);
+  const ExpertLayer* l = m.model->expert_store().any(int32_t(m.moe_layers.front()));
+  ASSERT_NE(l, nullptr);
+  std::vector<uint8_t> act(l->activation_row_bytes());
+  const std::vector<int32_t> ids = {0, int32_t(m.n_expert)};  // one row, K = 2: expert X does not exist
+  std::vector<float> out(2 * size_t(l->n_embd));
+  const Status s = ex->compute({.layer = int32_t(m.moe_layers.front()), .n_rows = 1, .k = 2,
+                                .act_type = l->activation_type(), .act = act, .ids = ids},
+                               out);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_EQ(ex->stats().requests, 0u);
+  EXPECT_FALSE(ex->compute({.layer = 999, .n_rows = 1, .k = 2, .act_type = l->activation_type(), .act = act,
+                            .ids = std::vector<int32_t>{0, 1}},
+                           out)
+                   .is_ok());
+}
+
 TEST(Dispatch, AReplicaTakesOverAndAWorkerThatComesBackIsUsedAgain) {
   const SwarmModel& m = q4();
   const std::vector<int32_t> prompt = m.tokens(4, 21);
