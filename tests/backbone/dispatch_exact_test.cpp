@@ -4,6 +4,7 @@
 // qwen3moe q4_k_m and f32 and qwen35moe q4_k_m.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "backbone_test_util.h"
@@ -53,10 +54,16 @@ TEST_P(DispatchExact, EveryExpertOnThreeWorkersGivesTheMonolithicLogits) {
   EXPECT_EQ(s.pairs, 3 * tokens.size() * m.moe_layers.size() * size_t(m.model->info().n_expert_used));
   EXPECT_EQ(s.responses, s.requests);
   expect_accounting(s);
-  uint64_t worker_side = 0;
-  for (size_t i = 0; i < workers.size(); ++i) {
+  for (size_t i = 0; i < workers.size(); ++i)
     EXPECT_GT(s.workers[i].pairs_served, 0u) << "worker " << i << " was never used: " << s.to_json();
-    worker_side += workers[i]->stats().pairs;
+  // A worker counts a request after writing its answer, so the backbone can hold the answer a moment
+  // before the worker's count catches up: wait (bounded) for the counts to settle.
+  uint64_t worker_side = 0;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    worker_side = 0;
+    for (const auto& w : workers) worker_side += w->stats().pairs;
+    if (worker_side == s.pairs_remote) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(worker_side, s.pairs_remote) << "the workers' own counts disagree with the backbone's";
   for (uint32_t l : m.moe_layers) EXPECT_GT(s.layers.at(l).bytes_sent, 0u) << "layer " << l;
