@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
+#include "kernels/matmul.h"
 #include "model/cache.h"
 #include "moe/executor.h"
 
@@ -87,6 +88,10 @@ class Model {
   explicit Model(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {}
   // Shared argument checks of forward(): tokens in range, room in the cache, logits span size.
   Status check_forward_args(const ForwardArgs& args) const;
+  // Final RMSNorm and LM head over the rows args.logits_mode asks for: x [T][E] → args.logits [n_out][V];
+  // scratch holds at least T * E floats.
+  static void lm_head_forward(const ForwardArgs& args, const float* x, int64_t T, int64_t E,
+                              const float* output_norm, float eps, const WeightMatrix& output, float* scratch);
   int32_t resolve_n_ctx(const CacheOptions& options) const;
 
   std::unique_ptr<GgufFile> file_;

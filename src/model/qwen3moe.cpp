@@ -301,13 +301,7 @@ Status Qwen3Moe::forward(const ForwardArgs& args) const {
     add_f32(x.data(), moe_out.data(), T * E);  // h = h1 + moe(f)
   }
 
-  // LM head over the rows asked for.
-  const int64_t first = args.logits_mode == LogitsMode::ALL ? 0 : T - 1;
-  const int64_t n_out = args.logits_mode == LogitsMode::ALL ? T : args.logits_mode == LogitsMode::LAST ? 1 : 0;
-  if (n_out > 0) {
-    rms_norm_rows(x.data() + first * E, output_norm_, n_out, E, hp_.eps, cur.data(), pool);
-    matmul(output_, cur.data(), n_out, args.logits.data(), pool);  // [n_out][V]
-  }
+  lm_head_forward(args, x.data(), T, E, output_norm_, hp_.eps, output_, cur.data());  // [n_out][V]
   cache.advance(int32_t(T));
   return Status::ok();
 }

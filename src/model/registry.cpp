@@ -4,6 +4,7 @@
 
 #include "model/architectures.h"
 #include "model/model.h"
+#include "model/ops.h"
 
 namespace essaim {
 namespace {
@@ -49,6 +50,15 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   Result<std::unique_ptr<Model>> m = load_model(std::make_unique<GgufFile>(std::move(*f)), options);
   if (!m) return m.status().with_context(path);
   return m;
+}
+
+void Model::lm_head_forward(const ForwardArgs& args, const float* x, int64_t T, int64_t E,
+                            const float* output_norm, float eps, const WeightMatrix& output, float* scratch) {
+  const int64_t first = args.logits_mode == LogitsMode::ALL ? 0 : T - 1;
+  const int64_t n_out = args.logits_mode == LogitsMode::ALL ? T : args.logits_mode == LogitsMode::LAST ? 1 : 0;
+  if (n_out == 0) return;
+  rms_norm_rows(x + first * E, output_norm, n_out, E, eps, scratch, args.pool);
+  matmul(output, scratch, n_out, args.logits.data(), args.pool);  // [n_out][V]
 }
 
 Status Model::check_forward_args(const ForwardArgs& a) const {
