@@ -69,6 +69,21 @@ struct ForwardArgs {
   std::span<float> logits;  // [n_out][n_vocab]: n_out = tokens.size(), 1 or 0 by mode
 };
 
+// One sequence's share of a batched step: its new tokens (decode: one; prefill: a chunk), its cache and
+// which logits it wants. Every item of a batch has its own cache.
+struct BatchItem {
+  std::span<const int32_t> tokens;
+  SequenceCache* cache = nullptr;
+  LogitsMode logits_mode = LogitsMode::LAST;
+  std::span<float> logits;  // as ForwardArgs::logits
+};
+
+struct BatchForwardArgs {
+  std::span<const BatchItem> items;
+  ExpertExecutor* experts = nullptr;
+  ThreadPool* pool = nullptr;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -83,6 +98,13 @@ class Model {
   // Untrusted-input errors (token id out of range, context full, executor failure) are values; the cache
   // is left unchanged on error.
   virtual Status forward(const ForwardArgs& args) const = 0;
+  // Several sequences in one step (continuous batching). Results are bit-identical to calling forward() on
+  // each item in turn (DESIGN.md invariant 2). An architecture that overrides it runs all rows of all
+  // items through each layer together, so each MoE layer makes one ExpertExecutor call for the whole
+  // batch. This default runs the items one after another: correct, but one executor call per item.
+  // Arguments of every item are checked before any runs; on a later error, items before the failing one
+  // may have advanced (the caller fails the whole step).
+  virtual Status forward_batch(const BatchForwardArgs& args) const;
 
  protected:
   explicit Model(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {}

@@ -74,6 +74,18 @@ Status Model::check_forward_args(const ForwardArgs& a) const {
   return Status::ok();
 }
 
+Status Model::forward_batch(const BatchForwardArgs& args) const {
+  std::vector<ForwardArgs> each;
+  each.reserve(args.items.size());
+  for (const BatchItem& item : args.items) {
+    each.push_back({.tokens = item.tokens, .cache = item.cache, .experts = args.experts, .pool = args.pool,
+                    .logits_mode = item.logits_mode, .logits = item.logits});
+    ESSAIM_RETURN_IF_ERROR(check_forward_args(each.back()));
+  }
+  for (const ForwardArgs& a : each) ESSAIM_RETURN_IF_ERROR(forward(a));
+  return Status::ok();
+}
+
 int32_t Model::resolve_n_ctx(const CacheOptions& options) const {
   if (options.n_ctx > 0) return options.n_ctx;
   return info_.n_ctx_train > 0 ? std::min(info_.n_ctx_train, kDefaultMaxContext) : kDefaultMaxContext;
