@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of essaim from Debian bookworm packages, by name.
 # Idempotent: packages already present are skipped by apt; safe to run on every build.
+#   scripts/install-deps.sh [--arm64]
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build git ca-certificates pkg-config
@@ -12,6 +13,15 @@ packages=(
 # The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+# --arm64 (the test suite): the ARM64 phone worker (scripts/build-arm64.sh) needs Debian's cross toolchain,
+# the target's libraries through multiarch (dpkg's arm64 architecture), and qemu-user to run its tests here.
+if [[ "${1:-}" == "--arm64" ]]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libssl-dev:arm64 libgtest-dev:arm64 libboost-dev:arm64 libpcre2-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO dpkg --add-architecture arm64
+  fi
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -3,14 +3,23 @@
 #   1. Release build + ctest (unit, model, multi-process tests)
 #   2. ASan + UBSan build (clang) running the tests labelled "sanitize" (hostile-input tests)
 #   3. libFuzzer targets (clang), each for a bounded time over its seed corpus
+#   The ARM64 worker is cross-built before the release tests: its kernel and worker tests run under
+#   qemu-user, and the release ctest's mixed swarm (x86 backbone, ARM64 workers) uses its binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --arm64
 jobs=$(nproc)
 
-echo "== release build and tests"
+echo "== release build"
 BUILD_DIR=build scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+
+echo "== ARM64 cross build (static worker + kernel/worker tests) and its tests under qemu-user"
+BUILD_DIR=build-arm64 scripts/build-arm64.sh
+BUILD_DIR=build-arm64 scripts/test-arm64.sh
+
+echo "== release tests"
+ESSAIM_ARM64_WORKER="$PWD/build-arm64/src/cli/essaim-worker" \
+  ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
 
 echo "== sanitizer build (ASan + UBSan) and hostile-input tests"
 CC=clang CXX=clang++ BUILD_DIR=build-asan BUILD_TARGETS=labelled_tests \

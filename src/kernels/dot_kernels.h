@@ -13,7 +13,8 @@ namespace essaim {
 #define ESSAIM_DECLARE_DOTS(name)                                                                     \
   void name##_scalar(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);     \
   void name##_avx2(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);       \
-  void name##_avx512(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+  void name##_avx512(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);     \
+  void name##_neon(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 
 ESSAIM_DECLARE_DOTS(vec_dot_f32_f32)
 ESSAIM_DECLARE_DOTS(vec_dot_f16_f16)
@@ -25,14 +26,22 @@ ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 
 #undef ESSAIM_DECLARE_DOTS
 
+// AArch64 dot-product extension (SDOT): only where it changes the integer work; the other types use their
+// NEON kernel under that ISA too (KernelTraits::dot falls back to the next narrower variant).
+void vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+void vec_dot_q4k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
+
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q4_K/Q5_K/Q6_K, AVX-512 Q6_K);
 //   q45k_avx512: pairs16 and, per 128 elements, sub-blocks ordered 0,2,1,3 (AVX-512 Q4_K/Q5_K).
 //   q8_0_group8 (Q8_0 rows, AVX2 and AVX-512 Q8_0): every 8 blocks as [8 x f16 d][8 x 32 qs], so the eight
 //   scales are one load; blocks after the last full group of eight stay as they are.
+//   lanes4 (Q8_K rows, AArch64 dotprod Q4_K/Q5_K): per 32-element sub-block, byte 4l + c is element 8c + l.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 void prepare_q8_0_group8(const void* x, void* out, int64_t n);
+void prepare_q8k_lanes4_neon(const void* x, void* out, int64_t n);
 
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
 // each row count gets its own register allocation.

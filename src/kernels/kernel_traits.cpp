@@ -4,6 +4,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,12 +20,20 @@
 namespace essaim {
 namespace {
 
+// Columns: scalar, AVX2, AVX-512, NEON, NEON + dotprod (Isa order). ESSAIM_DOTS_DP names a type that has
+// a dotprod kernel of its own; ESSAIM_PREPARE gives the activation layouts (avx2, avx512, dotprod).
 #if defined(ESSAIM_KERNELS_X86)
-#define ESSAIM_DOTS(name) {name##_scalar, name##_avx2, name##_avx512}
-#define ESSAIM_PREPARE(avx2, avx512) {nullptr, avx2, avx512}
+#define ESSAIM_DOTS(name) {name##_scalar, name##_avx2, name##_avx512, nullptr, nullptr}
+#define ESSAIM_DOTS_DP(name) ESSAIM_DOTS(name)
+#define ESSAIM_PREPARE(avx2, avx512, dotprod) {nullptr, avx2, avx512, nullptr, nullptr}
+#elif defined(ESSAIM_KERNELS_ARM)
+#define ESSAIM_DOTS(name) {name##_scalar, nullptr, nullptr, name##_neon, nullptr}
+#define ESSAIM_DOTS_DP(name) {name##_scalar, nullptr, nullptr, name##_neon, name##_dotprod}
+#define ESSAIM_PREPARE(avx2, avx512, dotprod) {nullptr, nullptr, nullptr, nullptr, dotprod}
 #else
-#define ESSAIM_DOTS(name) {name##_scalar, nullptr, nullptr}
-#define ESSAIM_PREPARE(avx2, avx512) {}
+#define ESSAIM_DOTS(name) {name##_scalar, nullptr, nullptr, nullptr, nullptr}
+#define ESSAIM_DOTS_DP(name) ESSAIM_DOTS(name)
+#define ESSAIM_PREPARE(avx2, avx512, dotprod) {}
 #endif
 
 // One row per type (REFERENCE.md 2.1, 2.5). Activation-only Q8_K has conversions but no dot product.
@@ -37,26 +49,27 @@ const KernelTraits kTable[] = {
      .vec_dot = ESSAIM_DOTS(vec_dot_bf16_bf16)},
     {.type = GgmlType::Q8_0, .block_size = kQK8_0, .type_size = sizeof(BlockQ8_0), .alignment = alignof(BlockQ8_0),
      .vec_dot_type = GgmlType::Q8_0, .dequantize = dequantize_row_q8_0, .quantize_ref = quantize_row_q8_0,
-     .from_float = quantize_row_q8_0, .vec_dot = ESSAIM_DOTS(vec_dot_q8_0_q8_0),
-     .prepare = ESSAIM_PREPARE(prepare_q8_0_group8, prepare_q8_0_group8)},
+     .from_float = quantize_row_q8_0, .vec_dot = ESSAIM_DOTS_DP(vec_dot_q8_0_q8_0),
+     .prepare = ESSAIM_PREPARE(prepare_q8_0_group8, prepare_q8_0_group8, nullptr)},
     {.type = GgmlType::Q4_K, .block_size = kQK_K, .type_size = sizeof(BlockQ4K), .alignment = alignof(BlockQ4K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q4k, .quantize_ref = quantize_row_q4k,
-     .vec_dot = ESSAIM_DOTS(vec_dot_q4k_q8k),
-     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512)},
+     .vec_dot = ESSAIM_DOTS_DP(vec_dot_q4k_q8k),
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512, prepare_q8k_lanes4_neon)},
     {.type = GgmlType::Q5_K, .block_size = kQK_K, .type_size = sizeof(BlockQ5K), .alignment = alignof(BlockQ5K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q5k, .quantize_ref = quantize_row_q5k,
-     .vec_dot = ESSAIM_DOTS(vec_dot_q5k_q8k),
-     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512)},
+     .vec_dot = ESSAIM_DOTS_DP(vec_dot_q5k_q8k),
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q45k_avx512, prepare_q8k_lanes4_neon)},
     {.type = GgmlType::Q6_K, .block_size = kQK_K, .type_size = sizeof(BlockQ6K), .alignment = alignof(BlockQ6K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q6k, .quantize_ref = quantize_row_q6k,
      .vec_dot = ESSAIM_DOTS(vec_dot_q6k_q8k),
-     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_pairs16_avx2)},
+     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_pairs16_avx2, nullptr)},
     {.type = GgmlType::Q8_K, .block_size = kQK_K, .type_size = sizeof(BlockQ8K), .alignment = alignof(BlockQ8K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q8k, .quantize_ref = quantize_row_q8k,
      .from_float = quantize_row_q8k},
 };
 
 #undef ESSAIM_DOTS
+#undef ESSAIM_DOTS_DP
 #undef ESSAIM_PREPARE
 
 #if defined(ESSAIM_KERNELS_X86)
@@ -75,6 +88,24 @@ bool cpu_has(Isa isa) {
     case Isa::AVX512:
       return cpu_has(Isa::AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case Isa::NEON:
+    case Isa::NEON_DOTPROD:
+    case Isa::COUNT:
+      break;
+  }
+  return false;
+}
+#elif defined(ESSAIM_KERNELS_ARM)
+// NEON (Advanced SIMD) is part of every AArch64 CPU; the dot-product extension is the kernel's asimddp bit.
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::SCALAR:
+    case Isa::NEON:
+      return true;
+    case Isa::NEON_DOTPROD:
+      return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    case Isa::AVX2:
+    case Isa::AVX512:
     case Isa::COUNT:
       break;
   }
@@ -88,7 +119,7 @@ Isa initial_isa() {
   if (env == nullptr || *env == '\0') return best;
   const std::optional<Isa> wanted = isa_from_name(env);
   if (!wanted) {
-    std::fprintf(stderr, "essaim: ESSAIM_ISA=%s is not one of scalar, avx2, avx512; using %s\n", env,
+    std::fprintf(stderr, "essaim: ESSAIM_ISA=%s is not one of scalar, avx2, avx512, neon, neon-dotprod; using %s\n", env,
                  std::string(isa_name(best)).c_str());
     return best;
   }
@@ -112,6 +143,8 @@ std::string_view isa_name(Isa isa) {
     case Isa::SCALAR: return "scalar";
     case Isa::AVX2: return "avx2";
     case Isa::AVX512: return "avx512";
+    case Isa::NEON: return "neon";
+    case Isa::NEON_DOTPROD: return "neon-dotprod";
     case Isa::COUNT: break;
   }
   return "?";
@@ -124,7 +157,7 @@ std::optional<Isa> isa_from_name(std::string_view s) {
 }
 
 bool isa_supported(Isa isa) {
-#if defined(ESSAIM_KERNELS_X86)
+#if defined(ESSAIM_KERNELS_X86) || defined(ESSAIM_KERNELS_ARM)
   return cpu_has(isa);
 #else
   return isa == Isa::SCALAR;

@@ -26,14 +26,17 @@
 
 namespace essaim {
 
-enum class Isa : int32_t { SCALAR = 0, AVX2 = 1, AVX512 = 2, COUNT = 3 };
+// Ordered so that, among the sets one CPU family can run, a higher value is wider (x86: AVX2 < AVX512;
+// AArch64: NEON < NEON_DOTPROD); a machine supports only its own family's values.
+enum class Isa : int32_t { SCALAR = 0, AVX2 = 1, AVX512 = 2, NEON = 3, NEON_DOTPROD = 4, COUNT = 5 };
 
-std::string_view isa_name(Isa isa);                    // "scalar", "avx2", "avx512"
+std::string_view isa_name(Isa isa);                    // "scalar", "avx2", "avx512", "neon", "neon-dotprod"
 std::optional<Isa> isa_from_name(std::string_view s);  // inverse of isa_name
-bool isa_supported(Isa isa);  // this CPU (and build) can run it: AVX2 = avx2+fma+f16c; AVX512 = f+bw+vl+vnni
+bool isa_supported(Isa isa);  // this CPU (and build) can run it: AVX2 = avx2+fma+f16c; AVX512 = f+bw+vl+vnni;
+                              // NEON = any AArch64; NEON_DOTPROD = asimddp
 Isa best_isa();               // the widest supported
 
-// The variant kernels use now. Starts as ESSAIM_ISA (scalar|avx2|avx512) when that names a supported ISA,
+// The variant kernels use now. Starts as ESSAIM_ISA (scalar|avx2|avx512|neon|neon-dotprod) when that names a supported ISA,
 // else best_isa(). Process-wide; change it only while no kernel runs.
 Isa kernels_isa();
 Status set_kernel_isa(Isa isa);  // error when the CPU lacks it

@@ -217,12 +217,15 @@ DispatchEndpoint PipeWorker::endpoint(std::string name, std::optional<std::vecto
 
 std::string WorkerProcess::worker_binary() { return std::string(ESSAIM_BINARY_DIR) + "/src/cli/essaim-worker"; }
 
-WorkerProcess::WorkerProcess(const std::vector<std::string>& slices, const std::string& binary) {
-  start(slices, binary);
+WorkerProcess::WorkerProcess(const std::vector<std::string>& slices, const std::string& binary,
+                             const std::vector<std::string>& launcher) {
+  start(slices, binary, launcher);
 }
 
-void WorkerProcess::start(const std::vector<std::string>& slices, const std::string& binary) {
-  std::vector<std::string> args = {binary, "--listen", "127.0.0.1:0", "--threads", "1", "--quiet"};
+void WorkerProcess::start(const std::vector<std::string>& slices, const std::string& binary,
+                          const std::vector<std::string>& launcher) {
+  std::vector<std::string> args = launcher;
+  args.insert(args.end(), {binary, "--listen", "127.0.0.1:0", "--threads", "1", "--quiet"});
   for (const std::string& s : slices) args.insert(args.end(), {"--slice", s});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -232,13 +235,13 @@ void WorkerProcess::start(const std::vector<std::string>& slices, const std::str
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid_, args[0].c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
     ::close(fds[0]);
     pid_ = -1;
-    FAIL() << "cannot start " << binary << ": " << std::strerror(rc);
+    FAIL() << "cannot start " << args[0] << ": " << std::strerror(rc);
   }
   // The worker prints "listening on 127.0.0.1:PORT" once it accepts connections.
   std::string line;

@@ -100,7 +100,10 @@ class PipeWorker {
 // An `essaim-worker` process on 127.0.0.1 with port 0; the constructor waits for its "listening on" line.
 class WorkerProcess {
  public:
-  explicit WorkerProcess(const std::vector<std::string>& slices, const std::string& binary = worker_binary());
+  // `launcher` goes in front of the binary (e.g. {"env", "ESSAIM_ISA=neon", "qemu-aarch64"} for an ARM64
+  // worker under emulation); its first word is looked up on PATH.
+  explicit WorkerProcess(const std::vector<std::string>& slices, const std::string& binary = worker_binary(),
+                         const std::vector<std::string>& launcher = {});
   ~WorkerProcess();  // SIGTERM if still running, then waits for it
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
@@ -112,7 +115,8 @@ class WorkerProcess {
   bool ok() const { return port_ != 0; }
 
  private:
-  void start(const std::vector<std::string>& slices, const std::string& binary);  // gtest ASSERTs need a void function
+  // gtest ASSERTs need a void function
+  void start(const std::vector<std::string>& slices, const std::string& binary, const std::vector<std::string>& launcher);
 
   pid_t pid_ = -1;
   uint16_t port_ = 0;

@@ -40,10 +40,11 @@ Prepared prepare(const KernelCase& c, uint64_t seed) {
   return s;
 }
 
+// Every SIMD set this CPU runs (x86: AVX2, AVX-512; AArch64: NEON, NEON + dotprod).
 std::vector<Isa> simd_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::AVX2, Isa::AVX512})
-    if (isa_supported(isa)) out.push_back(isa);
+  for (int i = 1; i < int(Isa::COUNT); ++i)
+    if (isa_supported(Isa(i))) out.push_back(Isa(i));
   return out;
 }
 
@@ -68,8 +69,11 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
       for (int64_t t = 0; t < c.n_rows; ++t) ref(c.cols, s.w(r), s.x(t), s.x_row, 1, &want[size_t(t)]);
       for (float v : want) distinct.insert(bits(v));
       for (Isa isa : isas) {
-        const VecDotFn fn = s.k->vec_dot[size_t(isa)];
+        // The kernel this ISA runs: its own, or the next narrower one (dotprod reuses NEON where SDOT
+        // would not help), exactly as matmul picks it.
+        const VecDotFn fn = s.k->dot(isa);
         ASSERT_NE(fn, nullptr) << isa_name(isa);
+        ASSERT_NE(fn, ref) << isa_name(isa) << " must have a SIMD kernel of its family";
         const std::vector<uint8_t>& xp = prepared[size_t(isa)];
         // Every row count a call can take, starting at every row, so each output is computed in every
         // position of a multi-row call.
@@ -156,7 +160,17 @@ TEST(Dot, AgreesWithTheDequantisedOperands) {
 
 TEST(KernelTable, IsaSelection) {
   EXPECT_EQ(isa_from_name("avx2"), Isa::AVX2);
-  EXPECT_EQ(isa_from_name("neon"), std::nullopt);
+  EXPECT_EQ(isa_from_name("neon"), Isa::NEON);
+  EXPECT_EQ(isa_from_name("neon-dotprod"), Isa::NEON_DOTPROD);
+  EXPECT_EQ(isa_from_name("mmx"), std::nullopt);
+  for (int i = 0; i < int(Isa::COUNT); ++i) EXPECT_EQ(isa_from_name(isa_name(Isa(i))), Isa(i));
+#if defined(__aarch64__)
+  EXPECT_TRUE(isa_supported(Isa::NEON));
+  EXPECT_FALSE(isa_supported(Isa::AVX2));
+#elif defined(__x86_64__)
+  EXPECT_FALSE(isa_supported(Isa::NEON));
+  EXPECT_FALSE(isa_supported(Isa::NEON_DOTPROD));
+#endif
   EXPECT_TRUE(isa_supported(Isa::SCALAR));
   const Isa before = kernels_isa();
   ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
@@ -192,18 +206,25 @@ TEST(KernelTable, EnvChild) {
 
 TEST(KernelTable, EnvironmentChoosesTheInitialIsa) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  // Under user-mode emulation (the ARM64 build run by qemu-aarch64) the child needs the emulator too.
+  const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");
+  const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
   auto run_child = [&](const std::string& env) {
-    const std::string cmd = env + " '" + self + "' --gtest_filter=KernelTable.EnvChild > /dev/null 2>&1";
+    const std::string cmd = env + " " + prefix + "'" + self + "' --gtest_filter=KernelTable.EnvChild > /dev/null 2>&1";
     return std::system(cmd.c_str());
   };
   EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_ISA_EXPECT=scalar"), 0);
   EXPECT_NE(run_child("ESSAIM_ISA=scalar ESSAIM_ISA_EXPECT=avx2"), 0) << "the child must be able to fail";
   // Unknown or unsupported names fall back to the best supported set.
   const std::string best(isa_name(best_isa()));
-  EXPECT_EQ(run_child("ESSAIM_ISA=neon ESSAIM_ISA_EXPECT=" + best), 0);
-  if (isa_supported(Isa::AVX2)) {
-    EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_ISA_EXPECT=avx2"), 0);
-  }
+  EXPECT_EQ(run_child("ESSAIM_ISA=mmx ESSAIM_ISA_EXPECT=" + best), 0);
+  const std::string foreign = isa_supported(Isa::NEON) ? "avx2" : "neon";
+  EXPECT_EQ(run_child("ESSAIM_ISA=" + foreign + " ESSAIM_ISA_EXPECT=" + best), 0);
+  for (Isa isa : {Isa::AVX2, Isa::NEON})
+    if (isa_supported(isa)) {
+      const std::string name(isa_name(isa));
+      EXPECT_EQ(run_child("ESSAIM_ISA=" + name + " ESSAIM_ISA_EXPECT=" + name), 0);
+    }
 }
 
 }  // namespace
