@@ -6,7 +6,10 @@
 // no cache.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,8 +41,12 @@ const Model& tiny_model(SynthArch arch, SynthTypeMix types) {
                              spec_name({arch, types, 0}) + ".gguf";
     Result<SynthPlan> plan = synth_plan({.arch = arch, .preset = SynthPreset::TINY, .types = types, .seed = 5});
     EXPECT_TRUE(plan.is_ok()) << plan.status().message();
-    Result<SynthSummary> s = synth_write(*plan, path);
+    // ctest runs every test case as its own process, several at once: each writes its own file and
+    // renames it into place, so no process ever maps a file another one is still writing.
+    const std::string part = path + "." + std::to_string(::getpid()) + ".part";
+    Result<SynthSummary> s = synth_write(*plan, part);
     EXPECT_TRUE(s.is_ok()) << s.status().message();
+    std::filesystem::rename(part, path);
     Result<std::unique_ptr<Model>> r = load_model(path);
     EXPECT_TRUE(r.is_ok()) << r.status().message();
     m = std::move(*r);
