@@ -6,6 +6,10 @@
 //   std::vector<float> logits(m->info().n_vocab);
 //   ESSAIM_RETURN_IF_ERROR(m->forward({.tokens = ids, .cache = &cache, .experts = &local, .pool = &pool,
 //                                      .logits_mode = LogitsMode::LAST, .logits = logits}));
+//   // One step of several sequences (continuous batching): each item its own cache, tokens and logits.
+//   std::vector<BatchItem> items = {{.tokens = decode_row, .cache = &a, .logits = la},
+//                                   {.tokens = prompt_chunk, .cache = &b, .logits_mode = LogitsMode::NONE}};
+//   ESSAIM_RETURN_IF_ERROR(m->forward_batch({.items = items, .experts = &local, .pool = &pool}));
 //
 // forward() appends the tokens at positions cache.n_past() onward and is const: all per-sequence state is
 // in the cache, so one model serves many sequences. Results are bit-identical whatever the chunking of a
