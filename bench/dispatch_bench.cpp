@@ -13,14 +13,6 @@
 // produce the same tokens as the monolithic one with no fallback, or the benchmark fails: a fast wrong
 // answer is not a result. On one machine the workers compete with the backbone for the same cores and
 // memory bandwidth, so the overhead measured here is protocol + scheduling + copies, not network latency.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,21 +20,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backbone/remote_executor.h"
 #include "core/thread_pool.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
 #include "model/model.h"
 #include "synth/synth.h"
-
-extern char** environ;
+#include "worker_processes.h"
 
 namespace essaim {
 namespace {
@@ -98,103 +85,10 @@ std::string ensure_model(const Options& o) {
   return path;
 }
 
-// Slices of worker w: experts [w·X/N, (w+1)·X/N) of every MoE layer, written once into the data dir.
-std::vector<std::vector<std::string>> ensure_slices(const Model& m, const std::string& model_path, int n,
-                                                    const std::string& data_dir) {
-  Result<MoeLayout> moe = moe_layout(m.file());
-  if (!moe) die(moe.status().message());
-  const std::string dir = data_dir + "/" + std::filesystem::path(model_path).filename().string() + ".slices-" +
-                          std::to_string(n) + "-" + digest_hex(moe->source_model).substr(0, 12);
-  std::filesystem::create_directories(dir);
-  std::vector<std::vector<std::string>> out(static_cast<size_t>(n));
-  for (const MoeLayer& l : moe->layers)
-    for (int w = 0; w < n; ++w) {
-      const uint32_t first = moe->expert_count * uint32_t(w) / uint32_t(n);
-      const uint32_t end = moe->expert_count * uint32_t(w + 1) / uint32_t(n);
-      const std::string path = dir + "/L" + std::to_string(l.layer) + ".E" + std::to_string(first) + ".gguf";
-      out[size_t(w)].push_back(path);
-      // Reused only when newer than the model (the identity covers the layout, not the weights).
-      if (std::filesystem::exists(path) &&
-          std::filesystem::last_write_time(path) >= std::filesystem::last_write_time(model_path))
-        continue;
-      Result<OutFile> f = expert_slice_file(m.file(), *moe, {.layer_first = l.layer, .layer_count = 1,
-                                                             .expert_first = first, .expert_count = end - first});
-      if (!f) die(f.status().message());
-      Result<WrittenFile> written = write_out_file(*f, path + ".part", /*hash=*/false);
-      if (!written) die(written.status().message());
-      std::filesystem::rename(path + ".part", path);
-    }
-  return out;
-}
-
-struct Process {
-  pid_t pid = -1;
-  std::string address;
-};
-
-Process start_worker(const Options& o, const std::vector<std::string>& slices) {
-  std::vector<std::string> args = {o.worker_bin, "--listen", "127.0.0.1:0", "--quiet",
-                                   "--threads", std::to_string(o.worker_threads)};
-  for (const std::string& s : slices) args.insert(args.end(), {"--slice", s});
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) die("pipe");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  Process p;
-  const int rc = posix_spawn(&p.pid, o.worker_bin.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) die("cannot start " + o.worker_bin);
-  std::string line;
-  const auto give_up = Clock::now() + std::chrono::seconds(120);
-  while (line.find('\n') == std::string::npos && Clock::now() < give_up) {
-    pollfd pf{.fd = fds[0], .events = POLLIN, .revents = 0};
-    if (::poll(&pf, 1, 200) <= 0) continue;
-    char buf[256];
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    line.append(buf, size_t(n));
-  }
-  ::close(fds[0]);
-  const size_t colon = line.rfind(':');
-  if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) die("worker said: " + line);
-  p.address = "127.0.0.1:" + std::to_string(std::stoul(line.substr(colon + 1)));
-  return p;
-}
-
-// CPU seconds (user + system) used so far by this process, and by another one (/proc/PID/stat fields 14-15,
-// in clock ticks). On a machine shared with other work, CPU time is the stable measure of what dispatch
-// costs; wall time also measures how the scheduler shares the cores.
-double self_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-double process_cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string f;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {
-    if (i == 14) utime = std::stod(f);
-    if (i == 15) stime = std::stod(f);
-  }
-  return (utime + stime) / double(sysconf(_SC_CLK_TCK));
-}
-
-double workers_cpu_seconds(const std::vector<Process>& procs) {
-  double t = 0;
-  for (const Process& p : procs) t += process_cpu_seconds(p.pid);
-  return t;
-}
+using bench::WorkerProcess;
+using Process = WorkerProcess;
+using bench::self_cpu_seconds;
+using bench::workers_cpu_seconds;
 
 struct DecodeRun {
   std::vector<double> token_s;   // per decoded token
@@ -235,7 +129,9 @@ int run(Options o) {
   Result<std::unique_ptr<Model>> loaded = load_model(path);
   if (!loaded) die(loaded.status().message());
   const Model& m = **loaded;
-  const auto slices = ensure_slices(m, path, o.workers, o.data_dir);
+  Result<std::vector<std::vector<std::string>>> sliced = bench::ensure_slices(m, path, o.workers, o.data_dir);
+  if (!sliced) die(sliced.status().message());
+  const auto& slices = *sliced;
   {  // fault the mapping in: the timings should see RAM, not the disk
     const auto bytes = m.file().mapping().bytes();
     volatile uint8_t sink = 0;
@@ -245,7 +141,9 @@ int run(Options o) {
   std::vector<Process> procs;
   backbone::ExpertMap map;
   for (const auto& s : slices) {
-    procs.push_back(start_worker(o, s));
+    Result<WorkerProcess> w = bench::start_worker(o.worker_bin, o.worker_threads, s);
+    if (!w) die(w.status().message());
+    procs.push_back(*w);
     map.workers.push_back({.address = procs.back().address, .label = {}, .holdings = std::nullopt});
   }
   ThreadPool pool(size_t(o.threads > 0 ? o.threads : 0));
@@ -332,8 +230,7 @@ int run(Options o) {
                1e3 * median(swarm_cpu), (median(swarm_cpu) / median(mono_cpu) - 1.0) * 100.0, sent + recv);
 
   remote->reset();  // closes the links before the workers go
-  for (const Process& p : procs) ::kill(p.pid, SIGTERM);
-  for (const Process& p : procs) ::waitpid(p.pid, nullptr, 0);
+  bench::stop_workers(procs);
   return 0;
 }
 

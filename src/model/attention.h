@@ -2,6 +2,7 @@
 //
 //   kv.store(pos, k_row, v_row);                       // every row of the batch first (rounded to f16)
 //   attention({.q = q, .pos = pos, .n_q = T, .n_head = H, .scale = 1 / sqrtf(D), .kv = &kv, .out = o}, &pool);
+//   attention_batch(per_sequence_args, &pool);         // a batched step: each sequence over its own cache
 //
 // For query row t, head h, KV head g = h / (H / Hkv) (contiguous groups):
 //     score_j = (q_h · k_{g,j}) · scale      for j = 0 .. pos[t]   (dot_f32 order)
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "model/cache.h"
@@ -32,5 +34,11 @@ struct AttentionArgs {
 };
 
 void attention(const AttentionArgs& args, ThreadPool* pool);
+
+// Several sequences of one batched step, each over its own cache: sequences[i].q/.pos/.out point at that
+// sequence's rows of the batch. One parallel loop over the (query row, KV head) items of all sequences, so a
+// decode step of many sequences (one row each) still spreads over the pool; each item computes exactly what
+// attention() computes for it alone.
+void attention_batch(std::span<const AttentionArgs> sequences, ThreadPool* pool);
 
 }  // namespace essaim

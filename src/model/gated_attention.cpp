@@ -32,39 +32,50 @@ void imrope_cos_sin(const std::array<int32_t, 4>& pos, int32_t n_rot, float base
 
 void gated_attention_forward(const GatedAttentionShape& s, const GatedAttentionWeights& w, const float* a,
                              int64_t T, const int32_t* pos, KvCache& kv, float* y, ThreadPool* pool) {
+  const GatedAttentionSequence one{.row0 = 0, .n_rows = T, .kv = &kv};
+  gated_attention_forward_batch(s, w, a, T, pos, std::span(&one, 1), y, pool);
+}
+
+void gated_attention_forward_batch(const GatedAttentionShape& s, const GatedAttentionWeights& w, const float* a,
+                                   int64_t N, const int32_t* pos, std::span<const GatedAttentionSequence> seqs,
+                                   float* y, ThreadPool* pool) {
   const int64_t H = s.n_head, Hkv = s.n_head_kv, D = s.head_dim, HD = H * D, KD = Hkv * D;
-  ESSAIM_CHECK(kv.n_kv_heads() == s.n_head_kv && kv.head_dim() == s.head_dim && s.n_rot <= s.head_dim);
+  ESSAIM_CHECK(s.n_rot <= s.head_dim);
+  for (const GatedAttentionSequence& q : seqs)
+    ESSAIM_CHECK(q.kv->n_kv_heads() == s.n_head_kv && q.kv->head_dim() == s.head_dim && q.row0 + q.n_rows <= N);
 
-  std::vector<float> qg(size_t(T * 2 * HD));  // [T][H][q D | gate D]
-  std::vector<float> k(size_t(T * KD));       // [T][Hkv][D]
-  std::vector<float> v(size_t(T * KD));       // [T][Hkv][D]
-  matmul(w.q, a, T, qg.data(), pool);
-  matmul(w.k, a, T, k.data(), pool);
-  matmul(w.v, a, T, v.data(), pool);
+  std::vector<float> qg(size_t(N * 2 * HD));  // [N][H][q D | gate D]
+  std::vector<float> k(size_t(N * KD));       // [N][Hkv][D]
+  std::vector<float> v(size_t(N * KD));       // [N][Hkv][D]
+  matmul(w.q, a, N, qg.data(), pool);
+  matmul(w.k, a, N, k.data(), pool);
+  matmul(w.v, a, N, v.data(), pool);
 
-  std::vector<float> q(size_t(T * HD));     // [T][H][D]
-  std::vector<float> gate(size_t(T * HD));  // [T][H][D]
-  for (int64_t r = 0; r < T * H; ++r) {
+  std::vector<float> q(size_t(N * HD));     // [N][H][D]
+  std::vector<float> gate(size_t(N * HD));  // [N][H][D]
+  for (int64_t r = 0; r < N * H; ++r) {
     std::memcpy(q.data() + r * D, qg.data() + r * 2 * D, size_t(D) * sizeof(float));
     std::memcpy(gate.data() + r * D, qg.data() + r * 2 * D + D, size_t(D) * sizeof(float));
   }
-  rms_norm_rows(q.data(), w.q_norm, T * H, D, s.eps, q.data(), pool);    // per-head q norm
-  rms_norm_rows(k.data(), w.k_norm, T * Hkv, D, s.eps, k.data(), pool);  // per-head k norm
+  rms_norm_rows(q.data(), w.q_norm, N * H, D, s.eps, q.data(), pool);    // per-head q norm
+  rms_norm_rows(k.data(), w.k_norm, N * Hkv, D, s.eps, k.data(), pool);  // per-head k norm
 
   std::vector<float> cs(size_t(s.n_rot));  // [n_rot/2 cos | n_rot/2 sin]
-  for (int64_t t = 0; t < T; ++t) {
-    imrope_cos_sin(imrope_text_position(pos[t]), s.n_rot, s.rope_base, s.rope_sections, cs.data());
-    for (int64_t h = 0; h < H; ++h) rope_neox(q.data() + t * HD + h * D, s.n_rot, cs.data());
-    for (int64_t g = 0; g < Hkv; ++g) rope_neox(k.data() + t * KD + g * D, s.n_rot, cs.data());
-    kv.store(pos[t], k.data() + t * KD, v.data() + t * KD);  // rounded to the cache type
+  std::vector<AttentionArgs> per_seq;      // [n_seq]
+  std::vector<float> o(size_t(N * HD));    // [N][H][D]
+  for (const GatedAttentionSequence& sq : seqs) {
+    for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
+      imrope_cos_sin(imrope_text_position(pos[t]), s.n_rot, s.rope_base, s.rope_sections, cs.data());
+      for (int64_t h = 0; h < H; ++h) rope_neox(q.data() + t * HD + h * D, s.n_rot, cs.data());
+      for (int64_t g = 0; g < Hkv; ++g) rope_neox(k.data() + t * KD + g * D, s.n_rot, cs.data());
+      sq.kv->store(pos[t], k.data() + t * KD, v.data() + t * KD);  // rounded to the cache type
+    }
+    per_seq.push_back({.q = q.data() + sq.row0 * HD, .pos = pos + sq.row0, .n_q = sq.n_rows, .n_head = s.n_head,
+                       .scale = 1.0f / std::sqrt(float(D)), .kv = sq.kv, .out = o.data() + sq.row0 * HD});
   }
-
-  std::vector<float> o(size_t(T * HD));  // [T][H][D]
-  attention({.q = q.data(), .pos = pos, .n_q = T, .n_head = s.n_head, .scale = 1.0f / std::sqrt(float(D)),
-             .kv = &kv, .out = o.data()},
-            pool);
+  attention_batch(per_seq, pool);
   for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * sigmoid(gate[i]);  // output gate, before W_o
-  matmul(w.out, o.data(), T, y, pool);
+  matmul(w.out, o.data(), N, y, pool);
 }
 
 }  // namespace essaim

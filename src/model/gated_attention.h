@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -56,5 +57,20 @@ inline std::array<int32_t, 4> imrope_text_position(int32_t pos) { return {pos, p
 // y: [T][E]. a: [T][E] (the attn_norm output). pos[t] = kv.size() + t on entry (dense positions).
 void gated_attention_forward(const GatedAttentionShape& s, const GatedAttentionWeights& w, const float* a,
                              int64_t T, const int32_t* pos, KvCache& kv, float* y, ThreadPool* pool);
+
+// One sequence's rows [row0, row0 + n_rows) of a batched step, attending over its own cache.
+struct GatedAttentionSequence {
+  int64_t row0 = 0;
+  int64_t n_rows = 0;
+  KvCache* kv = nullptr;
+};
+
+// A batched step of several sequences: the projections, norms, gate and W_o run over all N rows at once
+// (one matmul each), RoPE and the cache writes per row at its own position, attention per sequence over its
+// own cache (attention_batch). Row r's output equals gated_attention_forward on its sequence alone.
+// a, y: [N][E]; pos: [N], each sequence's rows at kv->size() + 0, 1, … on entry; sequences cover 0..N.
+void gated_attention_forward_batch(const GatedAttentionShape& s, const GatedAttentionWeights& w, const float* a,
+                                   int64_t N, const int32_t* pos, std::span<const GatedAttentionSequence> sequences,
+                                   float* y, ThreadPool* pool);
 
 }  // namespace essaim

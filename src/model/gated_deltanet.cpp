@@ -82,17 +82,33 @@ void l2_normalize(float* x, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale;
 }
 
-// Causal depthwise conv + SiLU over the window [previous Kc-1 raw rows | this run's rows], then the q/k
-// L2 norms. mix: [T][C] raw projections; u: [T][C] out. Advances the conv window into io.conv_out.
-void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, int64_t T, const GdnStateIo& io,
-                    float* u, ThreadPool* pool) {
+// seq_of[r]: the sequence holding batch row r.
+std::vector<uint32_t> sequence_of_rows(std::span<const GdnSequence> seqs, int64_t N) {
+  std::vector<uint32_t> seq_of(static_cast<size_t>(N));  // [N]
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ESSAIM_CHECK(seqs[i].n_rows >= 1 && seqs[i].row0 + seqs[i].n_rows <= N);
+    for (int64_t r = seqs[i].row0; r < seqs[i].row0 + seqs[i].n_rows; ++r) seq_of[size_t(r)] = uint32_t(i);
+  }
+  return seq_of;
+}
+
+// Causal depthwise conv + SiLU over each sequence's window [its previous Kc-1 raw rows | its rows of this
+// step], then the q/k L2 norms. mix: [N][C] raw projections; u: [N][C] out. Advances every window into its
+// io.conv_out.
+void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, int64_t N,
+                    std::span<const GdnSequence> seqs, const std::vector<uint32_t>& seq_of, float* u,
+                    ThreadPool* pool) {
   const int64_t C = s.conv_channels(), Kc = s.conv_kernel, Dk = s.head_dim;
-  // Row r of the window sequence [conv_in rows 0..Kc-2 | mix rows 0..T-1], oldest first.
-  auto window_row = [&](int64_t r) { return r < Kc - 1 ? io.conv_in + r * C : mix + (r - (Kc - 1)) * C; };
-  parallel_for(T > 1 ? pool : nullptr, size_t(T), [&](size_t b, size_t e) {
+  // Row r of a sequence's window [conv_in rows 0..Kc-2 | its mix rows 0..T-1], oldest first.
+  auto window_row = [&](const GdnSequence& q, int64_t r) {
+    return r < Kc - 1 ? q.io.conv_in + r * C : mix + (q.row0 + r - (Kc - 1)) * C;
+  };
+  parallel_for(N > 1 ? pool : nullptr, size_t(N), [&](size_t b, size_t e) {
     std::vector<const float*> rows(static_cast<size_t>(Kc));  // the Kc inputs of token t, tap 0 = oldest
     for (size_t t = b; t < e; ++t) {
-      for (int64_t j = 0; j < Kc; ++j) rows[size_t(j)] = window_row(int64_t(t) + j);
+      const GdnSequence& q = seqs[seq_of[t]];
+      const int64_t local = int64_t(t) - q.row0;  // the token's index within its sequence's rows
+      for (int64_t j = 0; j < Kc; ++j) rows[size_t(j)] = window_row(q, local + j);
       float* ut = u + t * size_t(C);
       for (int64_t c = 0; c < C; ++c) {
         const float* taps = conv1d + c * Kc;
@@ -105,26 +121,31 @@ void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, in
   });
   // The newest Kc-1 raw rows become the next window. Row r comes from window row T + r > r, so ascending
   // order never overwrites a row still to be read when conv_out is conv_in.
-  for (int64_t r = 0; r < Kc - 1; ++r)
-    std::memmove(io.conv_out + r * C, window_row(T + r), size_t(C) * sizeof(float));
+  for (const GdnSequence& q : seqs)
+    for (int64_t r = 0; r < Kc - 1; ++r)
+      std::memmove(q.io.conv_out + r * C, window_row(q, q.n_rows + r), size_t(C) * sizeof(float));
 }
 
-// The gated delta rule for T tokens: u [T][C] (normalised q, k and v), decay / beta [T][Hv], o [T][Hv][Dv].
-// Work item = (value head, block of state columns); each column runs through the tokens in order.
-void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta, int64_t T,
-                const GdnStateIo& io, float* o, ThreadPool* pool) {
+// The gated delta rule of each sequence over its rows: u [N][C] (normalised q, k and v), decay / beta
+// [N][Hv], o [N][Hv][Dv]. Work item = (sequence, value head, block of state columns); each column runs
+// through its sequence's tokens in order.
+void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta,
+                std::span<const GdnSequence> seqs, float* o, ThreadPool* pool) {
   const int64_t C = s.conv_channels(), KD = s.key_dim(), Dk = s.head_dim, Dv = s.head_dim;
   const int64_t Hv = s.n_v_heads, Hk = s.n_k_heads;
   const int64_t n_blocks = (Dv + kColumnBlock - 1) / kColumnBlock;
+  const int64_t per_seq = Hv * n_blocks;
   const float scale = 1.0f / std::sqrt(float(Dv));
-  parallel_for(pool, size_t(Hv * n_blocks), [&](size_t b, size_t e) {
+  parallel_for(pool, seqs.size() * size_t(per_seq), [&](size_t b, size_t e) {
     std::vector<float> st(size_t(kColumnBlock * Dk));  // [columns][Dk]
     for (size_t item = b; item < e; ++item) {
-      const int64_t h = int64_t(item) / n_blocks, j = h % Hk;  // tiled head mapping (REFERENCE.md 10.15)
-      const int64_t c0 = (int64_t(item) % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
+      const GdnSequence& sq = seqs[item / size_t(per_seq)];
+      const int64_t in_seq = int64_t(item % size_t(per_seq));
+      const int64_t h = in_seq / n_blocks, j = h % Hk;  // tiled head mapping (REFERENCE.md 10.15)
+      const int64_t c0 = (in_seq % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
       const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
-      std::memcpy(st.data(), io.state_in + first, n * sizeof(float));
-      for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(st.data(), sq.io.state_in + first, n * sizeof(float));
+      for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
         const float* q = u + t * C + j * Dk;
         const float* k = u + t * C + KD + j * Dk;
         const float* v = u + t * C + 2 * KD + h * Dv;
@@ -133,7 +154,7 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
         for (int64_t c = c0; c < c1; ++c)
           ot[c] = delta_rule_column(st.data() + (c - c0) * Dk, k, q, dec, v[c], bt, scale, Dk);
       }
-      std::memcpy(io.state_out + first, st.data(), n * sizeof(float));
+      std::memcpy(sq.io.state_out + first, st.data(), n * sizeof(float));
     }
   });
 }
@@ -142,20 +163,27 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
 
 void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float* a, int64_t T,
                             const GdnStateIo& io, float* y, ThreadPool* pool) {
-  ESSAIM_CHECK(T >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
+  const GdnSequence one{.row0 = 0, .n_rows = T, .io = io};
+  gated_deltanet_forward_batch(s, w, a, T, std::span(&one, 1), y, pool);
+}
+
+void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const float* a, int64_t N,
+                                  std::span<const GdnSequence> seqs, float* y, ThreadPool* pool) {
+  ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
                s.n_v_heads % s.n_k_heads == 0);
   const int64_t C = s.conv_channels(), VD = s.value_dim(), Hv = s.n_v_heads, Dv = s.head_dim;
+  const std::vector<uint32_t> seq_of = sequence_of_rows(seqs, N);  // [N]
 
-  // Input projections, batched over the run.
-  std::vector<float> mix(size_t(T * C));     // [T][C]  q | k | v before the conv
-  std::vector<float> z(size_t(T * VD));      // [T][Hv][Dv]
-  std::vector<float> beta(size_t(T * Hv));   // [T][Hv]
-  std::vector<float> decay(size_t(T * Hv));  // [T][Hv]
-  matmul(w.qkv, a, T, mix.data(), pool);
-  matmul(w.gate, a, T, z.data(), pool);
-  matmul(w.beta, a, T, beta.data(), pool);
-  matmul(w.alpha, a, T, decay.data(), pool);
-  for (int64_t t = 0; t < T; ++t)
+  // Input projections, batched over all rows of all sequences.
+  std::vector<float> mix(size_t(N * C));     // [N][C]  q | k | v before the conv
+  std::vector<float> z(size_t(N * VD));      // [N][Hv][Dv]
+  std::vector<float> beta(size_t(N * Hv));   // [N][Hv]
+  std::vector<float> decay(size_t(N * Hv));  // [N][Hv]
+  matmul(w.qkv, a, N, mix.data(), pool);
+  matmul(w.gate, a, N, z.data(), pool);
+  matmul(w.beta, a, N, beta.data(), pool);
+  matmul(w.alpha, a, N, decay.data(), pool);
+  for (int64_t t = 0; t < N; ++t)
     for (int64_t h = 0; h < Hv; ++h) {
       float& b = beta[size_t(t * Hv + h)];
       b = sigmoid(b);
@@ -164,14 +192,14 @@ void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float*
       d = std::exp(g);
     }
 
-  std::vector<float> u(size_t(T * C));  // [T][C] after conv, SiLU and the q/k L2 norms
-  conv_silu_norm(s, w.conv1d, mix.data(), T, io, u.data(), pool);
+  std::vector<float> u(size_t(N * C));  // [N][C] after conv, SiLU and the q/k L2 norms
+  conv_silu_norm(s, w.conv1d, mix.data(), N, seqs, seq_of, u.data(), pool);
 
-  std::vector<float> o(size_t(T * VD));  // [T][Hv][Dv] delta-rule read-out
-  delta_rule(s, u.data(), decay.data(), beta.data(), T, io, o.data(), pool);
+  std::vector<float> o(size_t(N * VD));  // [N][Hv][Dv] delta-rule read-out
+  delta_rule(s, u.data(), decay.data(), beta.data(), seqs, o.data(), pool);
 
   // Gated RMSNorm per head: RMSNorm(o_h, ssm_norm) ⊙ silu(z_h).
-  parallel_for(T * Hv > 16 ? pool : nullptr, size_t(T * Hv), [&](size_t b, size_t e) {
+  parallel_for(N * Hv > 16 ? pool : nullptr, size_t(N * Hv), [&](size_t b, size_t e) {
     for (size_t r = b; r < e; ++r) {
       float* oh = o.data() + r * size_t(Dv);
       const float* zh = z.data() + r * size_t(Dv);
@@ -179,7 +207,7 @@ void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float*
       for (int64_t c = 0; c < Dv; ++c) oh[c] = oh[c] * silu(zh[c]);
     }
   });
-  matmul(w.out, o.data(), T, y, pool);  // [T][E]
+  matmul(w.out, o.data(), N, y, pool);  // [N][E]
 }
 
 }  // namespace essaim

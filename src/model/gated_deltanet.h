@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -70,5 +71,19 @@ struct GdnStateIo {
 // y: [T][E]. a: [T][E] (the attn_norm output). T ≥ 1.
 void gated_deltanet_forward(const GdnShape& shape, const GdnWeights& w, const float* a, int64_t T,
                             const GdnStateIo& io, float* y, ThreadPool* pool);
+
+// One sequence's rows [row0, row0 + n_rows) of a batched step and its own state.
+struct GdnSequence {
+  int64_t row0 = 0;
+  int64_t n_rows = 0;  // ≥ 1
+  GdnStateIo io;
+};
+
+// A batched step of several sequences: the input projections, the gated norm and the output projection
+// run over all N rows at once (one matmul each); the conv window and the delta rule run per sequence on
+// its own rows and state (one parallel loop over all sequences' work items). Each sequence's rows and
+// state come out exactly as gated_deltanet_forward on it alone. a, y: [N][E]; sequences cover 0..N.
+void gated_deltanet_forward_batch(const GdnShape& shape, const GdnWeights& w, const float* a, int64_t N,
+                                  std::span<const GdnSequence> sequences, float* y, ThreadPool* pool);
 
 }  // namespace essaim

@@ -6,6 +6,10 @@
 //   std::vector<float> logits(m->info().n_vocab);
 //   ESSAIM_RETURN_IF_ERROR(m->forward({.tokens = ids, .cache = &cache, .experts = &local, .pool = &pool,
 //                                      .logits_mode = LogitsMode::LAST, .logits = logits}));
+//   // One step of several sequences (continuous batching): each item its own cache, tokens and logits.
+//   std::vector<BatchItem> items = {{.tokens = decode_row, .cache = &a, .logits = la},
+//                                   {.tokens = prompt_chunk, .cache = &b, .logits_mode = LogitsMode::NONE}};
+//   ESSAIM_RETURN_IF_ERROR(m->forward_batch({.items = items, .experts = &local, .pool = &pool}));
 //
 // forward() appends the tokens at positions cache.n_past() onward and is const: all per-sequence state is
 // in the cache, so one model serves many sequences. Results are bit-identical whatever the chunking of a
@@ -101,19 +105,34 @@ class Model {
   // Several sequences in one step (continuous batching). Results are bit-identical to calling forward() on
   // each item in turn (DESIGN.md invariant 2). An architecture that overrides it runs all rows of all
   // items through each layer together, so each MoE layer makes one ExpertExecutor call for the whole
-  // batch. This default runs the items one after another: correct, but one executor call per item.
-  // Arguments of every item are checked before any runs; on a later error, items before the failing one
-  // may have advanced (the caller fails the whole step).
+  // batch (both architectures here do; their forward() is a one-item batch). This default runs the items
+  // one after another: correct, but one executor call per item.
+  // Arguments of every item are checked before any runs (tokens in range, room in its cache, a cache no
+  // other item uses). The overrides are all-or-nothing: on any error no cache changes. The default may
+  // leave items before a failing one advanced (the caller fails the whole step).
   virtual Status forward_batch(const BatchForwardArgs& args) const;
 
  protected:
   explicit Model(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {}
-  // Shared argument checks of forward(): tokens in range, room in the cache, logits span size.
-  Status check_forward_args(const ForwardArgs& args) const;
-  // Final RMSNorm and LM head over the rows args.logits_mode asks for: x [T][E] → args.logits [n_out][V];
-  // scratch holds at least T * E floats.
-  static void lm_head_forward(const ForwardArgs& args, const float* x, int64_t T, int64_t E,
-                              const float* output_norm, float eps, const WeightMatrix& output, float* scratch);
+
+  // The rows of a batched step: the items' tokens concatenated in item order.
+  struct BatchRows {
+    int64_t n_rows = 0;           // N = Σ T_i
+    std::vector<int64_t> row0;    // [n_items + 1]: first row of each item; row0[n_items] = N
+    std::vector<int32_t> pos;     // [N] each row's absolute position in its own sequence
+    std::vector<int32_t> tokens;  // [N]
+  };
+  // Checks every item before anything runs — tokens in range, room in its cache, no cache shared by two
+  // items — and lays out the rows. Errors name the item.
+  Result<BatchRows> prepare_batch(const BatchForwardArgs& args) const;
+  // forward() as a one-item forward_batch(): one code path for both.
+  Status forward_as_batch(const ForwardArgs& args) const;
+  // Embedding rows: x [N][E] from tok_embd's rows of the tokens.
+  static void embed_rows(const WeightMatrix& tok_embd, std::span<const int32_t> tokens, int64_t E, float* x);
+  // Final RMSNorm and LM head over the rows each item's logits_mode asks for, one matmul for the whole
+  // batch: x [N][E] → every item's logits [n_out_i][V].
+  static void lm_head_batch(const BatchForwardArgs& args, const BatchRows& rows, const float* x, int64_t E,
+                            const float* output_norm, float eps, const WeightMatrix& output);
   int32_t resolve_n_ctx(const CacheOptions& options) const;
 
   std::unique_ptr<GgufFile> file_;

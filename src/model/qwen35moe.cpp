@@ -48,7 +48,8 @@ class Qwen35Moe final : public Model {
   explicit Qwen35Moe(std::unique_ptr<GgufFile> file) : Model(std::move(file)) {}
   Status bind(const Qwen35Hparams& hp);
   SequenceCache new_cache(const CacheOptions& options) const override;
-  Status forward(const ForwardArgs& args) const override;
+  Status forward(const ForwardArgs& args) const override { return forward_as_batch(args); }
+  Status forward_batch(const BatchForwardArgs& args) const override;
 
  private:
   // Binds the MoE part every block has (router, routed experts separate or fused, shared expert); returns
@@ -241,61 +242,69 @@ SequenceCache Qwen35Moe::new_cache(const CacheOptions& options) const {
   return SequenceCache(std::move(layers), resolve_n_ctx(options));
 }
 
-Status Qwen35Moe::forward(const ForwardArgs& args) const {
-  ESSAIM_RETURN_IF_ERROR(check_forward_args(args));
-  SequenceCache& cache = *args.cache;
-  ESSAIM_CHECK(cache.n_layers() == hp_.n_layer);
+// All rows of all items through each layer together (rows = the items' tokens concatenated, N of them):
+// norms, projections, the router, the expert call, the shared expert and the combine see [N] rows; the
+// Gated DeltaNet recurrence and attention run per sequence on its own rows, state and cache.
+Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
+  ESSAIM_ASSIGN_OR_RETURN(const BatchRows rows, prepare_batch(args));
+  for (const BatchItem& item : args.items) ESSAIM_CHECK(item.cache->n_layers() == hp_.n_layer);
   ThreadPool* pool = args.pool;
-  const int64_t T = int64_t(args.tokens.size());
+  const int64_t N = rows.n_rows;
+  const size_t n_seq = args.items.size();
   const int32_t E = hp_.n_embd;
-  const int32_t p0 = cache.n_past();
 
-  std::vector<int32_t> pos(static_cast<size_t>(T));  // [T] absolute positions
-  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = p0 + int32_t(t);
+  std::vector<float> x(size_t(N) * E);  // [N][E] residual stream h
+  embed_rows(tok_embd_, rows.tokens, E, x.data());
 
-  std::vector<float> x(size_t(T) * E);  // [T][E] residual stream h
-  for (int64_t t = 0; t < T; ++t)
-    dequantize_row(tok_embd_.type, tok_embd_.data + uint64_t(args.tokens[size_t(t)]) * tok_embd_.row_stride,
-                   x.data() + t * E, E);
-
-  std::vector<float> cur(size_t(T) * E);  // [T][E] a = RMSNorm(h), then f = RMSNorm(h1)
-  std::vector<float> mix(size_t(T) * E);  // [T][E] mixer output t
-  std::vector<float> ffn(size_t(T) * E);  // [T][E] routed sum, then + γ·shared
+  std::vector<float> cur(size_t(N) * E);  // [N][E] a = RMSNorm(h), then f = RMSNorm(h1)
+  std::vector<float> mix(size_t(N) * E);  // [N][E] mixer output t
+  std::vector<float> ffn(size_t(N) * E);  // [N][E] routed sum, then + γ·shared
+  std::vector<GdnSequence> gdn(n_seq);                // [n_seq] recurrent layers: rows and state of each
+  std::vector<GatedAttentionSequence> attn(n_seq);    // [n_seq] attention layers: rows and cache of each
   for (int32_t il = 0; il < hp_.n_layer; ++il) {
     const Layer& l = layers_[size_t(il)];
-    rms_norm_rows(x.data(), l.attn_norm, T, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
-    if (l.recurrent) {
-      RecurrentState& r = cache.recurrent(il);
-      r.conv_next.resize(r.conv.size());
-      r.state_next.resize(r.state.size());
-      gated_deltanet_forward(gdn_shape_, l.gdn, cur.data(), T,
-                             {.conv_in = r.conv.data(), .state_in = r.state.data(), .conv_out = r.conv_next.data(),
-                              .state_out = r.state_next.data()},
-                             mix.data(), pool);
-    } else {
-      gated_attention_forward(attn_shape_, l.attn, cur.data(), T, pos.data(), cache.kv(il), mix.data(), pool);
+    rms_norm_rows(x.data(), l.attn_norm, N, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
+    for (size_t i = 0; i < n_seq; ++i) {
+      const int64_t r0 = rows.row0[i], n = rows.row0[i + 1] - r0;
+      SequenceCache& cache = *args.items[i].cache;
+      if (l.recurrent) {
+        RecurrentState& r = cache.recurrent(il);
+        r.conv_next.resize(r.conv.size());
+        r.state_next.resize(r.state.size());
+        gdn[i] = {.row0 = r0, .n_rows = n,
+                  .io = {.conv_in = r.conv.data(), .state_in = r.state.data(), .conv_out = r.conv_next.data(),
+                         .state_out = r.state_next.data()}};
+      } else {
+        attn[i] = {.row0 = r0, .n_rows = n, .kv = &cache.kv(il)};
+      }
     }
-    add_f32(x.data(), mix.data(), T * E);  // h1 = h + t
+    if (l.recurrent)
+      gated_deltanet_forward_batch(gdn_shape_, l.gdn, cur.data(), N, gdn, mix.data(), pool);
+    else
+      gated_attention_forward_batch(attn_shape_, l.attn, cur.data(), N, rows.pos.data(), attn, mix.data(), pool);
+    add_f32(x.data(), mix.data(), N * E);  // h1 = h + t
 
-    rms_norm_rows(x.data(), l.post_attn_norm, T, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
-    Status s = moe_block_forward(l.moe, cur.data(), T, *args.experts, pool, ffn.data());
-    if (!s) {  // leave the cache as it was: drop this call's K/V; recurrent states were not swapped in
-      for (int32_t jl = 0; jl <= il; ++jl)
-        if (!layers_[size_t(jl)].recurrent) cache.kv(jl).truncate(p0);
+    rms_norm_rows(x.data(), l.post_attn_norm, N, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
+    Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, ffn.data());  // one call, N rows
+    if (!s) {  // leave every cache as it was: drop this step's K/V; recurrent states were not swapped in
+      for (size_t i = 0; i < n_seq; ++i)
+        for (int32_t jl = 0; jl <= il; ++jl)
+          if (!layers_[size_t(jl)].recurrent) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
       return s;
     }
-    shared_expert_add(l.shared, cur.data(), T, ffn.data(), pool);  // r + γ·sh, after the routed sum
-    add_f32(x.data(), ffn.data(), T * E);                          // h = h1 + FFN(f)
+    shared_expert_add(l.shared, cur.data(), N, ffn.data(), pool);  // r + γ·sh, after the routed sum
+    add_f32(x.data(), ffn.data(), N * E);                          // h = h1 + FFN(f)
   }
-  for (int32_t il = 0; il < hp_.n_layer; ++il) {
-    if (!layers_[size_t(il)].recurrent) continue;
-    RecurrentState& r = cache.recurrent(il);
-    r.conv.swap(r.conv_next);
-    r.state.swap(r.state_next);
-  }
+  for (const BatchItem& item : args.items)
+    for (int32_t il = 0; il < hp_.n_layer; ++il) {
+      if (!layers_[size_t(il)].recurrent) continue;
+      RecurrentState& r = item.cache->recurrent(il);
+      r.conv.swap(r.conv_next);
+      r.state.swap(r.state_next);
+    }
 
-  lm_head_forward(args, x.data(), T, E, output_norm_, hp_.eps, output_, cur.data());  // [n_out][V]
-  cache.advance(int32_t(T));
+  lm_head_batch(args, rows, x.data(), E, output_norm_, hp_.eps, output_);  // each item's [n_out][V]
+  for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->advance(int32_t(rows.row0[i + 1] - rows.row0[i]));
   return Status::ok();
 }
 

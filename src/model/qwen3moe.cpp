@@ -132,7 +132,8 @@ class Qwen3Moe final : public Model {
   explicit Qwen3Moe(std::unique_ptr<GgufFile> file) : Model(std::move(file)) {}
   Status bind(const Hparams& hp);
   SequenceCache new_cache(const CacheOptions& options) const override;
-  Status forward(const ForwardArgs& args) const override;
+  Status forward(const ForwardArgs& args) const override { return forward_as_batch(args); }
+  Status forward_batch(const BatchForwardArgs& args) const override;
 
  private:
   Hparams hp_;
@@ -230,79 +231,81 @@ void linear(const WeightMatrix& w, const float* bias, const float* x, int64_t T,
     for (int64_t t = 0; t < T; ++t) add_f32(y + t * w.rows, bias, w.rows);
 }
 
-Status Qwen3Moe::forward(const ForwardArgs& args) const {
-  ESSAIM_RETURN_IF_ERROR(check_forward_args(args));
-  SequenceCache& cache = *args.cache;
+// All rows of all items through each layer together (rows = the items' tokens concatenated, N of them):
+// norms, projections, the router, the expert call and the combine see [N] rows; RoPE, the KV writes and
+// attention are per sequence, each row at its own position over its own cache.
+Status Qwen3Moe::forward_batch(const BatchForwardArgs& args) const {
+  ESSAIM_ASSIGN_OR_RETURN(const BatchRows rows, prepare_batch(args));
   ThreadPool* pool = args.pool;
-  const int64_t T = int64_t(args.tokens.size());
+  const int64_t N = rows.n_rows;
+  const size_t n_seq = args.items.size();
   const int32_t E = hp_.n_embd, H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
   const int64_t HD = int64_t(H) * D, KD = int64_t(Hkv) * D;
-  const int32_t p0 = cache.n_past();
 
-  std::vector<int32_t> pos(static_cast<size_t>(T));         // [T] absolute positions
-  std::vector<float> rope(size_t(T) * size_t(hp_.n_rot));  // [T][n_rot]: cos | sin of each position's angles
-  for (int64_t t = 0; t < T; ++t) {
-    pos[size_t(t)] = p0 + int32_t(t);
-    rope_cos_sin(pos[size_t(t)], hp_.n_rot, hp_.rope_base, rope.data() + t * hp_.n_rot);
-  }
+  std::vector<float> rope(size_t(N) * size_t(hp_.n_rot));  // [N][n_rot]: cos | sin of each row's angles
+  for (int64_t t = 0; t < N; ++t) rope_cos_sin(rows.pos[size_t(t)], hp_.n_rot, hp_.rope_base, rope.data() + t * hp_.n_rot);
 
-  std::vector<float> x(size_t(T) * E);    // [T][E] residual stream h
-  for (int64_t t = 0; t < T; ++t)
-    dequantize_row(tok_embd_.type, tok_embd_.data + uint64_t(args.tokens[size_t(t)]) * tok_embd_.row_stride,
-                   x.data() + t * E, E);
+  std::vector<float> x(size_t(N) * E);  // [N][E] residual stream h
+  embed_rows(tok_embd_, rows.tokens, E, x.data());
 
-  std::vector<float> cur(size_t(T) * E);  // [T][E] normed input / projection output
-  std::vector<float> q(size_t(T * HD));   // [T][H][D]
-  std::vector<float> k(size_t(T * KD));   // [T][Hkv][D]
-  std::vector<float> v(size_t(T * KD));   // [T][Hkv][D]
-  std::vector<float> o(size_t(T * HD));   // [T][H][D] attention output
-  std::vector<float> qkv;                 // [T][HD + 2·KD] when the projection is fused
-  std::vector<float> moe_out(size_t(T) * E);  // [T][E] Σ_k w_k·y_k
+  std::vector<float> cur(size_t(N) * E);  // [N][E] normed input / projection output
+  std::vector<float> q(size_t(N * HD));   // [N][H][D]
+  std::vector<float> k(size_t(N * KD));   // [N][Hkv][D]
+  std::vector<float> v(size_t(N * KD));   // [N][Hkv][D]
+  std::vector<float> o(size_t(N * HD));   // [N][H][D] attention output
+  std::vector<float> qkv;                 // [N][HD + 2·KD] when the projection is fused
+  std::vector<float> moe_out(size_t(N) * E);  // [N][E] Σ_k w_k·y_k
+  std::vector<AttentionArgs> attn(n_seq);     // [n_seq] each sequence's rows over its own cache
   const float scale = 1.0f / std::sqrt(float(D));
 
   for (int32_t il = 0; il < hp_.n_layer; ++il) {
     const Layer& l = layers_[size_t(il)];
-    KvCache& kv = cache.kv(il);
 
-    rms_norm_rows(x.data(), l.attn_norm, T, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
+    rms_norm_rows(x.data(), l.attn_norm, N, E, hp_.eps, cur.data(), pool);  // a = RMSNorm(h)
     if (l.wqkv.data) {
-      qkv.resize(size_t(T * (HD + 2 * KD)));
-      matmul(l.wqkv, cur.data(), T, qkv.data(), pool);
-      for (int64_t t = 0; t < T; ++t) {
+      qkv.resize(size_t(N * (HD + 2 * KD)));
+      matmul(l.wqkv, cur.data(), N, qkv.data(), pool);
+      for (int64_t t = 0; t < N; ++t) {
         const float* r = qkv.data() + t * (HD + 2 * KD);
         std::memcpy(q.data() + t * HD, r, size_t(HD) * sizeof(float));
         std::memcpy(k.data() + t * KD, r + HD, size_t(KD) * sizeof(float));
         std::memcpy(v.data() + t * KD, r + HD + KD, size_t(KD) * sizeof(float));
       }
     } else {
-      linear(l.wq, l.bq, cur.data(), T, q.data(), pool);  // q = W_q·a
-      linear(l.wk, l.bk, cur.data(), T, k.data(), pool);  // k = W_k·a
-      linear(l.wv, l.bv, cur.data(), T, v.data(), pool);  // v = W_v·a
+      linear(l.wq, l.bq, cur.data(), N, q.data(), pool);  // q = W_q·a
+      linear(l.wk, l.bk, cur.data(), N, k.data(), pool);  // k = W_k·a
+      linear(l.wv, l.bv, cur.data(), N, v.data(), pool);  // v = W_v·a
     }
-    rms_norm_rows(q.data(), l.q_norm, T * H, D, hp_.eps, q.data(), pool);    // per-head q norm
-    rms_norm_rows(k.data(), l.k_norm, T * Hkv, D, hp_.eps, k.data(), pool);  // per-head k norm
-    for (int64_t t = 0; t < T; ++t) {
-      const float* cs = rope.data() + t * hp_.n_rot;
-      for (int32_t h = 0; h < H; ++h) rope_neox(q.data() + t * HD + int64_t(h) * D, hp_.n_rot, cs);
-      for (int32_t g = 0; g < Hkv; ++g) rope_neox(k.data() + t * KD + int64_t(g) * D, hp_.n_rot, cs);
-      kv.store(pos[size_t(t)], k.data() + t * KD, v.data() + t * KD);  // rounded to the cache type
+    rms_norm_rows(q.data(), l.q_norm, N * H, D, hp_.eps, q.data(), pool);    // per-head q norm
+    rms_norm_rows(k.data(), l.k_norm, N * Hkv, D, hp_.eps, k.data(), pool);  // per-head k norm
+    for (size_t i = 0; i < n_seq; ++i) {
+      KvCache& kv = args.items[i].cache->kv(il);
+      const int64_t r0 = rows.row0[i], r1 = rows.row0[i + 1];
+      for (int64_t t = r0; t < r1; ++t) {
+        const float* cs = rope.data() + t * hp_.n_rot;
+        for (int32_t h = 0; h < H; ++h) rope_neox(q.data() + t * HD + int64_t(h) * D, hp_.n_rot, cs);
+        for (int32_t g = 0; g < Hkv; ++g) rope_neox(k.data() + t * KD + int64_t(g) * D, hp_.n_rot, cs);
+        kv.store(rows.pos[size_t(t)], k.data() + t * KD, v.data() + t * KD);  // rounded to the cache type
+      }
+      attn[i] = {.q = q.data() + r0 * HD, .pos = rows.pos.data() + r0, .n_q = r1 - r0, .n_head = H,
+                 .scale = scale, .kv = &kv, .out = o.data() + r0 * HD};
     }
-    attention({.q = q.data(), .pos = pos.data(), .n_q = T, .n_head = H, .scale = scale, .kv = &kv, .out = o.data()},
-              pool);
-    matmul(l.wo, o.data(), T, cur.data(), pool);  // W_o·o
-    add_f32(x.data(), cur.data(), T * E);          // h1 = h + W_o·o
+    attention_batch(attn, pool);
+    matmul(l.wo, o.data(), N, cur.data(), pool);  // W_o·o
+    add_f32(x.data(), cur.data(), N * E);          // h1 = h + W_o·o
 
-    rms_norm_rows(x.data(), l.ffn_norm, T, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
-    Status s = moe_block_forward(l.moe, cur.data(), T, *args.experts, pool, moe_out.data());
-    if (!s) {
-      for (int32_t jl = 0; jl <= il; ++jl) cache.kv(jl).truncate(p0);  // leave the cache as it was
+    rms_norm_rows(x.data(), l.ffn_norm, N, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
+    Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, moe_out.data());  // one call, N rows
+    if (!s) {  // leave every cache as it was
+      for (size_t i = 0; i < n_seq; ++i)
+        for (int32_t jl = 0; jl <= il; ++jl) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
       return s;
     }
-    add_f32(x.data(), moe_out.data(), T * E);  // h = h1 + moe(f)
+    add_f32(x.data(), moe_out.data(), N * E);  // h = h1 + moe(f)
   }
 
-  lm_head_forward(args, x.data(), T, E, output_norm_, hp_.eps, output_, cur.data());  // [n_out][V]
-  cache.advance(int32_t(T));
+  lm_head_batch(args, rows, x.data(), E, output_norm_, hp_.eps, output_);  // each item's [n_out][V]
+  for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->advance(int32_t(rows.row0[i + 1] - rows.row0[i]));
   return Status::ok();
 }
 

@@ -1,9 +1,11 @@
 // The architecture registry (model.h's load_model) and the parts of Model shared by all architectures.
 #include <array>
+#include <cstring>
 #include <string>
 
 #include "model/architectures.h"
 #include "model/model.h"
+#include "kernels/quantize.h"
 #include "model/ops.h"
 
 namespace essaim {
@@ -52,37 +54,92 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   return m;
 }
 
-void Model::lm_head_forward(const ForwardArgs& args, const float* x, int64_t T, int64_t E,
-                            const float* output_norm, float eps, const WeightMatrix& output, float* scratch) {
-  const int64_t first = args.logits_mode == LogitsMode::ALL ? 0 : T - 1;
-  const int64_t n_out = args.logits_mode == LogitsMode::ALL ? T : args.logits_mode == LogitsMode::LAST ? 1 : 0;
-  if (n_out == 0) return;
-  rms_norm_rows(x + first * E, output_norm, n_out, E, eps, scratch, args.pool);
-  matmul(output, scratch, n_out, args.logits.data(), args.pool);  // [n_out][V]
+namespace {
+
+size_t logits_rows(LogitsMode mode, size_t n_tokens) {
+  return mode == LogitsMode::ALL ? n_tokens : mode == LogitsMode::LAST ? 1 : 0;
 }
 
-Status Model::check_forward_args(const ForwardArgs& a) const {
-  ESSAIM_CHECK(a.cache != nullptr && a.experts != nullptr);
-  if (a.tokens.empty()) return Status::error("no tokens to evaluate");
-  for (int32_t t : a.tokens)
-    if (t < 0 || t >= info_.n_vocab)
-      return Status::error("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                           std::to_string(info_.n_vocab) + ")");
-  ESSAIM_RETURN_IF_ERROR(a.cache->check_room(int64_t(a.tokens.size())));
-  const size_t n_out = a.logits_mode == LogitsMode::ALL ? a.tokens.size() : a.logits_mode == LogitsMode::LAST ? 1 : 0;
-  ESSAIM_CHECK(a.logits.size() == n_out * size_t(info_.n_vocab));
-  return Status::ok();
+}  // namespace
+
+Result<Model::BatchRows> Model::prepare_batch(const BatchForwardArgs& args) const {
+  ESSAIM_CHECK(args.experts != nullptr);
+  if (args.items.empty()) return Status::error("a batched step needs at least one sequence");
+  BatchRows rows;
+  rows.row0.reserve(args.items.size() + 1);
+  for (size_t i = 0; i < args.items.size(); ++i) {
+    const BatchItem& item = args.items[i];
+    ESSAIM_CHECK(item.cache != nullptr);
+    const std::string which = args.items.size() > 1 ? "batch item " + std::to_string(i) + ": " : "";
+    if (item.tokens.empty()) return Status::error(which + "no tokens to evaluate");
+    for (size_t j = 0; j < i; ++j)
+      if (args.items[j].cache == item.cache)
+        return Status::error("batch items " + std::to_string(j) + " and " + std::to_string(i) +
+                             " use the same cache (each sequence of a step needs its own)");
+    for (int32_t t : item.tokens)
+      if (t < 0 || t >= info_.n_vocab)
+        return Status::error(which + "token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                             std::to_string(info_.n_vocab) + ")");
+    Status room = item.cache->check_room(int64_t(item.tokens.size()));
+    if (!room) return Status::error(which + room.message());
+    ESSAIM_CHECK(item.logits.size() == logits_rows(item.logits_mode, item.tokens.size()) * size_t(info_.n_vocab));
+    rows.row0.push_back(rows.n_rows);
+    const int32_t p0 = item.cache->n_past();
+    for (size_t t = 0; t < item.tokens.size(); ++t) {
+      rows.pos.push_back(p0 + int32_t(t));
+      rows.tokens.push_back(item.tokens[t]);
+    }
+    rows.n_rows += int64_t(item.tokens.size());
+  }
+  rows.row0.push_back(rows.n_rows);
+  return rows;
+}
+
+Status Model::forward_as_batch(const ForwardArgs& a) const {
+  const BatchItem item{.tokens = a.tokens, .cache = a.cache, .logits_mode = a.logits_mode, .logits = a.logits};
+  return forward_batch({.items = std::span(&item, 1), .experts = a.experts, .pool = a.pool});
+}
+
+void Model::embed_rows(const WeightMatrix& tok_embd, std::span<const int32_t> tokens, int64_t E, float* x) {
+  for (size_t t = 0; t < tokens.size(); ++t)
+    dequantize_row(tok_embd.type, tok_embd.data + uint64_t(tokens[t]) * tok_embd.row_stride, x + int64_t(t) * E, E);
+}
+
+void Model::lm_head_batch(const BatchForwardArgs& args, const BatchRows& rows, const float* x, int64_t E,
+                          const float* output_norm, float eps, const WeightMatrix& output) {
+  const int64_t V = output.rows;
+  // The rows asked for, gathered in item order: normed[n_out][E]; dest[item] = its first gathered row.
+  std::vector<int64_t> wanted;  // [n_out] batch row indices
+  std::vector<size_t> first_out(args.items.size() + 1, 0);  // [n_items + 1]
+  for (size_t i = 0; i < args.items.size(); ++i) {
+    const int64_t r0 = rows.row0[i], r1 = rows.row0[i + 1];
+    const size_t n = logits_rows(args.items[i].logits_mode, size_t(r1 - r0));
+    for (int64_t r = r1 - int64_t(n); r < r1; ++r) wanted.push_back(r);
+    first_out[i + 1] = wanted.size();
+  }
+  const int64_t n_out = int64_t(wanted.size());
+  if (n_out == 0) return;
+  std::vector<float> normed(size_t(n_out * E));  // [n_out][E]
+  for (int64_t o = 0; o < n_out; ++o)
+    std::memcpy(normed.data() + o * E, x + wanted[size_t(o)] * E, size_t(E) * sizeof(float));
+  rms_norm_rows(normed.data(), output_norm, n_out, E, eps, normed.data(), args.pool);
+  if (args.items.size() == 1) {  // straight into the caller's buffer
+    matmul(output, normed.data(), n_out, args.items[0].logits.data(), args.pool);  // [n_out][V]
+    return;
+  }
+  std::vector<float> logits(size_t(n_out * V));  // [n_out][V], then split by item
+  matmul(output, normed.data(), n_out, logits.data(), args.pool);
+  for (size_t i = 0; i < args.items.size(); ++i)
+    if (first_out[i + 1] > first_out[i])
+      std::memcpy(args.items[i].logits.data(), logits.data() + first_out[i] * size_t(V),
+                  (first_out[i + 1] - first_out[i]) * size_t(V) * sizeof(float));
 }
 
 Status Model::forward_batch(const BatchForwardArgs& args) const {
-  std::vector<ForwardArgs> each;
-  each.reserve(args.items.size());
-  for (const BatchItem& item : args.items) {
-    each.push_back({.tokens = item.tokens, .cache = item.cache, .experts = args.experts, .pool = args.pool,
-                    .logits_mode = item.logits_mode, .logits = item.logits});
-    ESSAIM_RETURN_IF_ERROR(check_forward_args(each.back()));
-  }
-  for (const ForwardArgs& a : each) ESSAIM_RETURN_IF_ERROR(forward(a));
+  ESSAIM_RETURN_IF_ERROR(prepare_batch(args).status());
+  for (const BatchItem& item : args.items)
+    ESSAIM_RETURN_IF_ERROR(forward({.tokens = item.tokens, .cache = item.cache, .experts = args.experts,
+                                    .pool = args.pool, .logits_mode = item.logits_mode, .logits = item.logits}));
   return Status::ok();
 }
 

@@ -1,0 +1,121 @@
+// DelayProxy: a round trip through it takes at least twice the one-way delay; bytes arrive complete and in
+// order in both directions (4 MiB of seeded random bytes in writes of varied sizes, echoed back), while
+// both directions are busy at once; closing one side ends the proxied connection.
+#include "delay_proxy.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+namespace essaim::bench {
+namespace {
+
+using namespace std::chrono_literals;
+using net::Clock;
+
+// Echoes every byte of the first connection back until the peer closes.
+class EchoServer {
+ public:
+  EchoServer() {
+    auto l = net::TcpListener::listen("127.0.0.1", 0);
+    EXPECT_TRUE(l);
+    listener_ = std::move(*l);
+    thread_ = std::thread([this] {
+      auto c = listener_->accept(Clock::now() + 10s);
+      if (!c) return;
+      std::vector<uint8_t> buf(65536);
+      for (auto until = Clock::now() + 30s; Clock::now() < until;) {
+        auto n = (*c)->read_some(buf, Clock::now() + 1s);
+        if (!n && n.error().kind == net::NetErrorKind::TIMEOUT) continue;
+        if (!n || !(*c)->write_all(std::span(buf).first(*n), Clock::now() + 10s)) break;
+      }
+      (*c)->close();
+    });
+  }
+  ~EchoServer() { thread_.join(); }
+  uint16_t port() const { return listener_->port(); }
+
+ private:
+  std::unique_ptr<net::TcpListener> listener_;
+  std::thread thread_;
+};
+
+std::vector<uint8_t> read_exactly(net::ByteStream& s, size_t n) {
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> buf(65536);
+  const auto until = Clock::now() + 30s;
+  while (out.size() < n && Clock::now() < until) {
+    auto r = s.read_some(std::span(buf).first(std::min(buf.size(), n - out.size())), until);
+    if (!r) break;
+    out.insert(out.end(), buf.begin(), buf.begin() + long(*r));
+  }
+  return out;
+}
+
+TEST(DelayProxy, RoundTripTakesTwiceTheOneWayDelay) {
+  EchoServer echo;
+  auto proxy = DelayProxy::start("127.0.0.1", echo.port(), 20ms);
+  ASSERT_TRUE(proxy) << proxy.error().message;
+  auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+  ASSERT_TRUE(c);
+  for (int i = 0; i < 3; ++i) {
+    const uint8_t b = uint8_t(i);
+    const auto t0 = Clock::now();
+    ASSERT_TRUE((*c)->write_all(std::span(&b, 1), Clock::now() + 5s));
+    const std::vector<uint8_t> got = read_exactly(**c, 1);
+    const auto rtt = Clock::now() - t0;
+    ASSERT_EQ(got, std::vector<uint8_t>{b});
+    EXPECT_GE(rtt, 40ms);
+    EXPECT_LT(rtt, 5s);
+  }
+  EXPECT_EQ((*proxy)->connections(), 1u);
+}
+
+TEST(DelayProxy, BytesArriveCompleteAndInOrderBothWays) {
+  for (auto delay : {0ms, 3ms}) {
+    EchoServer echo;
+    auto proxy = DelayProxy::start("127.0.0.1", echo.port(), delay);
+    ASSERT_TRUE(proxy);
+    auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+    ASSERT_TRUE(c);
+    std::mt19937 rng(42);
+    std::vector<uint8_t> data(4 << 20);
+    for (uint8_t& b : data) b = uint8_t(rng());
+    ASSERT_NE(data[0], data[1]);  // the bytes vary
+    std::thread writer([&] {      // writes while the echo comes back: both directions busy
+      size_t off = 0;
+      while (off < data.size()) {
+        const size_t n = std::min(data.size() - off, size_t(1 + rng() % 100000));
+        if (!(*c)->write_all(std::span(data).subspan(off, n), Clock::now() + 30s)) return;
+        off += n;
+      }
+    });
+    const std::vector<uint8_t> got = read_exactly(**c, data.size());
+    writer.join();
+    EXPECT_TRUE(got == data) << "delay " << delay.count() << " ms: " << got.size() << " of " << data.size();
+    (*c)->close();
+  }
+}
+
+TEST(DelayProxy, ClosingTheTargetClosesTheClient) {
+  auto l = net::TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(l);
+  auto proxy = DelayProxy::start("127.0.0.1", (*l)->port(), 1ms);
+  ASSERT_TRUE(proxy);
+  auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+  ASSERT_TRUE(c);
+  auto server_side = (*l)->accept(Clock::now() + 5s);
+  ASSERT_TRUE(server_side);
+  const uint8_t hello[3] = {1, 2, 3};
+  ASSERT_TRUE((*server_side)->write_all(hello, Clock::now() + 5s));
+  (*server_side)->close();
+  EXPECT_EQ(read_exactly(**c, 3), std::vector<uint8_t>(hello, hello + 3));  // delivered before the close
+  std::vector<uint8_t> buf(16);
+  auto r = (*c)->read_some(buf, Clock::now() + 5s);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, net::NetErrorKind::CLOSED);
+}
+
+}  // namespace
+}  // namespace essaim::bench
