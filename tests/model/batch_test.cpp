@@ -88,7 +88,7 @@ class CountingExecutor final : public ExpertExecutor {
 size_t n_out(LogitsMode m, size_t n) { return m == LogitsMode::ALL ? n : m == LogitsMode::LAST ? 1 : 0; }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // What a failed step must not change: n_past, every KV cache's length, every recurrent state's bits.
