@@ -57,7 +57,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Status run_verify(const Args& a) {
   ESSAIM_ASSIGN_OR_RETURN(SliceManifest m, SliceManifest::load(a.verify));
   const std::string dir = !a.dir.empty() ? a.dir : std::filesystem::path(a.verify).parent_path().string();
-  ESSAIM_RETURN_IF_ERROR(verify_manifest(m, dir.empty() ? "." : dir));
+  uint64_t total = m.backbone ? m.backbone->bytes : 0;
+  for (const ManifestSlice& s : m.slices) total += s.bytes;
+  Progress progress("verify " + a.verify, total);
+  ESSAIM_RETURN_IF_ERROR(verify_manifest(m, dir.empty() ? "." : dir, &progress));
+  progress.finish();
   if (a.json) {
     nlohmann::json files = nlohmann::json::array();
     if (m.backbone) files.push_back(file_json(m.backbone->file, m.backbone->bytes, m.backbone->sha256));

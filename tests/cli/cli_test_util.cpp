@@ -59,9 +59,25 @@ std::string drain(int fd, Clock::time_point deadline) {
   return out;
 }
 
-// A scratch folder shared by every call (never emptied while the test runs).
+// Everything a test process writes lives under tmp/<pid>: ctest runs the tests of this binary as parallel
+// processes, which must not share (or empty) each other's folders. Removed when the process exits.
+struct ProcessDir {
+  std::filesystem::path path =
+      std::filesystem::path(ESSAIM_BINARY_DIR) / "tests" / "cli" / "tmp" / std::to_string(::getpid());
+  ~ProcessDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+const std::filesystem::path& process_dir() {
+  static ProcessDir dir;
+  return dir.path;
+}
+
+// A scratch folder shared by every call of this process (never emptied while it runs).
 std::string scratch_dir(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(ESSAIM_BINARY_DIR) / "tests" / "cli" / "tmp" / name;
+  const std::filesystem::path dir = process_dir() / name;
   std::filesystem::create_directories(dir);
   return dir.string();
 }
@@ -90,7 +106,7 @@ size_t count_of(const std::string& haystack, const std::string& needle) {
 }
 
 std::string make_temp_dir(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(ESSAIM_BINARY_DIR) / "tests" / "cli" / "tmp" / name;
+  const std::filesystem::path dir = process_dir() / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -98,7 +114,7 @@ std::string make_temp_dir(const std::string& name) {
 
 CliRun run_cli(const std::string& command, const std::string& cwd, int timeout_s) {
   static int serial = 0;
-  const std::string base = scratch_dir("run") + "/" + std::to_string(::getpid()) + "." + std::to_string(serial++);
+  const std::string base = scratch_dir("run") + "/" + std::to_string(serial++);
   const std::string out_path = base + ".out", err_path = base + ".err";
   CliRun r;
   const pid_t pid = ::fork();
@@ -132,7 +148,7 @@ CliRun run_in_pty(const std::string& command, const std::string& cwd, int timeou
 
 BackgroundProcess::BackgroundProcess(const std::string& command, const std::string& cwd) {
   static int serial = 0;
-  err_path_ = scratch_dir("bg") + "/" + std::to_string(::getpid()) + "." + std::to_string(serial++) + ".err";
+  err_path_ = scratch_dir("bg") + "/" + std::to_string(serial++) + ".err";
   int out[2];
   if (::pipe(out) != 0) return;
   pid_ = ::fork();

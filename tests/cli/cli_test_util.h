@@ -47,7 +47,7 @@ class BackgroundProcess {
   std::string err_path_;
 };
 
-std::string make_temp_dir(const std::string& name);  // fresh, under the build dir
+std::string make_temp_dir(const std::string& name);  // fresh, under <build>/tests/cli/tmp/<pid>/, removed at exit
 std::string read_text(const std::string& path);
 size_t count_of(const std::string& haystack, const std::string& needle);
 

@@ -91,6 +91,7 @@ TEST(Progress, SliceAndSynthShowItOnATerminalOnly) {
   expect_progress_on_terminal_only("essaim slice -m " + tiny_model() + " --backbone -o " + dir + "/bb.gguf", "slice ");
   expect_progress_on_terminal_only(
       "essaim synth --arch qwen3moe --preset tiny --types f32 -o " + dir + "/s.gguf", "synth ");
+  expect_progress_on_terminal_only("essaim slice --verify " + dir + "/plan/manifest.json", "verify ");
 }
 
 TEST(Progress, MlockReadsTheModelWithProgress) {
