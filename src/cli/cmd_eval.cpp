@@ -114,7 +114,7 @@ Status run_eval(const EvalArgs& a) {
                      {"arch", model->info().arch},
                      {"threads", pool.size()},
                      {"load_s", load_s},
-                     {"tokens", ids.size()},
+                     {"n_tokens", ids.size()},
                      {"n_vocab", V},
                      {"eval_s", eval_s},
                      {"eval_tok_s", eval_s > 0 ? double(ids.size()) / eval_s : 0.0},

@@ -59,10 +59,12 @@ TEST(Json, Eval) {
   const std::string npy = make_temp_dir("json-eval") + "/l.npy";
   const nlohmann::json j =
       parse_stdout(run_cli("essaim eval -m " + tiny_model() + " --tokens 1,2,3,4 -b 2 --json --logits-out " + npy));
-  expect_fields(j, {"command", "model", "arch", "threads", "load_s", "tokens", "n_vocab", "eval_s", "eval_tok_s",
+  expect_fields(j, {"command", "model", "arch", "threads", "load_s", "n_tokens", "n_vocab", "eval_s", "eval_tok_s",
                     "files", "dispatch"});
   EXPECT_EQ(j["command"], "eval");
-  EXPECT_EQ(j["tokens"], 4);
+  EXPECT_EQ(j["n_tokens"], 4);
+  // The .npy holds float32 [n_tokens, n_vocab] after its header.
+  EXPECT_GT(j["files"][0]["bytes"].get<uint64_t>(), 4u * 4u * j["n_vocab"].get<uint64_t>());
   expect_files_match_disk(j["files"], 1);
 }
 
