@@ -62,8 +62,8 @@ TEST(Flags, TheRewriteLeavesEverythingElseAlone) {
   std::vector<std::string> args = {"essaim", "run", "-p", "-np", "-np", "2", "--", "-np"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
-  // "-p -np" would be a prompt "-np" to a user of llama.cpp too; we rewrite flags by position only, as
-  // llama.cpp's parser sees them: every "-np" before "--".
+  // Every "-np" word before "--" is rewritten, even one meant as a value ("-p -np"): the rewrite runs before
+  // the parser knows which flags take values. A value "-np" is written "--prompt=-np" (docs/cli.md).
   const std::vector<std::string> out = cli::rewrite_llama_spellings(int(argv.size()), argv.data());
   EXPECT_EQ(out, (std::vector<std::string>{"essaim", "run", "-p", "--parallel", "--parallel", "2", "--", "-np"}));
 }
