@@ -144,6 +144,15 @@ size_t RemoteExpertExecutor::connected() const {
   return up;
 }
 
+std::vector<std::vector<proto::Holding>> RemoteExpertExecutor::live_holdings() const {
+  std::vector<std::vector<proto::Holding>> out;
+  for (const auto& l : links_) {
+    const std::shared_ptr<LinkSession> s = l->session();
+    out.push_back(s ? s->routable : std::vector<proto::Holding>{});
+  }
+  return out;
+}
+
 DispatchStats RemoteExpertExecutor::stats() const {
   DispatchStats s;
   {

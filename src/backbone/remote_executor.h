@@ -83,6 +83,9 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   size_t wait_connected(net::Deadline deadline);
   size_t connected() const;
   DispatchStats stats() const;
+  // What each worker (map order) may serve now: its live session's routable holdings, empty while down
+  // (`essaim run` reports the layers no connected worker covers).
+  std::vector<std::vector<proto::Holding>> live_holdings() const;
 
  private:
   struct Outgoing;

@@ -1,5 +1,5 @@
-// `essaim eval -m FILE (--tokens 1,2,3 | -p TEXT) --logits-out FILE.npy [--batch N] [--threads N]
-//  [--worker HOST:PORT]... [--expert-map FILE] [--worker-timeout-ms MS]`:
+// `essaim eval -m FILE (--tokens 1,2,3 | -p TEXT) --logits-out FILE.npy [-b N] [-t N] [--json]
+//  [--worker HOST:PORT]... [--expert-map FILE] [--worker-timeout-ms MS] [--require-workers]`:
 // teacher-forced logits of every position, written as float32 .npy [n_tokens, n_vocab] — the format the
 // llama.cpp reference fixtures and other tools compare with.
 //
@@ -15,8 +15,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "cli/dispatch_flags.h"
+#include "cli/file_digest.h"
+#include "cli/model_load.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -35,6 +40,7 @@ struct EvalArgs {
   int32_t threads = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  bool json = false;
   DispatchFlags swarm;
 };
 
@@ -64,7 +70,7 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
 Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model, {.mlock = a.mlock}));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids;
@@ -101,6 +107,23 @@ Status run_eval(const EvalArgs& a) {
                double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
   std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
   print_dispatch_stats(chosen, "essaim eval");
+  if (a.json) {
+    ESSAIM_ASSIGN_OR_RETURN(nlohmann::json logits_file, file_summary_json(a.logits_out));
+    nlohmann::json j{{"command", "eval"},
+                     {"model", a.model},
+                     {"arch", model->info().arch},
+                     {"threads", pool.size()},
+                     {"load_s", load_s},
+                     {"n_tokens", ids.size()},
+                     {"n_vocab", V},
+                     {"eval_s", eval_s},
+                     {"eval_tok_s", eval_s > 0 ? double(ids.size()) / eval_s : 0.0},
+                     {"files", nlohmann::json::array({logits_file})},
+                     {"dispatch", chosen.remote != nullptr ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                                                           : nlohmann::json(nullptr)}};
+    std::fputs((j.dump() + "\n").c_str(), stdout);
+    if (std::fflush(stdout) != 0) return Status::error("cannot write the output");
+  }
   return Status::ok();
 }
 
@@ -114,25 +137,21 @@ void register_eval(CLI::App& app, int& exit_code) {
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize and evaluate");
   tokens->excludes(prompt);
   cmd->add_option("--logits-out", args->logits_out, "Output .npy file (float32 [n_tokens, n_vocab])")->required();
-  cmd->add_option("--batch", args->batch, "Evaluate in chunks of N tokens (default: all at once)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32");
-  cmd->add_flag("--mlock", args->mlock, "Pin the model in RAM");
+  add_batch_flag(*cmd, args->batch, "Evaluate in chunks of N tokens (default: all at once)");
+  add_threads_flag(*cmd, args->threads);
+  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_flag("--mlock", args->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
+  add_json_flag(*cmd, args->json);
   add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code, tokens, prompt] {
-    if (tokens->count() == 0 && prompt->count() == 0) {
-      std::fprintf(stderr, "essaim eval: give --tokens or -p\n");
-      exit_code = 2;
-      return;
-    }
+    if (tokens->count() == 0 && prompt->count() == 0) throw UsageError("give --tokens or -p");
     Status s = run_eval(*args);
     if (!s) {
       std::fprintf(stderr, "essaim eval: %s\n", s.message().c_str());
-      exit_code = 1;
+      exit_code = kExitFailure;
       return;
     }
-    exit_code = 0;
+    exit_code = kExitOk;
   });
 }
 

@@ -1,7 +1,8 @@
 // `essaim run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
-//  [--seed S] [--chat] [--threads N] [--mlock] [--worker HOST:PORT]... [--expert-map FILE]
-//  [--worker-timeout-ms MS]`: generate text, streaming it to stdout, and end with the prompt and generation
-// speeds (and, with workers, the dispatch summary) on stderr.
+//  [-s SEED] [--chat] [-t N] [-c N] [-b N] [--mlock] [--json] [--worker HOST:PORT]... [--expert-map FILE]
+//  [--worker-timeout-ms MS] [--require-workers]`: generate text, streaming it to stdout, and end with the
+// prompt and generation speeds (and, with workers, the dispatch summary) on stderr. With --json nothing is
+// streamed: stdout gets one JSON document (fields: docs/cli.md).
 //
 //   essaim run -m tiny.gguf -p "Once upon a time" -n 32 --temp 0          # greedy
 //   essaim run -m tiny.gguf -p "Hi!" --chat --seed 7
@@ -15,8 +16,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "cli/dispatch_flags.h"
+#include "cli/model_load.h"
+#include "cli/sampling_flags.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
@@ -40,6 +46,7 @@ struct RunArgs {
   int32_t n_ctx = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  bool json = false;
   DispatchFlags swarm;
 };
 
@@ -50,7 +57,7 @@ Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const
 Status run_generate(const RunArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model, {.mlock = a.mlock}));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
   const std::string chat_template = vocab.chat_template;
@@ -79,7 +86,8 @@ Status run_generate(const RunArgs& a) {
   for (TokenId id : prompt) sampler.accept(id);
   std::vector<float> logits(size_t(model->info().n_vocab));
 
-  if (!a.chat) std::fputs(text.c_str(), stdout);
+  const bool stream = !a.json;
+  if (stream && !a.chat) std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   // Prompt: batched, chunks of --batch; only the last chunk produces logits (of its last row).
   const auto t0 = clock::now();
@@ -96,22 +104,31 @@ Status run_generate(const RunArgs& a) {
 
   // Generation: sample, print whole characters as they complete, feed the token back.
   Detokenizer out(tok);
+  std::string generated;
+  std::vector<TokenId> generated_ids;
+  const auto emit = [&](const std::string& piece) {
+    generated += piece;
+    if (stream) {
+      std::fputs(piece.c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
   int32_t n_gen = 0;
   const auto t1 = clock::now();
   while (n_gen < a.n_predict) {
     const TokenId id = sampler.sample(logits);
     sampler.accept(id);
     ++n_gen;
+    generated_ids.push_back(id);
     if (tok.is_eog(id)) break;
-    std::fputs(out.push(id).c_str(), stdout);
-    std::fflush(stdout);
+    emit(out.push(id));
     if (n_gen == a.n_predict || cache.n_past() >= cache.n_ctx()) break;
     ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(&id, 1), .cache = &cache,
                                            .experts = experts, .pool = &pool,
                                            .logits_mode = LogitsMode::LAST, .logits = logits}));
   }
-  std::fputs(out.flush().c_str(), stdout);
-  std::fputs("\n", stdout);
+  emit(out.flush());
+  if (stream) std::fputs("\n", stdout);
   std::fflush(stdout);
   const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
 
@@ -122,6 +139,33 @@ Status run_generate(const RunArgs& a) {
   std::fprintf(stderr, "essaim run: generation %d tokens in %.3f s (%.2f tok/s)\n", n_gen, gen_s,
                gen_s > 0 ? double(n_gen) / gen_s : 0.0);
   print_dispatch_stats(chosen, "essaim run");
+  if (a.json) {
+    nlohmann::json j{{"command", "run"},
+                     {"model", a.model},
+                     {"arch", model->info().arch},
+                     {"seed", sampler.seed()},
+                     {"threads", pool.size()},
+                     {"n_ctx", cache.n_ctx()},
+                     {"batch", chunk},
+                     {"sampling", {{"temp", a.sampling.temperature}, {"top_k", a.sampling.top_k},
+                                   {"top_p", a.sampling.top_p}, {"min_p", a.sampling.min_p},
+                                   {"repeat_penalty", a.sampling.repeat_penalty},
+                                   {"repeat_last_n", a.sampling.repeat_last_n}}},
+                     {"load_s", load_s},
+                     {"prompt_tokens", prompt.size()},
+                     {"prompt_s", prompt_s},
+                     {"prompt_tok_s", prompt_s > 0 ? double(prompt.size()) / prompt_s : 0.0},
+                     {"generated_tokens", n_gen},
+                     {"generation_s", gen_s},
+                     {"generation_tok_s", gen_s > 0 ? double(n_gen) / gen_s : 0.0},
+                     {"tokens", generated_ids},
+                     {"text", generated},
+                     {"files", nlohmann::json::array()},
+                     {"dispatch", chosen.remote != nullptr ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                                                           : nlohmann::json(nullptr)}};
+    std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+    if (std::fflush(stdout) != 0) return Status::error("cannot write the output");
+  }
   return Status::ok();
 }
 
@@ -133,30 +177,25 @@ void register_run(CLI::App& app, int& exit_code) {
   cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the user message with --chat)")->required();
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temp", a->sampling.temperature, "Temperature (default 0.8; 0 = greedy)");
-  cmd->add_option("--top-k", a->sampling.top_k, "Top-k (default 40; 0 = off)");
-  cmd->add_option("--top-p", a->sampling.top_p, "Top-p (default 0.95; 1 = off)");
-  cmd->add_option("--min-p", a->sampling.min_p, "Min-p (default 0.05; 0 = off)");
-  cmd->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repetition penalty (default 1 = off)");
-  cmd->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Penalty window (default 64)");
-  cmd->add_option("--seed", a->sampling.seed, "Sampling seed (default: random)");
+  add_sampling_flags(*cmd, a->sampling);
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
   cmd->add_option("--system", a->system, "System message (with --chat)");
   cmd->add_flag("--no-think", a->no_think, "Chat: disable the thinking block");
-  cmd->add_option("--threads", a->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch", a->batch, "Prompt chunk size (default: whole prompt)")->check(CLI::PositiveNumber);
-  cmd->add_option("--ctx", a->n_ctx, "Context size (default: the model's, at most 8192)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32");
-  cmd->add_flag("--mlock", a->mlock, "Pin the model in RAM");
+  add_threads_flag(*cmd, a->threads);
+  add_batch_flag(*cmd, a->batch, "Prompt chunk size (default: whole prompt)");
+  add_ctx_flag(*cmd, a->n_ctx, "Context size (default: the model's, at most 8192)");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32")->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_flag("--mlock", a->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
+  add_json_flag(*cmd, a->json);
   add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {
     Status s = run_generate(*a);
     if (!s) {
       std::fprintf(stderr, "essaim run: %s\n", s.message().c_str());
-      exit_code = 1;
+      exit_code = kExitFailure;
       return;
     }
-    exit_code = 0;
+    exit_code = kExitOk;
   });
 }
 

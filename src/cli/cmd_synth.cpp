@@ -3,11 +3,15 @@
 //   essaim synth --arch qwen3moe --preset tiny --types q4_k_m --seed 1 -o tiny.gguf
 //   essaim synth --arch qwen35moe --preset q35-122b --layers 4 --types q4_k_m -o q35-4l.gguf
 //   essaim synth --arch qwen35moe --preset tiny --types f32 --nextn 1 --fused-gate-up -o mtp.gguf
+//
+// Writing shows progress on stderr when it is a terminal. Exit 2: options the plan refuses; 1: writing failed.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "core/progress.h"
 #include "synth/synth.h"
 
 namespace essaim::cli {
@@ -35,7 +39,7 @@ void register_synth(CLI::App& app, int& exit_code) {
   cmd->add_option("--types", args->types, "Type mix (q4_k_m: llama-quantize's Q4_K_M rule)")
       ->required()
       ->check(CLI::IsMember({"f32", "q4_k_m"}));
-  cmd->add_option("--seed", args->options.seed, "Random seed; the same seed gives a byte-identical file")
+  cmd->add_option("-s,--seed", args->options.seed, "Random seed; the same seed gives a byte-identical file")
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->options.tokenizer_json,
                   "Hugging Face tokenizer.json to embed (default: a byte-level BPE learned from a small corpus)")
@@ -53,8 +57,7 @@ void register_synth(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--fused-gate-up", args->options.fused_gate_up,
                 "qwen35moe: ffn_gate_up_exps [E, 2F, X] instead of ffn_gate_exps + ffn_up_exps");
-  cmd->add_option("--threads", args->options.threads, "Generation threads (0 = all cores; never changes the bytes)")
-      ->capture_default_str();
+  add_threads_flag(*cmd, args->options.threads, "Generation threads (0 = all cores; never changes the bytes)");
   cmd->add_option("-o,--output", args->out, "Output GGUF file")->required();
 
   cmd->callback([args, &exit_code] {
@@ -66,20 +69,24 @@ void register_synth(CLI::App& app, int& exit_code) {
     Result<SynthPlan> plan = synth_plan(o);
     if (!plan) {
       std::fprintf(stderr, "essaim synth: %s\n", plan.status().message().c_str());
-      exit_code = 2;
+      exit_code = kExitUsage;
       return;
     }
-    Result<SynthSummary> s = synth_write(*plan, args->out);
+    uint64_t data_bytes = 0;
+    for (const SynthTensor& t : plan->tensors) data_bytes += t.nbytes;
+    Progress progress("synth " + args->out, data_bytes);
+    Result<SynthSummary> s = synth_write(*plan, args->out, &progress);
+    progress.finish();
     if (!s) {
       std::fprintf(stderr, "essaim synth: %s\n", s.status().message().c_str());
-      exit_code = 1;
+      exit_code = kExitFailure;
       return;
     }
     std::printf("essaim synth: wrote %s (%s %s %s, %u blocks, vocab %u): %llu bytes, %zu tensors, %.2f s\n",
                 args->out.c_str(), plan->arch->name, std::string(synth_preset_name(o.preset)).c_str(),
                 std::string(synth_type_mix_name(o.types)).c_str(), plan->hp.block_count(), plan->hp.n_vocab,
                 static_cast<unsigned long long>(s->file_bytes), s->n_tensors, s->seconds);
-    exit_code = 0;
+    exit_code = kExitOk;
   });
 }
 

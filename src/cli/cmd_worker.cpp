@@ -4,15 +4,23 @@
 //
 //   essaim worker --slice m.L03.E00-15.gguf --slice m.L04.E00-15.gguf --listen 0.0.0.0:9000 --threads 4
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
+//   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
+//
+// Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
+// error (docs/cli.md).
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/slice_selection.h"
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
@@ -23,7 +31,12 @@ namespace {
 
 struct Args {
   std::vector<std::string> slices;
+  std::string slices_dir;
+  std::string experts, layers;  // with --slices
+  std::optional<IndexRange> expert_range, layer_range;  // parsed by resolve()
   std::string listen = "127.0.0.1:9000";
+  std::string host;
+  int32_t port = -1;
   size_t threads = 0;
   size_t lanes = 1;
   uint64_t max_frame = worker::kWorkerDefaultMaxPayloadBytes;
@@ -35,11 +48,17 @@ struct Args {
 
 void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--slice", a.slices, "Expert slice to serve (repeatable; `essaim slice` writes them)")
-      ->required()
       ->check(CLI::ExistingFile);
-  cmd.add_option("--listen", a.listen, "HOST:PORT to accept backbones on; port 0 picks a free one")
+  cmd.add_option("--slices", a.slices_dir, "A `slice --plan` folder: serve its slices inside --experts/--layers")
+      ->check(CLI::ExistingDirectory);
+  cmd.add_option("--experts", a.experts, "With --slices: the expert range to serve, inclusive: A-B or A");
+  cmd.add_option("--layers", a.layers, "With --slices: the layer range to serve (default: every layer)");
+  cmd.add_option("--listen", a.listen,
+                 "HOST:PORT to accept backbones on (loopback only by default; 0.0.0.0:PORT for every interface); "
+                 "port 0 picks a free one")
       ->capture_default_str();
-  cmd.add_option("--threads", a.threads, "Compute threads (0 = every core)")->capture_default_str();
+  add_host_port_flags(cmd, a.host, a.port, "accept backbones");
+  add_threads_flag(cmd, a.threads, "Compute threads (0 = every core)");
   cmd.add_option("--lanes", a.lanes, "Requests computed at once; the threads are split among them")
       ->check(CLI::Range(size_t(1), size_t(1024)))
       ->capture_default_str();
@@ -66,7 +85,26 @@ std::string holdings_text(const worker::WorkerState& s) {
   return t;
 }
 
-int run(const Args& a) {
+// --slices/--experts/--layers into slice paths, --host/--port into --listen; usage errors throw.
+Args resolve(Args a) {
+  if (!a.slices_dir.empty()) {
+    if (a.experts.empty()) throw UsageError("--slices needs --experts A-B (and optionally --layers A-B)");
+    a.expert_range = parse_inclusive_range(a.experts, "experts");
+    if (!a.layers.empty()) a.layer_range = parse_inclusive_range(a.layers, "layers");
+  } else if (!a.experts.empty() || !a.layers.empty()) {
+    throw UsageError("--experts and --layers choose slices of a --slices folder");
+  }
+  if (a.slices.empty() && a.slices_dir.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
+  if (!a.host.empty() || a.port >= 0) {
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
+    const std::string host = !a.host.empty() ? a.host : where ? where->first : "127.0.0.1";
+    const int port = a.port >= 0 ? a.port : where ? int(where->second) : 9000;
+    a.listen = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
+  return a;
+}
+
+int run(Args a) {
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts, so every thread
   // inherits the mask and the signal reaches the waiting main thread instead of killing the process.
   sigset_t stop_signals;
@@ -75,6 +113,14 @@ int run(const Args& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (!a.slices_dir.empty()) {
+    Result<std::vector<std::string>> picked = select_slices(a.slices_dir, a.expert_range, a.layer_range);
+    if (!picked) {
+      std::fprintf(stderr, "essaim worker: --slices %s: %s\n", a.slices_dir.c_str(), picked.status().message().c_str());
+      return kExitFailure;
+    }
+    a.slices.insert(a.slices.end(), picked->begin(), picked->end());
+  }
   Result<worker::WorkerState> state = worker::WorkerState::open(a.slices);
   if (!state) {
     std::fprintf(stderr, "essaim worker: %s\n", state.status().message().c_str());
@@ -83,7 +129,7 @@ int run(const Args& a) {
   net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
   if (!where) {
     std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
-    return 2;
+    return kExitUsage;
   }
   net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
   if (!listener) {
@@ -125,13 +171,14 @@ void register_worker(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("worker", "Serve the experts of some slices to backbones over TCP");
   add_options(*cmd, *args);
-  cmd->callback([args, &exit_code] { exit_code = run(*args); });
+  cmd->callback([args, &exit_code] { exit_code = run(resolve(*args)); });
 }
 
 void configure_worker_app(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   add_options(app, *args);
-  app.callback([args, &exit_code] { exit_code = run(*args); });
+  app.set_version_flag("--version", [] { return build_info_version_flag_text(); });
+  app.callback([args, &exit_code] { exit_code = run(resolve(*args)); });
 }
 
 }  // namespace essaim::cli

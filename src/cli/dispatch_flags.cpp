@@ -1,9 +1,26 @@
 #include "cli/dispatch_flags.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 namespace essaim::cli {
+namespace {
+
+// "0-3, 7, 9-10" for sorted indices.
+std::string index_ranges_text(const std::vector<int32_t>& layers) {
+  std::string t;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!t.empty()) t += ", ";
+    t += std::to_string(layers[i]) + (j > i ? "-" + std::to_string(layers[j]) : "");
+    i = j + 1;
+  }
+  return t;
+}
+
+}  // namespace
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
   cmd.add_option("--worker", f.workers, "Expert worker HOST:PORT to dispatch to (repeatable; holdings learned at "
@@ -16,12 +33,63 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
   cmd.add_option("--worker-audit", f.audit_every,
                  "Recompute every Nth worker answer locally and drop a worker that disagrees (0 = off)");
   cmd.add_flag("--worker-log", f.verbose, "Log worker connections and failures to stderr");
+  cmd.add_flag("--require-workers", f.require_workers,
+               "Fail (exit 1) when a listed worker does not connect or a MoE layer has experts no worker serves, "
+               "instead of computing them on the backbone");
+}
+
+CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote) {
+  CoverageReport r;
+  const backbone::DispatchStats s = remote.stats();
+  for (const backbone::WorkerReport& w : s.workers) {
+    if (w.connected) continue;
+    r.complete = false;
+    r.lines.push_back("worker " + w.address + " did not connect (" +
+                      (w.last_error.empty() ? std::string("no answer yet") : w.last_error) +
+                      "); its experts are computed on the backbone until it does");
+  }
+  const std::vector<std::vector<proto::Holding>> live = remote.live_holdings();
+  const ExpertStore& store = model.expert_store();
+  // Per MoE layer, the replica's experts no connected worker may serve; consecutive layers missing the same
+  // experts share one line.
+  std::vector<std::pair<std::vector<int32_t>, std::string>> groups;  // (layers, what is missing)
+  for (int32_t layer = 0; layer < store.n_layers(); ++layer) {
+    std::vector<int32_t> in_replica;
+    for (const ExpertLayer& range : store.ranges(layer))
+      for (int32_t e = range.expert_begin; e < range.expert_begin + range.n_experts; ++e) in_replica.push_back(e);
+    if (in_replica.empty()) continue;  // a dense layer: nothing to dispatch
+    std::sort(in_replica.begin(), in_replica.end());
+    std::vector<int32_t> missing;
+    for (int32_t e : in_replica) {
+      bool served = false;
+      for (const std::vector<proto::Holding>& holdings : live)
+        for (const proto::Holding& h : holdings)
+          served = served || (int64_t(h.layer) == layer && uint32_t(e) >= h.first_expert &&
+                              uint64_t(e) < uint64_t(h.first_expert) + h.expert_count);
+      if (!served) missing.push_back(e);
+    }
+    if (missing.empty()) continue;
+    const std::string what = missing.size() == in_replica.size()
+                                 ? std::string("no connected worker serves any expert")
+                                 : "experts " + index_ranges_text(missing) + " are on no connected worker";
+    if (!groups.empty() && groups.back().second == what && groups.back().first.back() == layer - 1)
+      groups.back().first.push_back(layer);
+    else
+      groups.push_back({{layer}, what});
+  }
+  for (const auto& [layers, what] : groups) {
+    r.complete = false;
+    r.lines.push_back("layer" + std::string(layers.size() == 1 ? " " : "s ") + index_ranges_text(layers) + ": " +
+                      what + "; computed on the backbone");
+  }
+  return r;
 }
 
 Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who) {
   ExecutorChoice choice;
   if (f.workers.empty() && f.expert_map.empty()) {
+    if (f.require_workers) return Status::error("--require-workers needs --worker or --expert-map");
     choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
     return choice;
   }
@@ -31,6 +99,7 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   }
   ESSAIM_ASSIGN_OR_RETURN(backbone::ExpertMap flagged, backbone::expert_map_from_addresses(f.workers));
   for (backbone::WorkerEndpoint& w : flagged.workers) map.workers.push_back(std::move(w));
+  for (const backbone::WorkerEndpoint& w : map.workers) choice.map_labels.push_back(w.label);
 
   backbone::DispatchOptions options;
   options.timeout = std::chrono::milliseconds(f.timeout_ms);
@@ -44,17 +113,25 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   const backbone::DispatchStats s = remote->stats();
   std::fprintf(stderr, "%s: %zu of %zu worker%s connected, deadline %lld ms\n", who, remote->connected(),
                s.workers.size(), s.workers.size() == 1 ? "" : "s", (long long)f.timeout_ms);
-  for (const backbone::WorkerReport& w : s.workers)
-    if (!w.connected) std::fprintf(stderr, "%s: worker %s is down (%s); its experts are computed locally until it "
-                                   "comes back\n", who, w.address.c_str(), w.last_error.c_str());
+  const CoverageReport coverage = swarm_coverage(model, *remote);
+  for (const std::string& line : coverage.lines) std::fprintf(stderr, "%s: %s\n", who, line.c_str());
+  if (f.require_workers && !coverage.complete)
+    return Status::error("--require-workers: the swarm does not cover the model (see above)");
   choice.remote = remote.get();
   choice.executor = std::move(remote);
   return choice;
 }
 
+backbone::DispatchStats labelled_stats(const ExecutorChoice& choice) {
+  backbone::DispatchStats s = choice.remote->stats();
+  for (size_t i = 0; i < s.workers.size() && i < choice.map_labels.size(); ++i)
+    if (!choice.map_labels[i].empty()) s.workers[i].label = choice.map_labels[i];  // the operator's name wins
+  return s;
+}
+
 void print_dispatch_stats(const ExecutorChoice& choice, const char* who) {
   if (choice.remote == nullptr) return;
-  std::istringstream lines(choice.remote->stats().to_text());
+  std::istringstream lines(labelled_stats(choice).to_text());
   for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "%s: %s\n", who, line.c_str());
 }
 

@@ -29,6 +29,7 @@ struct DispatchFlags {
   int64_t timeout_ms = backbone::kDefaultWorkerTimeout.count();
   bool verbose = false;              // log worker sessions to stderr
   uint32_t audit_every = 0;
+  bool require_workers = false;      // a worker down or a layer uncovered at start is an error
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
@@ -36,14 +37,27 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
 struct ExecutorChoice {
   std::unique_ptr<ExpertExecutor> executor;
   backbone::RemoteExpertExecutor* remote = nullptr;  // set when workers were given
+  std::vector<std::string> map_labels;               // the map's label of each worker (map order), may be ""
 };
 
+// The swarm at start, in a few lines: workers that did not connect, and the MoE layers with experts no
+// connected worker may serve (computed on the backbone). Empty when everything is covered.
+struct CoverageReport {
+  std::vector<std::string> lines;
+  bool complete = true;
+};
+CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote);
+
 // Local when no --worker / --expert-map is given; otherwise connects to the workers (waiting up to the
-// connect timeout for each), prints one line on stderr saying how many are up, and returns the dispatcher.
+// connect timeout for each), prints on stderr how many are up, which did not connect and which layers no
+// worker covers (once, at start), and returns the dispatcher — or, with --require-workers, an error when
+// anything is missing.
 Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& flags,
                                             const char* who);
 
-// The dispatcher's summary (requests, fallbacks by reason, bytes, per-worker pairs) on stderr.
+// The dispatcher's summary (requests, fallbacks by reason, bytes, per-worker pairs, named by the HELLO's
+// label or else the map's) on stderr.
 void print_dispatch_stats(const ExecutorChoice& choice, const char* who);
+backbone::DispatchStats labelled_stats(const ExecutorChoice& choice);
 
 }  // namespace essaim::cli

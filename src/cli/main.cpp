@@ -1,11 +1,14 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"essaim: serve Mixture-of-Experts models sharded at the grain of one expert"};
   app.require_subcommand(1);
   int exit_code = 0;
+  essaim::cli::add_version_flag(app);
+  essaim::cli::register_version(app, exit_code);
   essaim::cli::register_inspect(app, exit_code);
   essaim::cli::register_synth(app, exit_code);
   essaim::cli::register_slice(app, exit_code);
@@ -14,10 +17,5 @@ int main(int argc, char** argv) {
   essaim::cli::register_eval(app, exit_code);
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return exit_code;
+  return essaim::cli::parse_and_run(app, argc, argv, exit_code);
 }

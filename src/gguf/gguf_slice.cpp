@@ -282,7 +282,7 @@ Result<SliceManifest> plan_manifest(const GgufFile& src, const MoeLayout& moe, c
 }
 
 Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, const SliceManifest& plan,
-                                 const std::string& dir) {
+                                 const std::string& dir, Progress* progress) {
   if (plan.source_model != moe.source_model)
     return Status::error("the plan was made for model " + digest_hex(plan.source_model) + ", not for '" +
                          src.path() + "'");
@@ -315,7 +315,8 @@ Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, cons
     if (f.size() != job.planned_bytes)
       return Status::error("the plan says " + job.file + " has " + std::to_string(job.planned_bytes) +
                            " bytes, the source gives " + std::to_string(f.size()) + ": re-plan");
-    ESSAIM_ASSIGN_OR_RETURN(const WrittenFile w, write_out_file(f, (std::filesystem::path(dir) / job.file).string()));
+    ESSAIM_ASSIGN_OR_RETURN(const WrittenFile w, write_out_file(f, (std::filesystem::path(dir) / job.file).string(),
+                                                                    /*hash=*/true, progress));
     *job.sha256 = w.sha256;
   }
   ESSAIM_RETURN_IF_ERROR(done.save((std::filesystem::path(dir) / "manifest.json").string()));

@@ -90,6 +90,6 @@ Result<SliceManifest> plan_manifest(const GgufFile& src, const MoeLayout& moe, c
 // Writes every file of the plan into dir (created if missing) and dir/manifest.json; returns the manifest
 // with every file's SHA-256.
 Result<SliceManifest> write_plan(const GgufFile& src, const MoeLayout& moe, const SliceManifest& plan,
-                                 const std::string& dir);
+                                 const std::string& dir, Progress* progress = nullptr);
 
 }  // namespace essaim

@@ -141,7 +141,7 @@ uint64_t OutFile::size() const {
   return n;
 }
 
-Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash) {
+Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash, Progress* progress) {
   GgufWriter w(f.alignment);
   for (const GgufKv& kv : f.kvs) w.set_value(kv.key, kv.value);
   for (const OutTensor& t : f.tensors) w.add_tensor(t.name, t.type, t.ne);
@@ -162,9 +162,13 @@ Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bo
         f.source->mapping().advise_willneed(size_t(chunk.data() + kCopyChunk - base),
                                             std::min(kCopyChunk, t.bytes.size() - off - kCopyChunk));
       ESSAIM_RETURN_IF_ERROR(w.write_tensor_data(chunk));
+      if (progress != nullptr) progress->advance(chunk.size());
     }
   }
   ESSAIM_RETURN_IF_ERROR(w.finish());
+  uint64_t data_bytes = 0;
+  for (const OutTensor& t : f.tensors) data_bytes += t.bytes.size();
+  if (progress != nullptr) progress->advance(f.size() - data_bytes);  // the header and padding: done == size()
 
   WrittenFile out;
   out.path = path;

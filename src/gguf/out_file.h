@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/status.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model_identity.h"
@@ -48,6 +49,8 @@ struct WrittenFile {
 // plausible-looking file) in large chunks straight from the source mapping. With hash = true a second thread
 // computes the file's SHA-256 from the same in-memory bytes meanwhile; the header actually written is read
 // back and compared with header(), so the digest is the digest of the file on disk.
-Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash = true);
+// `progress` (may be null) advances as tensor data is written, by f.size() in all.
+Result<WrittenFile> write_out_file(const OutFile& f, const std::string& path, bool hash = true,
+                                   Progress* progress = nullptr);
 
 }  // namespace essaim

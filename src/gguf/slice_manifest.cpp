@@ -206,7 +206,7 @@ Status SliceManifest::save(const std::string& path) const {
   return Status::ok();
 }
 
-Status verify_manifest(const SliceManifest& manifest, const std::string& dir) {
+Status verify_manifest(const SliceManifest& manifest, const std::string& dir, Progress* progress) {
   struct Item {
     const std::string* file;
     uint64_t bytes;
@@ -218,6 +218,11 @@ Status verify_manifest(const SliceManifest& manifest, const std::string& dir) {
 
   std::vector<std::string> failures;
   for (const Item& it : items) {
+    struct Advance {  // every item counts its listed bytes once, checked or not
+      Progress* p;
+      uint64_t n;
+      ~Advance() { if (p != nullptr) p->advance(n); }
+    } advance{progress, it.bytes};
     if (!manifest_file_name_is_plain(*it.file)) {
       failures.push_back("'" + *it.file + "': not a plain file name");
       continue;

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/progress.h"
 #include "core/status.h"
 #include "gguf/model_identity.h"
 
@@ -62,6 +63,7 @@ bool manifest_file_name_is_plain(std::string_view name);
 
 // Checks every listed file in `dir`: present, of the listed size, with the listed SHA-256. Sizes are checked
 // before hashing, so a truncated download is reported without reading it. The error lists every failure.
-Status verify_manifest(const SliceManifest& manifest, const std::string& dir);
+// `progress` (may be null) advances by each listed file's bytes as it is checked.
+Status verify_manifest(const SliceManifest& manifest, const std::string& dir, Progress* progress = nullptr);
 
 }  // namespace essaim

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
+#include "core/progress.h"
 #include "core/status.h"
 #include "synth/synth_arch.h"
 #include "text/vocab.h"
@@ -69,7 +70,8 @@ struct SynthSummary {
 };
 
 // Writes the planned file, generating blocks in parallel and streaming them through GgufWriter.
-Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path);
+// `progress` (may be null) advances by the bytes of tensor data written.
+Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path, Progress* progress = nullptr);
 
 // llama-quantize's tensor order: tensors without a blk. prefix first, then by block number; within a group
 // by name (byte order).

@@ -52,7 +52,7 @@ struct Pipeline {
 
 }  // namespace
 
-Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path) {
+Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path, Progress* progress) {
   const auto start = std::chrono::steady_clock::now();
   GgufWriter writer;
   for (const GgufKv& kv : plan.metadata.kvs) writer.set_value(kv.key, kv.value);
@@ -99,6 +99,7 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path)
         pipe.cv.wait(lock, [&] { return pipe.ready[p] != 0; });
       }
       write_status = writer.write_tensor_data(slots[p % n_slots]);
+      if (progress != nullptr && write_status) progress->advance(slots[p % n_slots].size());
       {
         std::lock_guard<std::mutex> lock(pipe.mu);
         pipe.written = p + 1;

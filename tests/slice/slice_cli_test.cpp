@@ -1,5 +1,5 @@
 // `essaim slice` as a user runs it: the plan printed without writing, a written plan verified, a flipped
-// byte and a bad range reported with exit code 1 and a message.
+// byte and a bad range reported with a message and exit code 1 (the file) or 2 (the command line).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "gguf/expert_slice.h"
 #include "slice_test_util.h"
@@ -70,18 +71,19 @@ TEST(SliceCli, OneSliceAndItsErrors) {
   EXPECT_EQ(s->expert_first(), 2u);
   EXPECT_EQ(s->expert_count(), 3u);
 
-  const std::pair<std::string, const char*> bad[] = {
-      {"-m " + kModel + " --layers 1-2 --experts 0 -o " + dir + "/x.gguf", "layers 1-2 lie beyond the model's 2 layers"},
-      {"-m " + kModel + " --layers 0 --experts 7-8 -o " + dir + "/x.gguf", "experts 7-8 lie beyond the model's 8"},
-      {"-m " + kModel + " --layers 3-1 --experts 0 -o " + dir + "/x.gguf", "ends before it starts"},
-      {"-m " + kModel + " --layers 0 -o " + dir + "/x.gguf", "needs both --layers A-B and --experts X-Y"},
-      {"-m " + kModel + " --layers 0 --experts 0 -o " + dir + "/no/such/x.gguf", "cannot create"},
-      {"-m " + dir + "/s.gguf --plan 2", "is an essaim expert slice"},
-      {"-m " + std::string(ESSAIM_FIXTURES_DIR) + "/tokens.txt --plan 2", "tokens.txt"},
+  // Exit 1: the work failed (the file says no); exit 2: the command line is wrong (docs/cli.md).
+  const std::tuple<std::string, const char*, int> bad[] = {
+      {"-m " + kModel + " --layers 1-2 --experts 0 -o " + dir + "/x.gguf", "layers 1-2 lie beyond the model's 2 layers", 1},
+      {"-m " + kModel + " --layers 0 --experts 7-8 -o " + dir + "/x.gguf", "experts 7-8 lie beyond the model's 8", 1},
+      {"-m " + kModel + " --layers 3-1 --experts 0 -o " + dir + "/x.gguf", "ends before it starts", 2},
+      {"-m " + kModel + " --layers 0 -o " + dir + "/x.gguf", "needs both --layers A-B and --experts X-Y", 2},
+      {"-m " + kModel + " --layers 0 --experts 0 -o " + dir + "/no/such/x.gguf", "cannot create", 1},
+      {"-m " + dir + "/s.gguf --plan 2", "is an essaim expert slice", 1},
+      {"-m " + std::string(ESSAIM_FIXTURES_DIR) + "/tokens.txt --plan 2", "tokens.txt", 1},
   };
-  for (const auto& [args, expect] : bad) {
+  for (const auto& [args, expect, code] : bad) {
     r = essaim(args);
-    EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.code, code) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << args << "\n" << r.out;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/x.gguf"));

@@ -1,0 +1,82 @@
+#include "cli/common_flags.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+
+namespace essaim::cli {
+
+CLI::Option* add_threads_flag(CLI::App& cmd, int32_t& threads, const std::string& help) {
+  return cmd.add_option("-t,--threads", threads, help)->check(CLI::NonNegativeNumber);
+}
+
+CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string& help) {
+  return cmd.add_option("-t,--threads", threads, help)->capture_default_str();
+}
+
+CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help) {
+  return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(CLI::NonNegativeNumber);
+}
+
+CLI::Option* add_batch_flag(CLI::App& cmd, int32_t& batch, const std::string& help) {
+  return cmd.add_option("-b,--batch-size,--batch", batch, help)->check(CLI::PositiveNumber);
+}
+
+CLI::Option* add_parallel_flag(CLI::App& cmd, int32_t& n_parallel, const std::string& help) {
+  return cmd.add_option("--parallel", n_parallel, help + " (also -np)")->check(CLI::PositiveNumber);
+}
+
+void add_host_port_flags(CLI::App& cmd, std::string& host, int32_t& port, const std::string& what) {
+  cmd.add_option("--host", host, "Address to " + what + " on");
+  cmd.add_option("--port", port, "Port to " + what + " on (0 picks a free one)")->check(CLI::Range(0, 65535));
+}
+
+CLI::Option* add_json_flag(CLI::App& cmd, bool& json) {
+  return cmd.add_flag("--json", json, "Print one JSON summary on stdout (fields: docs/cli.md)");
+}
+
+std::pair<uint32_t, uint32_t> parse_inclusive_range(const std::string& text, const char* what) {
+  const auto number = [&](const std::string& s) -> std::optional<uint32_t> {
+    if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const uint64_t v = std::stoull(s);
+    return v <= UINT32_MAX ? std::optional<uint32_t>(uint32_t(v)) : std::nullopt;
+  };
+  const size_t dash = text.find('-');
+  const std::optional<uint32_t> a = number(text.substr(0, dash));
+  const std::optional<uint32_t> b = dash == std::string::npos ? a : number(text.substr(dash + 1));
+  if (!a || !b)
+    throw UsageError(std::string("--") + what + " '" + text + "' is not a range like 3-7 or 5 (inclusive)");
+  if (*b < *a) throw UsageError(std::string("--") + what + " '" + text + "' ends before it starts");
+  return {*a, *b - *a + 1};
+}
+
+std::vector<std::string> rewrite_llama_spellings(int argc, char** argv) {
+  std::vector<std::string> out;
+  bool after_dashes = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") after_dashes = true;
+    if (!after_dashes && i > 0) {
+      if (a == "-np") a = "--parallel";
+      else if (a.rfind("-np=", 0) == 0) a = "--parallel=" + a.substr(4);
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+int parse_and_run(CLI::App& app, int argc, char** argv, const int& exit_code) {
+  std::vector<std::string> args = rewrite_llama_spellings(argc, argv);
+  // CLI11 takes the arguments reversed, without the program name.
+  std::vector<std::string> reversed(args.rbegin(), args.rend() - (args.empty() ? 0 : 1));
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help or the error in CLI11's words
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  return exit_code;
+}
+
+}  // namespace essaim::cli

@@ -1,0 +1,58 @@
+// The flags every essaim subcommand spells the same way, defined once, with the spellings a llama.cpp user
+// already types (docs/cli.md has the table), and the exit-code convention of every subcommand:
+//   0 success, 1 the work failed (a file, the network, the model), 2 a usage error (the command line).
+//
+//   CLI::App* cmd = app.add_subcommand("run", "...");
+//   add_threads_flag(*cmd, args->threads);          // -t, --threads
+//   add_ctx_flag(*cmd, args->n_ctx);                // -c, --ctx-size, --ctx
+//   add_json_flag(*cmd, args->json);                // --json: one JSON summary on stdout
+//   ...
+//   return parse_and_run(app, argc, argv, exit_code);   // main(): CLI11 errors -> 2, help -> 0
+//
+// Callbacks report a usage error they find (two options that do not go together, a malformed range) with
+// `throw UsageError("...")`; parse_and_run prints it like CLI11's own and exits 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace essaim::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+struct UsageError : CLI::ValidationError {
+  explicit UsageError(const std::string& message) : CLI::ValidationError(message) {}
+};
+
+// -t, --threads N (0 = every core).
+CLI::Option* add_threads_flag(CLI::App& cmd, int32_t& threads, const std::string& help = "Threads (default: all cores)");
+CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string& help = "Threads (0 = every core)");
+// -c, --ctx-size, --ctx N.
+CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help);
+// -b, --batch-size, --batch N.
+CLI::Option* add_batch_flag(CLI::App& cmd, int32_t& batch, const std::string& help);
+// -np, --parallel N (sequences decoded at once; `essaim serve`, `essaim bench`). "-np" is rewritten to
+// "--parallel" by parse_and_run (CLI11 takes one-letter short names only).
+CLI::Option* add_parallel_flag(CLI::App& cmd, int32_t& n_parallel, const std::string& help);
+// --host H and --port P (a server's or worker's address).
+void add_host_port_flags(CLI::App& cmd, std::string& host, int32_t& port, const std::string& what);
+// --json: a machine-readable summary on stdout instead of human text (the fields: docs/cli.md).
+CLI::Option* add_json_flag(CLI::App& cmd, bool& json);
+
+// "A-B" or "A" (inclusive, decimal) -> (first, count); a UsageError naming --`what` otherwise.
+std::pair<uint32_t, uint32_t> parse_inclusive_range(const std::string& text, const char* what);
+
+// The llama.cpp spellings CLI11 cannot declare (multi-letter single-dash names), rewritten to ours:
+// "-np" -> "--parallel". Everything after a bare "--" is left alone.
+std::vector<std::string> rewrite_llama_spellings(int argc, char** argv);
+
+// Parses (running the chosen subcommand's callback) and returns the process exit code: `exit_code` as the
+// callback set it, 0 for --help, 2 (message on stderr) for any CLI11 error or UsageError.
+int parse_and_run(CLI::App& app, int argc, char** argv, const int& exit_code);
+
+}  // namespace essaim::cli

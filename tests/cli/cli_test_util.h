@@ -1,0 +1,54 @@
+// Running the essaim binaries as a user does, for the CLI tests: a command with its exit code, stdout and
+// stderr kept apart; a background process (a worker) whose "listening on HOST:PORT" line is awaited with a
+// deadline; a command under a pseudo-terminal (forkpty), to see what a terminal sees.
+//
+//   CliRun r = run_cli("essaim version --json");          // "essaim" = <build>/src/cli/essaim
+//   BackgroundProcess w("essaim worker --slices s/ --experts 0-2 --port 0");
+//   w.port();                                             // 0 when it never said where it listens
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace essaim::cli_test {
+
+std::string bin_dir();  // <build>/src/cli
+// The command with a leading "essaim" / "essaim-worker" word made absolute; the rest is left to /bin/sh.
+std::string absolute(const std::string& command);
+
+struct CliRun {
+  int code = -1;    // exit status; -1 when killed by a signal
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// /bin/sh -c COMMAND in `cwd` (empty = the test's), with the build's bin dir first on PATH, so a command
+// written for a user ("essaim run ...") runs as written.
+CliRun run_cli(const std::string& command, const std::string& cwd = "", int timeout_s = 120);
+// The same under a pseudo-terminal: everything the terminal shows (stdout and stderr together).
+CliRun run_in_pty(const std::string& command, const std::string& cwd = "", int timeout_s = 120);
+
+class BackgroundProcess {
+ public:
+  explicit BackgroundProcess(const std::string& command, const std::string& cwd = "");
+  ~BackgroundProcess();  // SIGTERM, then waits (SIGKILL after 10 s)
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string stderr_text() const;  // what it has written to stderr so far
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  uint16_t port_ = 0;
+  std::string err_path_;
+};
+
+std::string make_temp_dir(const std::string& name);  // fresh, under <build>/tests/cli/tmp/<pid>/, removed at exit
+std::string read_text(const std::string& path);
+size_t count_of(const std::string& haystack, const std::string& needle);
+
+}  // namespace essaim::cli_test

@@ -1,0 +1,94 @@
+// `--json` on run, eval and slice: stdout is one JSON document holding the fields docs/cli.md lists, and
+// every file it names has the size and SHA-256 it says (recomputed here from the file on disk).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.h"
+#include "gguf/model_identity.h"
+#include "model_fixture.h"
+
+namespace essaim::cli_test {
+namespace {
+
+nlohmann::json parse_stdout(const CliRun& r) {
+  EXPECT_EQ(r.code, 0) << r.err;
+  try {
+    return nlohmann::json::parse(r.out);  // the whole of stdout: nothing else may be printed there
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stdout is not one JSON document (" << e.what() << "): " << r.out;
+    return nlohmann::json::object();
+  }
+}
+
+void expect_fields(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) EXPECT_TRUE(j.contains(k)) << "missing \"" << k << "\" in " << j.dump();
+}
+
+void expect_files_match_disk(const nlohmann::json& files, size_t n) {
+  ASSERT_TRUE(files.is_array());
+  ASSERT_EQ(files.size(), n) << files.dump();
+  for (const nlohmann::json& f : files) {
+    const std::string path = f.at("path");
+    const std::string bytes = read_text(path);
+    EXPECT_EQ(f.at("bytes").get<uint64_t>(), bytes.size()) << path;
+    Sha256 h;
+    h.update({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    EXPECT_EQ(f.at("sha256").get<std::string>(), digest_hex(h.finish())) << path;
+  }
+}
+
+TEST(Json, Run) {
+  const nlohmann::json j = parse_stdout(run_cli("essaim run -m " + tiny_model() + " -p Hello -n 5 --temp 0 --json"));
+  expect_fields(j, {"command", "model", "arch", "seed", "threads", "n_ctx", "batch", "sampling", "load_s",
+                    "prompt_tokens", "prompt_s", "prompt_tok_s", "generated_tokens", "generation_s",
+                    "generation_tok_s", "tokens", "text", "files", "dispatch"});
+  EXPECT_EQ(j["command"], "run");
+  EXPECT_EQ(j["arch"], "qwen3moe");
+  EXPECT_GT(j["prompt_tokens"].get<int>(), 0);
+  EXPECT_LE(j["generated_tokens"].get<int>(), 5);
+  EXPECT_EQ(j["tokens"].size(), j["generated_tokens"].get<size_t>());
+  EXPECT_TRUE(j["dispatch"].is_null());
+  // The text is what the human form streams (after the prompt it echoes).
+  const CliRun human = run_cli("essaim run -m " + tiny_model() + " -p Hello -n 5 --temp 0");
+  EXPECT_EQ(human.out, "Hello" + j["text"].get<std::string>() + "\n");
+}
+
+TEST(Json, Eval) {
+  const std::string npy = make_temp_dir("json-eval") + "/l.npy";
+  const nlohmann::json j =
+      parse_stdout(run_cli("essaim eval -m " + tiny_model() + " --tokens 1,2,3,4 -b 2 --json --logits-out " + npy));
+  expect_fields(j, {"command", "model", "arch", "threads", "load_s", "n_tokens", "n_vocab", "eval_s", "eval_tok_s",
+                    "files", "dispatch"});
+  EXPECT_EQ(j["command"], "eval");
+  EXPECT_EQ(j["n_tokens"], 4);
+  // The .npy holds float32 [n_tokens, n_vocab] after its header.
+  EXPECT_GT(j["files"][0]["bytes"].get<uint64_t>(), 4u * 4u * j["n_vocab"].get<uint64_t>());
+  expect_files_match_disk(j["files"], 1);
+}
+
+TEST(Json, SlicePlanWriteOneAndVerify) {
+  const std::string dir = make_temp_dir("json-slice");
+  nlohmann::json j = parse_stdout(run_cli("essaim slice -m " + tiny_model() + " --plan 3 --backbone --json"));
+  expect_fields(j, {"command", "mode", "model", "written", "bytes", "files"});
+  EXPECT_EQ(j["written"], false);
+  EXPECT_EQ(j["files"].size(), 5u);  // backbone + 2 layers x 2 slices
+
+  j = parse_stdout(run_cli("essaim slice -m " + tiny_model() + " --plan 3 --backbone -o " + dir + "/p --json"));
+  expect_fields(j, {"command", "mode", "model", "written", "seconds", "bytes", "files"});
+  EXPECT_EQ(j["written"], true);
+  expect_files_match_disk(j["files"], 6);  // + manifest.json
+
+  j = parse_stdout(run_cli("essaim slice -m " + tiny_model() + " --layers 0 --experts 1-2 -o " + dir + "/one.gguf --json"));
+  expect_fields(j, {"command", "mode", "model", "seconds", "bytes", "files"});
+  expect_files_match_disk(j["files"], 1);
+
+  j = parse_stdout(run_cli("essaim slice --verify " + dir + "/p/manifest.json --json"));
+  expect_fields(j, {"command", "mode", "manifest", "ok", "model", "files"});
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["files"].size(), 5u);
+}
+
+}  // namespace
+}  // namespace essaim::cli_test
