@@ -1,0 +1,82 @@
+// Launchers of the device matrix products (cuda_matmul.h). One thread per output element: thread x of a
+// block takes weight row r, grid row y takes activation row t, so a warp reads one activation row (a
+// broadcast) against 32 weight rows. This is the straightforward layout, not a tuned one; see
+// docs/worker.md ("GPU workers") for how it compares with the roofline.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "gpu/cuda_matmul.h"
+#include "gpu/dot_device.h"
+#include "kernels/matmul.h"
+
+namespace essaim::gpu {
+namespace {
+
+using DotFn = float (*)(int64_t, const void*, const void*);
+
+struct DotF32 { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_f32(n, w, x); } };
+struct DotF16 { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_f16(n, w, x); } };
+struct DotBF16 { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_bf16(n, w, x); } };
+struct DotQ8_0 { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_q8_0(n, w, x); } };
+struct DotQ4K { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_q4k(n, w, x); } };
+struct DotQ5K { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_q5k(n, w, x); } };
+struct DotQ6K { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_q6k(n, w, x); } };
+
+constexpr int kThreads = 128;
+constexpr int64_t kMaxGridY = 65535;
+
+template <typename Dot>
+__global__ void matmul_kernel(const uint8_t* __restrict__ w, uint64_t w_stride, int64_t rows, int64_t cols,
+                              const uint8_t* __restrict__ x, uint64_t x_stride, int64_t n_rows,
+                              float* __restrict__ y) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  for (int64_t t = blockIdx.y; t < n_rows; t += gridDim.y)
+    y[t * rows + r] = Dot::dot(cols, w + uint64_t(r) * w_stride, x + uint64_t(t) * x_stride);
+}
+
+template <typename Dot>
+void launch(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, cudaStream_t stream) {
+  const dim3 grid(unsigned((w.rows + kThreads - 1) / kThreads), unsigned(std::min(n_rows, kMaxGridY)));
+  matmul_kernel<Dot><<<grid, kThreads, 0, stream>>>(w.data, w.row_stride, w.rows, w.cols, xq,
+                                                    activation_row_bytes(w.type, w.cols), n_rows, y);
+}
+
+}  // namespace
+
+bool cuda_matmul_type_supported(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status cuda_status(int error, const std::string& what) {
+  if (error == cudaSuccess) return Status::ok();
+  const auto e = cudaError_t(error);
+  return Status::error(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+Status cuda_matmul_preq(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, void* stream_ptr) {
+  if (n_rows <= 0 || w.rows <= 0) return Status::ok();
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (w.type) {
+    case GgmlType::F32: launch<DotF32>(w, xq, n_rows, y, stream); break;
+    case GgmlType::F16: launch<DotF16>(w, xq, n_rows, y, stream); break;
+    case GgmlType::BF16: launch<DotBF16>(w, xq, n_rows, y, stream); break;
+    case GgmlType::Q8_0: launch<DotQ8_0>(w, xq, n_rows, y, stream); break;
+    case GgmlType::Q4_K: launch<DotQ4K>(w, xq, n_rows, y, stream); break;
+    case GgmlType::Q5_K: launch<DotQ5K>(w, xq, n_rows, y, stream); break;
+    case GgmlType::Q6_K: launch<DotQ6K>(w, xq, n_rows, y, stream); break;
+    default:
+      return Status::error(std::string("the CUDA kernels cannot compute ") + std::string(type_name(w.type)) + " weights");
+  }
+  return cuda_status(cudaGetLastError(), std::string("launching the ") + std::string(type_name(w.type)) + " matmul");
+}
+
+}  // namespace essaim::gpu

@@ -1,0 +1,41 @@
+// Matrix products on an NVIDIA GPU, bit-identical to kernels/matmul.h's matmul_preq: weights and
+// activation rows already on the device, in the same bytes the CPU kernels read (GGUF blocks; activation
+// rows in the weights' vec_dot format, e.g. Q8_K for K-quants). CUDA builds only (ESSAIM_CUDA=ON).
+//
+//   CudaMatrix w{.type = GgmlType::Q4_K, .cols = 3072, .rows = 1024, .data = dev_w, .row_stride = 1728};
+//   ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(w, dev_xq, n_rows, dev_y, stream));   // y: [n_rows][1024] f32
+//
+// Every output y[t][r] = dot(weight row r, activation row t) is computed by one device thread running
+// gpu/dot_device.h — the scalar reference's loops with explicitly rounded f32 operations — so the result does
+// not depend on the launch shape, the batch or the row's position in it (DESIGN.md invariant 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/ggml_type.h"
+#include "core/status.h"
+
+namespace essaim::gpu {
+
+struct CudaMatrix {
+  GgmlType type = GgmlType::F32;
+  int64_t cols = 0;               // input width
+  int64_t rows = 0;               // output width
+  const uint8_t* data = nullptr;  // device pointer; row o at data + o * row_stride
+  uint64_t row_stride = 0;
+};
+
+// True for the weight types the device kernels compute (F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K: every type
+// kernels/ computes).
+bool cuda_matmul_type_supported(GgmlType type);
+
+// Enqueues y = xq · wᵀ on `stream` (a cudaStream_t; nullptr = the default stream). xq: n_rows activation
+// rows of activation_row_bytes(w.type, w.cols) each, device memory; y: n_rows * w.rows floats, device memory.
+// Returns the launch error, if any; errors of the kernel itself surface at the next synchronisation.
+Status cuda_matmul_preq(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, void* stream);
+
+// Wraps a CUDA runtime error code as a Status ("what: cudaErrorXxx: text"); ok for cudaSuccess.
+Status cuda_status(int error, const std::string& what);
+
+}  // namespace essaim::gpu

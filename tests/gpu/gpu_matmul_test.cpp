@@ -1,0 +1,101 @@
+// Device matrix products (src/gpu/cuda_matmul.h) against the CPU's matmul_preq, bit for bit: every kernel
+// case under the scalar reference ISA, the 122B expert shapes at 1, 8 and 64 rows, and a row computed
+// alone against the same row inside a batch. Needs a CUDA build; skips with the reason without a device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <vector>
+
+#include "gpu/cuda_expert_executor.h"
+#include "gpu/cuda_matmul.h"
+#include "kernels/kernel_cases.h"
+#include "kernels/kernel_traits.h"
+#include "kernels/matmul.h"
+
+namespace essaim::gpu {
+namespace {
+
+#define ESSAIM_SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                              \
+    const CudaAvailability a = cuda_availability();                                 \
+    if (a.devices == 0) GTEST_SKIP() << "skipped: " << a.reason;                    \
+  } while (0)
+
+// Device buffer freed at scope exit.
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t n) { EXPECT_EQ(cudaMalloc(&p, n == 0 ? 1 : n), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+};
+
+// y of the case on the device (weights and rows uploaded, product, copied back).
+std::vector<float> device_product(const KernelProblem& p, const std::vector<uint8_t>& xq, int64_t n_rows) {
+  Dev w(p.w.size()), x(xq.size()), y(size_t(n_rows * p.rows) * sizeof(float));
+  EXPECT_EQ(cudaMemcpy(w.p, p.w.data(), p.w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(x.p, xq.data(), xq.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  const WeightMatrix hw = p.weights();
+  const CudaMatrix dw{.type = p.type, .cols = p.cols, .rows = p.rows, .data = static_cast<const uint8_t*>(w.p),
+                      .row_stride = hw.row_stride};
+  const Status s = cuda_matmul_preq(dw, static_cast<const uint8_t*>(x.p), n_rows, static_cast<float*>(y.p), nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> out(size_t(n_rows * p.rows));
+  EXPECT_EQ(cudaMemcpy(out.data(), y.p, out.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+void expect_case(const KernelCase& c, uint64_t seed) {
+  const KernelProblem p = kernel_problem_build(c, seed);
+  std::vector<uint8_t> xq(size_t(c.n_rows) * activation_row_bytes(c.type, c.cols));
+  quantize_activations(c.type, p.x.data(), c.n_rows, c.cols, xq.data());
+  std::vector<float> want(size_t(c.n_rows * c.rows));
+  matmul_preq(p.weights(), xq.data(), c.n_rows, want.data(), nullptr);
+  const std::vector<float> got = device_product(p, xq, c.n_rows);
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]) && ++bad <= 3)
+      ADD_FAILURE() << c.name << " element " << i << ": GPU " << got[i] << ", CPU " << want[i];
+  EXPECT_EQ(bad, 0u) << c.name;
+}
+
+TEST(GpuMatmulTest, EveryKernelCaseMatchesTheScalarReference) {
+  ESSAIM_SKIP_WITHOUT_GPU();
+  const Isa before = kernels_isa();
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  for (const KernelCase& c : kernel_cases_correctness())
+    if (cuda_matmul_type_supported(c.type)) expect_case(c, 3);
+  ASSERT_TRUE(set_kernel_isa(before).is_ok());
+}
+
+// The CPU side runs its fastest ISA here: the kernel tests prove it equal to the scalar reference.
+TEST(GpuMatmulTest, ExpertShapesMatchTheCpu) {
+  ESSAIM_SKIP_WITHOUT_GPU();
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0})
+    for (auto [cols, rows] : {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}})
+      for (int64_t n : {1, 8, 64})
+        expect_case({.name = std::string(type_name(t)) + " " + std::to_string(cols) + "x" + std::to_string(rows) +
+                             " n=" + std::to_string(n),
+                     .type = t, .cols = cols, .rows = rows, .n_rows = n, .fill = WeightFill::RANDOM_BITS},
+                    9);
+}
+
+TEST(GpuMatmulTest, ARowAloneEqualsTheRowInABatch) {
+  ESSAIM_SKIP_WITHOUT_GPU();
+  const KernelCase c{.name = "q4_k batch", .type = GgmlType::Q4_K, .cols = 3072, .rows = 256, .n_rows = 70};
+  const KernelProblem p = kernel_problem_build(c, 21);
+  const uint64_t xs = activation_row_bytes(c.type, c.cols);
+  std::vector<uint8_t> xq(size_t(c.n_rows) * xs);
+  quantize_activations(c.type, p.x.data(), c.n_rows, c.cols, xq.data());
+  const std::vector<float> batch = device_product(p, xq, c.n_rows);
+  for (int64_t t : {int64_t(0), int64_t(33), c.n_rows - 1}) {
+    const std::vector<uint8_t> one(xq.begin() + t * xs, xq.begin() + (t + 1) * xs);
+    const std::vector<float> alone = device_product(p, one, 1);
+    for (int64_t r = 0; r < c.rows; ++r)
+      ASSERT_EQ(std::bit_cast<uint32_t>(alone[size_t(r)]), std::bit_cast<uint32_t>(batch[size_t(t * c.rows + r)]));
+  }
+}
+
+}  // namespace
+}  // namespace essaim::gpu
