@@ -74,11 +74,11 @@ struct CudaExpertExecutor::DeviceRange {
 };
 
 struct CudaExpertExecutor::Scratch {
-  DeviceBuffer x, g, u, a, y;                // [pairs][row] of each step
-  std::vector<uint8_t> xq, aq;               // host: gathered activation rows, quantised hidden rows
+  DeviceBuffer x, x2, g, u, a, y;            // [pairs][row] of each step (x2: up's layout when it differs)
+  std::vector<uint8_t> xq, xp, aq, ap;       // host: gathered rows, prepared rows, hidden rows, prepared
   std::vector<float> g_host, u_host, y_host;
   std::vector<int64_t> count, pairs, fill;   // grouping of the pairs by expert
-  size_t device_bytes() const { return x.capacity + g.capacity + u.capacity + a.capacity + y.capacity; }
+  size_t device_bytes() const { return x.capacity + x2.capacity + g.capacity + u.capacity + a.capacity + y.capacity; }
 };
 
 CudaAvailability cuda_availability() {
@@ -241,15 +241,35 @@ Status CudaExpertExecutor::compute_range(const ExpertLayer& l, const DeviceRange
     for (size_t i = b; i < e; ++i)
       std::memcpy(s.xq.data() + i * act_bytes, act + size_t(s.pairs[i] / k) * act_bytes, act_bytes);
   });
-  ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(s.x.p, s.xq.data(), N * act_bytes, cudaMemcpyHostToDevice, stream),
+  // The layout each kernel reads (lanes4 for Q4_K / Q5_K): the same bytes, moved within each sub-block.
+  const bool gate_prep = cuda_activations_prepared(l.gate.type), up_prep = cuda_activations_prepared(l.up.type);
+  if (gate_prep || up_prep) {
+    const GgmlType prepared = gate_prep ? l.gate.type : l.up.type;
+    s.xp.resize(N * act_bytes);
+    parallel_for(pool_.get(), N, [&](size_t b, size_t e) {
+      cuda_prepare_activations(prepared, s.xq.data() + b * act_bytes, int64_t(e - b), l.n_embd, s.xp.data() + b * act_bytes);
+    });
+  }
+  const uint8_t* gate_rows = gate_prep ? s.xp.data() : s.xq.data();
+  const uint8_t* up_rows = up_prep ? s.xp.data() : s.xq.data();
+  ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(s.x.p, gate_rows, N * act_bytes, cudaMemcpyHostToDevice, stream),
                                      "uploading activation rows"));
+  const uint8_t* x_up = s.x.as<uint8_t>();
+  if (up_rows != gate_rows) {  // gate and up read different layouts (e.g. Q4_K gate, Q6_K up)
+    ESSAIM_RETURN_IF_ERROR(s.x2.reserve(N * act_bytes, "activation rows"));
+    ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(s.x2.p, up_rows, N * act_bytes, cudaMemcpyHostToDevice, stream),
+                                       "uploading activation rows"));
+    x_up = s.x2.as<uint8_t>();
+  }
   // Gate and up of every expert of the request, back to back on one stream: one launch per expert and matrix.
   for (int32_t j = 0; j < l.n_experts; ++j) {
     const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;
     if (m == 0) continue;
-    const uint8_t* x = s.x.as<uint8_t>() + size_t(begin) * act_bytes;
-    ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(device_expert(l.gate, dev.gate, j), x, m, s.g.as<float>() + size_t(begin) * F, stream));
-    ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(device_expert(l.up, dev.up, j), x, m, s.u.as<float>() + size_t(begin) * F, stream));
+    const size_t off = size_t(begin) * act_bytes;
+    ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(device_expert(l.gate, dev.gate, j), s.x.as<uint8_t>() + off, m,
+                                            s.g.as<float>() + size_t(begin) * F, stream));
+    ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(device_expert(l.up, dev.up, j), x_up + off, m,
+                                            s.u.as<float>() + size_t(begin) * F, stream));
   }
   s.g_host.resize(N * F);
   s.u_host.resize(N * F);
@@ -267,7 +287,16 @@ Status CudaExpertExecutor::compute_range(const ExpertLayer& l, const DeviceRange
     for (size_t i = 0; i < (e - b) * F; ++i) g[i] = silu(g[i]) * u[i];
     quantize_activations(l.down.type, g, int64_t(e - b), l.n_ff, s.aq.data() + b * down_act_bytes);
   });
-  ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(s.a.p, s.aq.data(), N * down_act_bytes, cudaMemcpyHostToDevice, stream),
+  const uint8_t* hidden = s.aq.data();
+  if (cuda_activations_prepared(l.down.type)) {
+    s.ap.resize(N * down_act_bytes);
+    parallel_for(pool_.get(), N, [&](size_t b, size_t e) {
+      cuda_prepare_activations(l.down.type, s.aq.data() + b * down_act_bytes, int64_t(e - b), l.n_ff,
+                               s.ap.data() + b * down_act_bytes);
+    });
+    hidden = s.ap.data();
+  }
+  ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(s.a.p, hidden, N * down_act_bytes, cudaMemcpyHostToDevice, stream),
                                      "uploading hidden rows"));
   for (int32_t j = 0; j < l.n_experts; ++j) {
     const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;

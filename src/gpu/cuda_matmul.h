@@ -5,9 +5,12 @@
 //   CudaMatrix w{.type = GgmlType::Q4_K, .cols = 3072, .rows = 1024, .data = dev_w, .row_stride = 1728};
 //   ESSAIM_RETURN_IF_ERROR(cuda_matmul_preq(w, dev_xq, n_rows, dev_y, stream));   // y: [n_rows][1024] f32
 //
-// Every output y[t][r] = dot(weight row r, activation row t) is computed by one device thread running
-// gpu/dot_device.h — the scalar reference's loops with explicitly rounded f32 operations — so the result does
-// not depend on the launch shape, the batch or the row's position in it (DESIGN.md invariant 2).
+// One device thread computes y[t][r] = dot(weight row r, activation row t) for one weight row and a tile of
+// up to four activation rows: gpu/dot_device_tiles.h for Q4_K, Q5_K, Q6_K and Q8_0 (dp4a, weights decoded
+// once per tile), gpu/dot_device.h for the float formats — each the scalar reference's canonical order with
+// explicitly rounded f32 operations — so no bit depends on the launch shape, the batch or the row's
+// position in it (DESIGN.md invariant 2). Q4_K and Q5_K read their activation rows in lanes4 order:
+// cuda_prepare_activations rewrites rows into the layout the kernel reads (same size).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +33,14 @@ struct CudaMatrix {
 // kernels/ computes).
 bool cuda_matmul_type_supported(GgmlType type);
 
+// True when w.type's kernel reads prepared (lanes4) activation rows rather than the vec_dot format.
+bool cuda_activations_prepared(GgmlType type);
+// Host: n_rows vec_dot-format rows of `cols` elements -> the layout the device kernel of `type` reads
+// (a copy when it reads the plain format). out may not alias xq.
+void cuda_prepare_activations(GgmlType type, const uint8_t* xq, int64_t n_rows, int64_t cols, uint8_t* out);
+
 // Enqueues y = xq · wᵀ on `stream` (a cudaStream_t; nullptr = the default stream). xq: n_rows activation
-// rows of activation_row_bytes(w.type, w.cols) each, device memory; y: n_rows * w.rows floats, device memory.
+// rows of activation_row_bytes(w.type, w.cols) each, prepared by cuda_prepare_activations, device memory; y: n_rows * w.rows floats, device memory.
 // Returns the launch error, if any; errors of the kernel itself surface at the next synchronisation.
 Status cuda_matmul_preq(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, void* stream);
 

@@ -5,12 +5,15 @@
 // single-rounding operations by specification, and gpu_matmul_test checks on a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "gpu/dot_device.h"
+#include "gpu/dot_device_tiles.h"
 #include "kernels/dot_kernels.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
@@ -96,6 +99,87 @@ TEST(GpuDotHostTest, ExpertShapesMatchTheScalarReference) {
                            .type = t, .cols = cols, .rows = rows, .n_rows = 2, .fill = fill};
         EXPECT_GT(expect_case_equal(c, 11), size_t(1)) << c.name;
       }
+}
+
+// The tile kernels (several activation rows per weight row, dp4a on lanes4 rows for Q4_K / Q5_K, dp4a for
+// Q8_0) against the reference: every tile size 1..kTileRows at every starting row, every case.
+using TileFn = void (*)(int64_t, const void*, const void*, uint64_t, int, float*);
+
+TileFn tile_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K: return gpu::dot_q45k_tile<BlockQ4K>;
+    case GgmlType::Q5_K: return gpu::dot_q45k_tile<BlockQ5K>;
+    case GgmlType::Q6_K: return gpu::dot_q6k_tile;
+    case GgmlType::Q8_0: return gpu::dot_q8_0_tile;
+    default: return nullptr;
+  }
+}
+
+void expect_tiles_equal(const KernelCase& c, uint64_t seed) {
+  const KernelProblem p = kernel_problem_build(c, seed);
+  const TileFn tile = tile_of(c.type);
+  const VecDotFn reference = kernels_of(c.type).reference;
+  const uint64_t xs = activation_row_bytes(c.type, c.cols);
+  std::vector<uint8_t> xq(size_t(c.n_rows) * xs), xp(xq.size());
+  quantize_activations(c.type, p.x.data(), c.n_rows, c.cols, xq.data());
+  const bool lanes4 = c.type == GgmlType::Q4_K || c.type == GgmlType::Q5_K;
+  for (int64_t t = 0; t < c.n_rows; ++t) {
+    if (lanes4) gpu::prepare_q8k_lanes4(xq.data() + t * xs, xp.data() + t * xs, c.cols);
+    else std::memcpy(xp.data() + t * xs, xq.data() + t * xs, xs);
+  }
+  if (lanes4 && c.n_rows > 0) EXPECT_NE(std::memcmp(xp.data(), xq.data(), xs), 0) << c.name << ": lanes4 moved nothing";
+  const WeightMatrix w = p.weights();
+  int mismatches = 0;
+  for (int nx = 1; nx <= gpu::kTileRows; ++nx)
+    for (int64_t t0 = 0; t0 + nx <= c.n_rows; ++t0)
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const uint8_t* wr = w.data + uint64_t(r) * w.row_stride;
+        float got[gpu::kTileRows];
+        tile(c.cols, wr, xp.data() + t0 * xs, xs, nx, got);
+        for (int j = 0; j < nx; ++j) {
+          float want = 0;
+          reference(c.cols, wr, xq.data() + (t0 + j) * xs, xs, 1, &want);
+          if (std::bit_cast<uint32_t>(got[j]) != std::bit_cast<uint32_t>(want) && ++mismatches <= 3)
+            ADD_FAILURE() << c.name << " nx " << nx << " row " << t0 + j << " output " << r << ": tile " << got[j]
+                          << ", reference " << want;
+        }
+      }
+  EXPECT_EQ(mismatches, 0) << c.name;
+}
+
+TEST(GpuDotHostTest, TileKernelsMatchTheScalarReference) {
+  int covered = 0;
+  for (KernelCase c : kernel_cases_correctness()) {
+    if (tile_of(c.type) == nullptr) continue;
+    c.n_rows = std::max<int64_t>(c.n_rows, 5);  // room for every tile size and several starting rows
+    expect_tiles_equal(c, 13);
+    ++covered;
+  }
+  EXPECT_GE(covered, 8);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0})
+    for (WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
+      expect_tiles_equal({.name = std::string(type_name(t)) + " 3072x16 tiles", .type = t, .cols = 3072, .rows = 16,
+                          .n_rows = 6, .fill = fill}, 17);
+}
+
+// prepare_q8k_lanes4 is a permutation of each sub-block's bytes: byte 4l + c is element 8c + l.
+TEST(GpuDotHostTest, Lanes4PlacesElementEightCPlusLAtByteFourLPlusC) {
+  BlockQ8K in{}, out{};
+  in.d = 0.5f;
+  for (int i = 0; i < kQK_K; ++i) in.qs[i] = int8_t(i % 32 + 32 * ((i / 32) % 3));
+  for (int g = 0; g < 16; ++g) in.bsums[g] = int16_t(g * 3 - 7);
+  gpu::prepare_q8k_lanes4(&in, &out, kQK_K);
+  EXPECT_EQ(out.d, in.d);
+  for (int g = 0; g < 16; ++g) EXPECT_EQ(out.bsums[g], in.bsums[g]);
+  for (int s = 0; s < 8; ++s)
+    for (int l = 0; l < 8; ++l)
+      for (int c = 0; c < 4; ++c) EXPECT_EQ(out.qs[32 * s + 4 * l + c], in.qs[32 * s + 8 * c + l]);
+  // The register transpose puts the same bytes in the same places for weight words.
+  uint32_t v[8], lanes[8];
+  for (int wd = 0; wd < 8; ++wd) v[wd] = uint32_t(4 * wd) | uint32_t(4 * wd + 1) << 8 | uint32_t(4 * wd + 2) << 16 | uint32_t(4 * wd + 3) << 24;
+  gpu::to_lanes4(v, lanes);
+  for (int l = 0; l < 8; ++l)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ((lanes[l] >> (8 * c)) & 0xFF, uint32_t(8 * c + l)) << "lane " << l << " byte " << c;
 }
 
 // The device's unpacking of the 12 packed scale bytes equals blocks.h's, for random patterns.

@@ -1,6 +1,6 @@
 // Device matrix products (src/gpu/cuda_matmul.h) against the CPU's matmul_preq, bit for bit: every kernel
-// case under the scalar reference ISA, the 122B expert shapes at 1, 8 and 64 rows, and a row computed
-// alone against the same row inside a batch. Needs a CUDA build; skips with the reason without a device.
+// case under the scalar reference ISA, the 122B expert shapes at 1, 8, 64 and 67 rows (a partial last
+// tile), and a row computed alone against the same row inside a batch. Needs a CUDA build; skips with the reason without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -32,8 +32,10 @@ struct Dev {
 // y of the case on the device (weights and rows uploaded, product, copied back).
 std::vector<float> device_product(const KernelProblem& p, const std::vector<uint8_t>& xq, int64_t n_rows) {
   Dev w(p.w.size()), x(xq.size()), y(size_t(n_rows * p.rows) * sizeof(float));
+  std::vector<uint8_t> prepared(xq.size());
+  cuda_prepare_activations(p.type, xq.data(), n_rows, p.cols, prepared.data());
   EXPECT_EQ(cudaMemcpy(w.p, p.w.data(), p.w.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(x.p, xq.data(), xq.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(x.p, prepared.data(), prepared.size(), cudaMemcpyHostToDevice), cudaSuccess);
   const WeightMatrix hw = p.weights();
   const CudaMatrix dw{.type = p.type, .cols = p.cols, .rows = p.rows, .data = static_cast<const uint8_t*>(w.p),
                       .row_stride = hw.row_stride};
@@ -74,7 +76,7 @@ TEST(GpuMatmulTest, ExpertShapesMatchTheCpu) {
   ESSAIM_SKIP_WITHOUT_GPU();
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0})
     for (auto [cols, rows] : {std::pair<int64_t, int64_t>{3072, 1024}, {1024, 3072}})
-      for (int64_t n : {1, 8, 64})
+      for (int64_t n : {1, 8, 64, 67})
         expect_case({.name = std::string(type_name(t)) + " " + std::to_string(cols) + "x" + std::to_string(rows) +
                              " n=" + std::to_string(n),
                      .type = t, .cols = cols, .rows = rows, .n_rows = n, .fill = WeightFill::RANDOM_BITS},
