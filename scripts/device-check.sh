@@ -39,8 +39,8 @@ timeout 300 ninja -C "$BUILD_DIR" -j "$JOBS" "${targets[@]}" >"$OUT_DIR/device-c
   || { tail -40 "$OUT_DIR/device-check-build.log"; fail "build"; }
 
 step "tests"
-# The two refusal-path tests skip by design on a CUDA build with a device; everything else must run.
-filter='-GpuDeviceSpecTest.CudaIsRefusedClearlyWithoutCudaSupport:GpuDeviceSpecTest.NoVisibleDeviceIsAnErrorNotACrash'
+# The three refusal-path tests skip by design on a CUDA build with a device; everything else must run.
+filter='-GpuDeviceSpecTest.CudaIsRefusedClearlyWithoutCudaSupport:GpuDeviceSpecTest.WorkerBinaryRefusesCudaWithoutSupport:GpuDeviceSpecTest.NoVisibleDeviceIsAnErrorNotACrash'
 for t in gpu_dot_host_test gpu_matmul_test gpu_worker_test; do
   log="$OUT_DIR/device-check-$t.log"
   timeout 180 "$BUILD_DIR/tests/gpu/$t" --gtest_filter="$filter" >"$log" 2>&1

@@ -5,8 +5,13 @@
 // reason; the device-selection tests run everywhere.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 
@@ -54,6 +59,28 @@ TEST(GpuDeviceSpecTest, CudaIsRefusedClearlyWithoutCudaSupport) {
   EXPECT_NE(d.status().message().find("-DESSAIM_CUDA=ON"), std::string::npos) << d.status().message();
   EXPECT_NE(cuda_unavailable_reason().find("no CUDA support"), std::string::npos);
 }
+
+#if defined(ESSAIM_WORKER_BINARY)
+// The command line: `essaim-worker --device cuda` in a build without CUDA exits 2 with the message, before
+// listening; a malformed device is refused the same way.
+TEST(GpuDeviceSpecTest, WorkerBinaryRefusesCudaWithoutSupport) {
+  if (cuda_compiled_in()) GTEST_SKIP() << "this build has CUDA support; the refusal path is for CPU-only builds";
+  const TestModel& m = TestModel::get({.types = SynthTypeMix::Q4_K_M});
+  const std::string slice = m.slice(m.moe.layers.front().layer, 1, 0, 2);
+  const std::string err = ::testing::TempDir() + "gpu_worker_test_stderr.txt";
+  for (const char* device : {"cuda", "cuda:1", "tpu"}) {
+    const std::string cmd = std::string(ESSAIM_WORKER_BINARY) + " --slice " + slice +
+                            " --listen 127.0.0.1:0 -q --device " + device + " > /dev/null 2> " + err;
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << cmd;
+    std::ifstream f(err);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const bool is_cuda = std::string(device).rfind("cuda", 0) == 0;
+    EXPECT_NE(text.find(is_cuda ? "no CUDA support" : "cpu, cuda or cuda:N"), std::string::npos) << text;
+  }
+}
+#endif
 
 // With CUDA compiled in but no device visible, opening fails with the reason instead of crashing.
 TEST(GpuDeviceSpecTest, NoVisibleDeviceIsAnErrorNotACrash) {
