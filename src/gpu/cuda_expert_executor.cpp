@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gpu/cuda_matmul.h"
+#include "gpu/upload_plan.h"
 #include "kernels/matmul.h"
 #include "moe/numerics.h"
 
@@ -17,12 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Bytes a view of experts covers: the last expert's rows end there (a fused gate_up's gate half does not
-// reach the end of the tensor, so n_experts * expert_stride would overrun it).
-uint64_t view_extent(const ExpertMatrices& m, int32_t n_experts) {
-  return uint64_t(n_experts - 1) * m.expert_stride + uint64_t(m.rows) * m.row_stride;
-}
 
 // SHA-256 of bytes handed over in pieces.
 class Sha256 {
@@ -123,13 +118,9 @@ Result<std::unique_ptr<CudaExpertExecutor>> CudaExpertExecutor::create(const Exp
   return x;
 }
 
-// Every range's three views, as host byte spans merged where they overlap (the two halves of a fused
-// gate_up tensor), uploaded once each, then copied back and compared by SHA-256.
+// Every range's three views, as host byte spans merged where they overlap (upload_plan.h), uploaded once
+// each, then copied back and compared by SHA-256.
 Status CudaExpertExecutor::upload_store() {
-  struct Span {
-    const uint8_t* begin;
-    const uint8_t* end;
-  };
   ranges_.resize(size_t(store_.n_layers()));
   constexpr size_t kChunk = size_t(64) << 20;  // copy-back piece: bounded host memory for any slice size
   std::vector<uint8_t> back;
@@ -139,17 +130,9 @@ Status CudaExpertExecutor::upload_store() {
         if (!cuda_matmul_type_supported(m->type))
           return Status::error("layer " + std::to_string(layer) + ": the CUDA kernels cannot compute " +
                                std::string(type_name(m->type)) + " weights");
-      const ExpertMatrices* views[3] = {&l.gate, &l.up, &l.down};
-      std::vector<Span> spans;
-      for (const ExpertMatrices* m : views) spans.push_back({m->data, m->data + view_extent(*m, l.n_experts)});
-      std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-      std::vector<Span> merged;
-      for (const Span& s : spans) {
-        if (!merged.empty() && s.begin <= merged.back().end) merged.back().end = std::max(merged.back().end, s.end);
-        else merged.push_back(s);
-      }
-      const uint8_t* dev_of[3] = {nullptr, nullptr, nullptr};
-      for (const Span& s : merged) {
+      const UploadPlan plan = upload_plan(l);
+      std::vector<const uint8_t*> dev_span;
+      for (const ByteSpan& s : plan.spans) {
         const size_t n = size_t(s.end - s.begin);
         void* d = nullptr;
         ESSAIM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&d, n), "allocating " + std::to_string(n) +
@@ -173,11 +156,10 @@ Status CudaExpertExecutor::upload_store() {
           return Status::error("layer " + std::to_string(layer) + ": the expert weights copied back from the GPU "
                                "differ from the slice's bytes (SHA-256 mismatch); the device is not usable");
         upload_.verify_seconds += seconds_since(t1);
-        for (int v = 0; v < 3; ++v)
-          if (views[v]->data >= s.begin && views[v]->data < s.end)
-            dev_of[v] = static_cast<const uint8_t*>(d) + (views[v]->data - s.begin);
+        dev_span.push_back(static_cast<const uint8_t*>(d));
       }
-      ranges_[size_t(layer)].push_back(DeviceRange{.gate = dev_of[0], .up = dev_of[1], .down = dev_of[2]});
+      auto place = [&](const ViewPlace& p) { return dev_span[p.span] + p.offset; };
+      ranges_[size_t(layer)].push_back(DeviceRange{.gate = place(plan.gate), .up = place(plan.up), .down = place(plan.down)});
     }
   }
   return Status::ok();

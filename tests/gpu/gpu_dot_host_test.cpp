@@ -14,6 +14,7 @@
 
 #include "gpu/dot_device.h"
 #include "gpu/dot_device_tiles.h"
+#include "gpu/upload_plan.h"
 #include "kernels/dot_kernels.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
@@ -127,7 +128,9 @@ void expect_tiles_equal(const KernelCase& c, uint64_t seed) {
     if (lanes4) gpu::prepare_q8k_lanes4(xq.data() + t * xs, xp.data() + t * xs, c.cols);
     else std::memcpy(xp.data() + t * xs, xq.data() + t * xs, xs);
   }
-  if (lanes4 && c.n_rows > 0) EXPECT_NE(std::memcmp(xp.data(), xq.data(), xs), 0) << c.name << ": lanes4 moved nothing";
+  if (lanes4 && c.n_rows > 0) {
+    EXPECT_NE(std::memcmp(xp.data(), xq.data(), xs), 0) << c.name << ": lanes4 moved nothing";
+  }
   const WeightMatrix w = p.weights();
   int mismatches = 0;
   for (int nx = 1; nx <= gpu::kTileRows; ++nx)
@@ -180,6 +183,36 @@ TEST(GpuDotHostTest, Lanes4PlacesElementEightCPlusLAtByteFourLPlusC) {
   gpu::to_lanes4(v, lanes);
   for (int l = 0; l < 8; ++l)
     for (int c = 0; c < 4; ++c) EXPECT_EQ((lanes[l] >> (8 * c)) & 0xFF, uint32_t(8 * c + l)) << "lane " << l << " byte " << c;
+}
+
+// What the executor uploads: separate tensors stay three spans; the two halves of a fused gate_up tensor
+// become one span covering the whole tensor, each view at its own offset; nothing is read past a tensor.
+TEST(GpuDotHostTest, UploadPlanMergesFusedGateUpAndPlacesEveryView) {
+  std::vector<uint8_t> gate_up(2 * 4 * 3 * 144), gate(4 * 3 * 144), up(4 * 3 * 144), down(4 * 3 * 210 + 16);
+  const int64_t cols = 256, F = 3;  // 4 experts of [256 -> 3] Q4_K, down [3*... ] stand-in of 3 rows of Q6_K
+  const ExpertLayer::Tensor3d dn{GgmlType::Q6_K, 256, 3, 4, down.data() + 16};
+  const ExpertLayer fused = ExpertLayer::fused({GgmlType::Q4_K, cols, 2 * F, 4, gate_up.data()}, dn);
+  const gpu::UploadPlan pf = gpu::upload_plan(fused);
+  ASSERT_EQ(pf.spans.size(), 2u);
+  const size_t gu = pf.spans[0].begin == gate_up.data() ? 0 : 1;
+  EXPECT_EQ(pf.spans[gu].begin, gate_up.data());
+  EXPECT_EQ(pf.spans[gu].size(), gate_up.size());  // exactly the tensor: the gate half stops F rows short
+  EXPECT_EQ(pf.gate.span, gu);
+  EXPECT_EQ(pf.gate.offset, 0u);
+  EXPECT_EQ(pf.up.span, gu);
+  EXPECT_EQ(pf.up.offset, uint64_t(F) * 144);
+  EXPECT_EQ(pf.spans[pf.down.span].begin, down.data() + 16);
+  EXPECT_EQ(pf.spans[pf.down.span].size(), down.size() - 16);
+  EXPECT_EQ(pf.down.offset, 0u);
+
+  const ExpertLayer sep = ExpertLayer::separate({GgmlType::Q4_K, cols, F, 4, gate.data()},
+                                                {GgmlType::Q4_K, cols, F, 4, up.data()}, dn);
+  const gpu::UploadPlan ps = gpu::upload_plan(sep);
+  EXPECT_EQ(ps.spans.size(), 3u);
+  EXPECT_EQ(ps.spans[ps.gate.span].begin, gate.data());
+  EXPECT_EQ(ps.spans[ps.gate.span].size(), gate.size());
+  EXPECT_EQ(ps.spans[ps.up.span].begin, up.data());
+  EXPECT_EQ(ps.gate.offset + ps.up.offset + ps.down.offset, 0u);
 }
 
 // The device's unpacking of the 12 packed scale bytes equals blocks.h's, for random patterns.
