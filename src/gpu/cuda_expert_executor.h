@@ -8,14 +8,11 @@
 //   gpu->isa_class();                       // "cuda-sm90": what the worker's HELLO announces
 //   ESSAIM_RETURN_IF_ERROR(gpu->compute(batch, out));   // out: [n_rows][k][n_embd], as LocalExpertExecutor
 //
-// What runs where (docs/worker.md, "GPU workers"), per expert range of the requested layer:
-//   host:   group the (row, slot) pairs by expert (the same counting sort as moe's expert_ffn), gather rows
-//   device: gate and up products, all experts of the request launched back to back on one stream, one
-//           launch per expert and matrix with all of that expert's rows
-//   host:   a = silu(g) ⊙ u with libm's expf, then the per-row quantisation of a to the down weights'
-//           activation format (moe/numerics.h, kernels/matmul.h) — CUDA's expf is another approximation,
-//           so the SwiGLU stays on the CPU, where it is the very code the CPU worker runs
-//   device: down products; host: scatter the rows to their slots.
+// What runs where, per expert range of the requested layer (expert_pipeline.h, docs/worker.md "GPU
+// workers"): grouping, gathering and the SwiGLU + quantisation of the hidden rows on the host — CUDA's expf
+// is another approximation than libm's, so the SwiGLU stays on the CPU, where it is the very code the CPU
+// worker runs — and the gate, up and down products on the device, one launch per expert and matrix with
+// all of that expert's rows, the experts of a request launched back to back on one stream.
 // The weights of every range in the store are uploaded once by create(), kept resident, and verified by
 // copying them back and comparing SHA-256 digests with the host bytes.
 //
@@ -32,6 +29,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "gpu/expert_pipeline.h"
 #include "moe/executor.h"
 
 namespace essaim::gpu {
@@ -76,12 +74,10 @@ class CudaExpertExecutor final : public ExpertExecutor {
   uint64_t scratch_bytes() const;
 
  private:
-  struct DeviceRange;  // device copies of one ExpertLayer's three matrices
-  struct Scratch;      // device and host buffers of a request, grown as needed
+  struct Scratch;  // the pipeline's CUDA device (stream, scratch buffers) and host buffers
   CudaExpertExecutor(const ExpertStore& store, CudaExecutorOptions options);
 
   Status upload_store();
-  Status compute_range(const ExpertLayer& host, const DeviceRange& dev, const ExpertBatch& batch, float* out);
 
   const ExpertStore& store_;
   CudaExecutorOptions options_;
@@ -89,7 +85,7 @@ class CudaExpertExecutor final : public ExpertExecutor {
   CudaUploadReport upload_;
   void* stream_ = nullptr;                        // cudaStream_t
   std::vector<void*> allocations_;                // device weight buffers
-  std::vector<std::vector<DeviceRange>> ranges_;  // [layer][range], parallel to store_.ranges(layer)
+  std::vector<std::vector<DeviceRangeViews>> ranges_;  // [layer][range], parallel to store_.ranges(layer)
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<ThreadPool> pool_;
   std::mutex mu_;

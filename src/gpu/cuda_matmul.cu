@@ -92,17 +92,6 @@ bool cuda_matmul_type_supported(GgmlType type) {
   }
 }
 
-bool cuda_activations_prepared(GgmlType type) { return type == GgmlType::Q4_K || type == GgmlType::Q5_K; }
-
-void cuda_prepare_activations(GgmlType type, const uint8_t* xq, int64_t n_rows, int64_t cols, uint8_t* out) {
-  const uint64_t rb = activation_row_bytes(type, cols);
-  if (!cuda_activations_prepared(type)) {
-    std::memcpy(out, xq, size_t(n_rows) * rb);
-    return;
-  }
-  for (int64_t t = 0; t < n_rows; ++t) prepare_q8k_lanes4(xq + uint64_t(t) * rb, out + uint64_t(t) * rb, cols);
-}
-
 Status cuda_status(int error, const std::string& what) {
   if (error == cudaSuccess) return Status::ok();
   const auto e = cudaError_t(error);

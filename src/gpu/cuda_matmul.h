@@ -10,7 +10,7 @@
 // once per tile), gpu/dot_device.h for the float formats — each the scalar reference's canonical order with
 // explicitly rounded f32 operations — so no bit depends on the launch shape, the batch or the row's
 // position in it (DESIGN.md invariant 2). Q4_K and Q5_K read their activation rows in lanes4 order:
-// cuda_prepare_activations rewrites rows into the layout the kernel reads (same size).
+// prepare_activations (expert_pipeline.h) rewrites rows into the layout the kernel reads (same size).
 #pragma once
 
 #include <cstdint>
@@ -18,29 +18,18 @@
 
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "gpu/device_matrix.h"
 
 namespace essaim::gpu {
 
-struct CudaMatrix {
-  GgmlType type = GgmlType::F32;
-  int64_t cols = 0;               // input width
-  int64_t rows = 0;               // output width
-  const uint8_t* data = nullptr;  // device pointer; row o at data + o * row_stride
-  uint64_t row_stride = 0;
-};
+using CudaMatrix = DeviceMatrix;  // device pointer; row o at data + o * row_stride
 
 // True for the weight types the device kernels compute (F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K: every type
 // kernels/ computes).
 bool cuda_matmul_type_supported(GgmlType type);
 
-// True when w.type's kernel reads prepared (lanes4) activation rows rather than the vec_dot format.
-bool cuda_activations_prepared(GgmlType type);
-// Host: n_rows vec_dot-format rows of `cols` elements -> the layout the device kernel of `type` reads
-// (a copy when it reads the plain format). out may not alias xq.
-void cuda_prepare_activations(GgmlType type, const uint8_t* xq, int64_t n_rows, int64_t cols, uint8_t* out);
-
 // Enqueues y = xq · wᵀ on `stream` (a cudaStream_t; nullptr = the default stream). xq: n_rows activation
-// rows of activation_row_bytes(w.type, w.cols) each, prepared by cuda_prepare_activations, device memory; y: n_rows * w.rows floats, device memory.
+// rows of activation_row_bytes(w.type, w.cols) each, prepared by prepare_activations, device memory; y: n_rows * w.rows floats, device memory.
 // Returns the launch error, if any; errors of the kernel itself surface at the next synchronisation.
 Status cuda_matmul_preq(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, void* stream);
 

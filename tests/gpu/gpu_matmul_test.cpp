@@ -33,7 +33,7 @@ struct Dev {
 std::vector<float> device_product(const KernelProblem& p, const std::vector<uint8_t>& xq, int64_t n_rows) {
   Dev w(p.w.size()), x(xq.size()), y(size_t(n_rows * p.rows) * sizeof(float));
   std::vector<uint8_t> prepared(xq.size());
-  cuda_prepare_activations(p.type, xq.data(), n_rows, p.cols, prepared.data());
+  prepare_activations(p.type, xq.data(), n_rows, p.cols, prepared.data());
   EXPECT_EQ(cudaMemcpy(w.p, p.w.data(), p.w.size(), cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(x.p, prepared.data(), prepared.size(), cudaMemcpyHostToDevice), cudaSuccess);
   const WeightMatrix hw = p.weights();

@@ -1,0 +1,188 @@
+#include "gpu/expert_pipeline.h"
+
+#include <cstring>
+#include <string>
+
+#include "gpu/dot_device.h"
+#include "gpu/dot_device_tiles.h"
+#include "kernels/matmul.h"
+#include "moe/numerics.h"
+
+namespace essaim::gpu {
+
+bool activation_layout_prepared(GgmlType weight_type) {
+  return weight_type == GgmlType::Q4_K || weight_type == GgmlType::Q5_K;
+}
+
+void prepare_activations(GgmlType weight_type, const uint8_t* xq, int64_t n_rows, int64_t cols, uint8_t* out) {
+  const uint64_t rb = activation_row_bytes(weight_type, cols);
+  if (!activation_layout_prepared(weight_type)) {
+    std::memcpy(out, xq, size_t(n_rows) * rb);
+    return;
+  }
+  for (int64_t t = 0; t < n_rows; ++t) prepare_q8k_lanes4(xq + uint64_t(t) * rb, out + uint64_t(t) * rb, cols);
+}
+
+namespace {
+
+DeviceMatrix device_expert(const ExpertMatrices& m, const uint8_t* dev_base, int32_t j) {
+  return DeviceMatrix{.type = m.type, .cols = m.cols, .rows = m.rows, .data = dev_base + uint64_t(j) * m.expert_stride,
+                      .row_stride = m.row_stride};
+}
+
+}  // namespace
+
+Status expert_pipeline_run(const ExpertLayer& l, const DeviceRangeViews& dev, const ExpertBatch& batch, float* out,
+                           PipelineDevice& device, PipelineScratch& s, ThreadPool* pool) {
+  using Slot = PipelineDevice::Slot;
+  const int64_t n_pairs = batch.n_rows * batch.k;
+  const int32_t k = batch.k;
+  // Pairs of this range grouped by expert, in ascending pair order (expert_ffn's counting sort).
+  s.count.assign(size_t(l.n_experts) + 1, 0);
+  for (int64_t i = 0; i < n_pairs; ++i)
+    if (l.holds(batch.ids[size_t(i)])) ++s.count[size_t(batch.ids[size_t(i)] - l.expert_begin) + 1];
+  for (size_t j = 1; j < s.count.size(); ++j) s.count[j] += s.count[j - 1];
+  const int64_t n_sel = s.count.back();
+  if (n_sel == 0) return Status::ok();
+  s.pairs.resize(size_t(n_sel));
+  s.fill.assign(s.count.begin(), s.count.end() - 1);
+  for (int64_t i = 0; i < n_pairs; ++i)
+    if (l.holds(batch.ids[size_t(i)])) s.pairs[size_t(s.fill[size_t(batch.ids[size_t(i)] - l.expert_begin)]++)] = i;
+
+  const uint64_t act_bytes = l.activation_row_bytes();
+  const uint64_t down_act_bytes = activation_row_bytes(l.down.type, l.n_ff);
+  const size_t F = size_t(l.n_ff), E = size_t(l.n_embd), N = size_t(n_sel);
+
+  // Gather the selected rows as bytes (the quantised form is used exactly as received), then rewrite them
+  // into the layout each kernel reads: the same bytes, moved within each sub-block.
+  s.xq.resize(N * act_bytes);
+  const uint8_t* act = batch.act.data();
+  parallel_for(pool, N, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i)
+      std::memcpy(s.xq.data() + i * act_bytes, act + size_t(s.pairs[i] / k) * act_bytes, act_bytes);
+  });
+  const bool gate_prep = activation_layout_prepared(l.gate.type), up_prep = activation_layout_prepared(l.up.type);
+  if (gate_prep || up_prep) {
+    const GgmlType prepared = gate_prep ? l.gate.type : l.up.type;
+    s.xp.resize(N * act_bytes);
+    parallel_for(pool, N, [&](size_t b, size_t e) {
+      prepare_activations(prepared, s.xq.data() + b * act_bytes, int64_t(e - b), l.n_embd, s.xp.data() + b * act_bytes);
+    });
+  }
+  const uint8_t* gate_rows = gate_prep ? s.xp.data() : s.xq.data();
+  const uint8_t* up_rows = up_prep ? s.xp.data() : s.xq.data();
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* x_gate, device.scratch(Slot::X_GATE, N * act_bytes));
+  ESSAIM_RETURN_IF_ERROR(device.to_device(x_gate, gate_rows, N * act_bytes));
+  uint8_t* x_up = x_gate;
+  if (up_rows != gate_rows) {  // gate and up read different layouts (e.g. a Q4_K gate with a Q6_K up)
+    ESSAIM_ASSIGN_OR_RETURN(x_up, device.scratch(Slot::X_UP, N * act_bytes));
+    ESSAIM_RETURN_IF_ERROR(device.to_device(x_up, up_rows, N * act_bytes));
+  }
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* g_dev, device.scratch(Slot::G, N * F * sizeof(float)));
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* u_dev, device.scratch(Slot::U, N * F * sizeof(float)));
+  auto* g = reinterpret_cast<float*>(g_dev);
+  auto* u = reinterpret_cast<float*>(u_dev);
+  // Gate and up of every expert of the request, back to back: one product per expert and matrix.
+  for (int32_t j = 0; j < l.n_experts; ++j) {
+    const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;
+    if (m == 0) continue;
+    const size_t off = size_t(begin) * act_bytes;
+    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.gate, dev.gate, j), x_gate + off, m, g + size_t(begin) * F));
+    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.up, dev.up, j), x_up + off, m, u + size_t(begin) * F));
+  }
+  s.g.resize(N * F);
+  s.u.resize(N * F);
+  ESSAIM_RETURN_IF_ERROR(device.to_host(s.g.data(), g, N * F * sizeof(float)));
+  ESSAIM_RETURN_IF_ERROR(device.to_host(s.u.data(), u, N * F * sizeof(float)));
+  ESSAIM_RETURN_IF_ERROR(device.sync());
+
+  // a = silu(gate) ⊙ up with libm's expf, then each row quantised on its own: expert_ffn's exact steps.
+  s.aq.resize(N * down_act_bytes);
+  parallel_for(pool, N, [&](size_t b, size_t e) {
+    float* gr = s.g.data() + b * F;
+    const float* ur = s.u.data() + b * F;
+    for (size_t i = 0; i < (e - b) * F; ++i) gr[i] = silu(gr[i]) * ur[i];
+    quantize_activations(l.down.type, gr, int64_t(e - b), l.n_ff, s.aq.data() + b * down_act_bytes);
+  });
+  const uint8_t* hidden = s.aq.data();
+  if (activation_layout_prepared(l.down.type)) {
+    s.ap.resize(N * down_act_bytes);
+    parallel_for(pool, N, [&](size_t b, size_t e) {
+      prepare_activations(l.down.type, s.aq.data() + b * down_act_bytes, int64_t(e - b), l.n_ff,
+                          s.ap.data() + b * down_act_bytes);
+    });
+    hidden = s.ap.data();
+  }
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* a_dev, device.scratch(Slot::HIDDEN, N * down_act_bytes));
+  ESSAIM_RETURN_IF_ERROR(device.to_device(a_dev, hidden, N * down_act_bytes));
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* y_dev, device.scratch(Slot::Y, N * E * sizeof(float)));
+  auto* y = reinterpret_cast<float*>(y_dev);
+  for (int32_t j = 0; j < l.n_experts; ++j) {
+    const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;
+    if (m == 0) continue;
+    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.down, dev.down, j), a_dev + size_t(begin) * down_act_bytes, m,
+                                         y + size_t(begin) * E));
+  }
+  s.y.resize(N * E);
+  ESSAIM_RETURN_IF_ERROR(device.to_host(s.y.data(), y, N * E * sizeof(float)));
+  ESSAIM_RETURN_IF_ERROR(device.sync());
+  parallel_for(pool, N, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) std::memcpy(out + size_t(s.pairs[i]) * E, s.y.data() + i * E, E * sizeof(float));
+  });
+  return Status::ok();
+}
+
+// --- HostTileDevice ---------------------------------------------------------------------------------------
+
+Result<uint8_t*> HostTileDevice::scratch(Slot slot, size_t bytes) {
+  std::vector<uint8_t>& b = buffers_[slot];
+  if (b.size() < bytes) b.resize(bytes);
+  return b.data();
+}
+
+Status HostTileDevice::to_device(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return Status::ok();
+}
+
+Status HostTileDevice::to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return Status::ok();
+}
+
+// What the device launch does (cuda_matmul.cu): per weight row, the activation rows in tiles of
+// kTileRows for the quantised types, one by one for the float formats.
+Status HostTileDevice::matmul(const DeviceMatrix& w, const uint8_t* x, int64_t m, float* y) {
+  ++products_;
+  const uint64_t xs = activation_row_bytes(w.type, w.cols);
+  using TileFn = void (*)(int64_t, const void*, const void*, uint64_t, int, float*);
+  using DotFn = float (*)(int64_t, const void*, const void*);
+  TileFn tile = nullptr;
+  DotFn dot = nullptr;
+  switch (w.type) {
+    case GgmlType::Q4_K: tile = dot_q45k_tile<BlockQ4K>; break;
+    case GgmlType::Q5_K: tile = dot_q45k_tile<BlockQ5K>; break;
+    case GgmlType::Q6_K: tile = dot_q6k_tile; break;
+    case GgmlType::Q8_0: tile = dot_q8_0_tile; break;
+    case GgmlType::F32: dot = dot_f32; break;
+    case GgmlType::F16: dot = dot_f16; break;
+    case GgmlType::BF16: dot = dot_bf16; break;
+    default: return Status::error("the device kernels cannot compute " + std::string(type_name(w.type)) + " weights");
+  }
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* wr = w.data + uint64_t(r) * w.row_stride;
+    if (dot != nullptr) {
+      for (int64_t t = 0; t < m; ++t) y[t * w.rows + r] = dot(w.cols, wr, x + uint64_t(t) * xs);
+      continue;
+    }
+    for (int64_t t0 = 0; t0 < m; t0 += kTileRows) {
+      const int nx = int(m - t0 < kTileRows ? m - t0 : kTileRows);
+      float o[kTileRows];
+      tile(w.cols, wr, x + uint64_t(t0) * xs, xs, nx, o);
+      for (int j = 0; j < nx; ++j) y[(t0 + j) * w.rows + r] = o[j];
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace essaim::gpu
