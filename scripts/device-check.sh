@@ -34,14 +34,14 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DESSAIM_CUDA=ON 
 grep "essaim: CUDA" "$OUT_DIR/device-check-configure.log"
 
 step "build (CUDA targets, their tests, the benchmark; -j$JOBS)"
-targets=(essaim_gpu gpu_dot_host_test gpu_matmul_test gpu_worker_test gpu_expert_bench essaim-worker)
+targets=(essaim_gpu gpu_dot_host_test gpu_pipeline_host_test gpu_matmul_test gpu_worker_test gpu_expert_bench essaim-worker)
 timeout 300 ninja -C "$BUILD_DIR" -j "$JOBS" "${targets[@]}" >"$OUT_DIR/device-check-build.log" 2>&1 \
   || { tail -40 "$OUT_DIR/device-check-build.log"; fail "build"; }
 
 step "tests"
 # The three refusal-path tests skip by design on a CUDA build with a device; everything else must run.
 filter='-GpuDeviceSpecTest.CudaIsRefusedClearlyWithoutCudaSupport:GpuDeviceSpecTest.WorkerBinaryRefusesCudaWithoutSupport:GpuDeviceSpecTest.NoVisibleDeviceIsAnErrorNotACrash'
-for t in gpu_dot_host_test gpu_matmul_test gpu_worker_test; do
+for t in gpu_dot_host_test gpu_pipeline_host_test gpu_matmul_test gpu_worker_test; do
   log="$OUT_DIR/device-check-$t.log"
   timeout 180 "$BUILD_DIR/tests/gpu/$t" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
