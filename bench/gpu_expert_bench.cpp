@@ -69,15 +69,18 @@ std::string cpu_name() {
 }
 
 // X experts of one [cols -> rows] projection as one [X * rows] matrix (the *_exps tensor layout): `distinct`
-// quantised experts, repeated.
+// quantised experts (one thread each: the reference quantiser takes seconds per matrix), repeated.
 std::vector<uint8_t> expert_tensor(GgmlType type, int64_t cols, int64_t rows, int experts, int distinct, uint64_t seed) {
   const uint64_t one = type_traits(type).row_bytes(uint64_t(cols)) * uint64_t(rows);
   std::vector<uint8_t> t(one * uint64_t(experts));
-  for (int d = 0; d < distinct && d < experts; ++d) {
-    const KernelProblem p = kernel_problem_build({.name = "bench", .type = type, .cols = cols, .rows = rows, .n_rows = 1,
-                                                  .fill = WeightFill::QUANTIZED}, seed + uint64_t(d));
-    for (int e = d; e < experts; e += distinct) std::memcpy(t.data() + one * uint64_t(e), p.w.data(), one);
-  }
+  std::vector<std::thread> workers;
+  for (int d = 0; d < distinct && d < experts; ++d)
+    workers.emplace_back([&, d] {
+      const KernelProblem p = kernel_problem_build({.name = "bench", .type = type, .cols = cols, .rows = rows, .n_rows = 1,
+                                                    .fill = WeightFill::QUANTIZED}, seed + uint64_t(d));
+      for (int e = d; e < experts; e += distinct) std::memcpy(t.data() + one * uint64_t(e), p.w.data(), one);
+    });
+  for (std::thread& w : workers) w.join();
   return t;
 }
 
