@@ -70,8 +70,9 @@ struct CudaExpertExecutor::Scratch final : PipelineDevice {
   Status to_host(void* dst, const void* src, size_t bytes) override {
     return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "copying rows back from the GPU");
   }
-  Status matmul(const DeviceMatrix& w, const uint8_t* x, int64_t m, float* y) override {
-    return cuda_matmul_preq(w, x, m, y, stream);
+  Status matmul_experts(const DeviceMatrix& w, uint64_t expert_stride, const ExpertTile* tiles, const ExpertTile*,
+                        int64_t n_tiles, const uint8_t* x, float* y) override {
+    return cuda_matmul_experts(w, expert_stride, tiles, n_tiles, x, y, stream);
   }
   Status sync() override { return cuda_status(cudaStreamSynchronize(stream), "computing expert products on the GPU"); }
   size_t device_bytes() const {

@@ -24,6 +24,15 @@ struct DotF16 { __device__ static float dot(int64_t n, const void* w, const void
 struct DotBF16 { __device__ static float dot(int64_t n, const void* w, const void* x) { return dot_bf16(n, w, x); } };
 
 // Tile kernels: y[j] = dot(w, x + j * x_stride), j < nx <= kTileRows.
+struct TileF32 {
+  __device__ static void dot(int64_t n, const void* w, const void* x, uint64_t xs, int nx, float* y) { dot_f32_tile(n, w, x, xs, nx, y); }
+};
+struct TileF16 {
+  __device__ static void dot(int64_t n, const void* w, const void* x, uint64_t xs, int nx, float* y) { dot_f16_tile(n, w, x, xs, nx, y); }
+};
+struct TileBF16 {
+  __device__ static void dot(int64_t n, const void* w, const void* x, uint64_t xs, int nx, float* y) { dot_bf16_tile(n, w, x, xs, nx, y); }
+};
 struct TileQ8_0 {
   __device__ static void dot(int64_t n, const void* w, const void* x, uint64_t xs, int nx, float* y) { dot_q8_0_tile(n, w, x, xs, nx, y); }
 };
@@ -73,6 +82,31 @@ void launch_tiles(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float*
                                                           activation_row_bytes(w.type, w.cols), n_rows, y);
 }
 
+// Every tile of a request against every weight row of its expert (cuda_matmul_experts).
+template <typename Tile>
+__global__ void matmul_experts_kernel(const uint8_t* __restrict__ w0, uint64_t expert_stride, uint64_t w_stride,
+                                      int64_t rows, int64_t cols, const ExpertTile* __restrict__ tiles, int64_t n_tiles,
+                                      const uint8_t* __restrict__ x, uint64_t x_stride, float* __restrict__ y) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  for (int64_t i = blockIdx.y; i < n_tiles; i += gridDim.y) {
+    const ExpertTile t = tiles[i];
+    float out[kTileRows];
+    Tile::dot(cols, w0 + uint64_t(t.expert) * expert_stride + uint64_t(r) * w_stride, x + uint64_t(t.row) * x_stride,
+              x_stride, t.nx, out);
+    for (int j = 0; j < kTileRows; ++j)
+      if (j < t.nx) y[(t.row + j) * rows + r] = out[j];
+  }
+}
+
+template <typename Tile>
+void launch_experts(const CudaMatrix& w, uint64_t expert_stride, const ExpertTile* tiles, int64_t n_tiles,
+                    const uint8_t* x, float* y, cudaStream_t stream) {
+  const dim3 grid(unsigned((w.rows + kThreads - 1) / kThreads), unsigned(std::min(n_tiles, kMaxGridY)));
+  matmul_experts_kernel<Tile><<<grid, kThreads, 0, stream>>>(w.data, expert_stride, w.row_stride, w.rows, w.cols, tiles,
+                                                             n_tiles, x, activation_row_bytes(w.type, w.cols), y);
+}
+
 template <typename Dot>
 void launch(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, cudaStream_t stream) {
   const dim3 grid(unsigned((w.rows + kThreads - 1) / kThreads), unsigned(std::min(n_rows, kMaxGridY)));
@@ -90,6 +124,24 @@ bool cuda_matmul_type_supported(GgmlType type) {
     default:
       return false;
   }
+}
+
+Status cuda_matmul_experts(const CudaMatrix& w, uint64_t expert_stride, const ExpertTile* tiles, int64_t n_tiles,
+                           const uint8_t* x, float* y, void* stream_ptr) {
+  if (n_tiles <= 0 || w.rows <= 0) return Status::ok();
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (w.type) {
+    case GgmlType::F32: launch_experts<TileF32>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::F16: launch_experts<TileF16>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::BF16: launch_experts<TileBF16>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::Q8_0: launch_experts<TileQ8_0>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::Q4_K: launch_experts<TileQ4K>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::Q5_K: launch_experts<TileQ5K>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    case GgmlType::Q6_K: launch_experts<TileQ6K>(w, expert_stride, tiles, n_tiles, x, y, stream); break;
+    default:
+      return Status::error(std::string("the CUDA kernels cannot compute ") + std::string(type_name(w.type)) + " weights");
+  }
+  return cuda_status(cudaGetLastError(), std::string("launching the ") + std::string(type_name(w.type)) + " expert products");
 }
 
 Status cuda_status(int error, const std::string& what) {

@@ -33,6 +33,12 @@ bool cuda_matmul_type_supported(GgmlType type);
 // Returns the launch error, if any; errors of the kernel itself surface at the next synchronisation.
 Status cuda_matmul_preq(const CudaMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, void* stream);
 
+// The grouped product of a request: for every tile (device array `tiles`, n_tiles entries),
+// y[row + j] = x[row + j] · W_expertᵀ for j < nx, W_e being w advanced by e * expert_stride. One launch for
+// all the experts of a request: thread x takes a weight row, grid row y a tile. x rows prepared as above.
+Status cuda_matmul_experts(const CudaMatrix& w, uint64_t expert_stride, const ExpertTile* tiles, int64_t n_tiles,
+                           const uint8_t* x, float* y, void* stream);
+
 // Wraps a CUDA runtime error code as a Status ("what: cudaErrorXxx: text"); ok for cudaSuccess.
 Status cuda_status(int error, const std::string& what);
 

@@ -18,4 +18,14 @@ struct DeviceMatrix {
   uint64_t row_stride = 0;
 };
 
+// One tile of a grouped product: batch rows [row, row + nx) (nx <= kTileRows = 4, dot_device_tiles.h), all routed to expert `expert` of
+// the range. A request's tiles cover every selected row once, grouped by expert; one launch computes them
+// all (the experts of a request are scheduled together).
+struct ExpertTile {
+  int64_t row = 0;
+  int32_t expert = 0;
+  int32_t nx = 0;
+};
+static_assert(sizeof(ExpertTile) == 16);
+
 }  // namespace essaim::gpu

@@ -213,4 +213,15 @@ ESSAIM_HD void dot_q8_0_tile(int64_t n, const void* w, const void* x, uint64_t x
   }
 }
 
+// --- float formats: the 16-lane reference loop per row (no shared decode to gain) -----------------------
+ESSAIM_HD void dot_f32_tile(int64_t n, const void* w, const void* x, uint64_t x_stride, int nx, float* y) {
+  for (int j = 0; j < nx; ++j) y[j] = dot_f32(n, w, static_cast<const uint8_t*>(x) + uint64_t(j) * x_stride);
+}
+ESSAIM_HD void dot_f16_tile(int64_t n, const void* w, const void* x, uint64_t x_stride, int nx, float* y) {
+  for (int j = 0; j < nx; ++j) y[j] = dot_f16(n, w, static_cast<const uint8_t*>(x) + uint64_t(j) * x_stride);
+}
+ESSAIM_HD void dot_bf16_tile(int64_t n, const void* w, const void* x, uint64_t x_stride, int nx, float* y) {
+  for (int j = 0; j < nx; ++j) y[j] = dot_bf16(n, w, static_cast<const uint8_t*>(x) + uint64_t(j) * x_stride);
+}
+
 }  // namespace essaim::gpu

@@ -1,5 +1,6 @@
 #include "gpu/expert_pipeline.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -25,9 +26,8 @@ void prepare_activations(GgmlType weight_type, const uint8_t* xq, int64_t n_rows
 
 namespace {
 
-DeviceMatrix device_expert(const ExpertMatrices& m, const uint8_t* dev_base, int32_t j) {
-  return DeviceMatrix{.type = m.type, .cols = m.cols, .rows = m.rows, .data = dev_base + uint64_t(j) * m.expert_stride,
-                      .row_stride = m.row_stride};
+DeviceMatrix device_view(const ExpertMatrices& m, const uint8_t* dev_base) {
+  return DeviceMatrix{.type = m.type, .cols = m.cols, .rows = m.rows, .data = dev_base, .row_stride = m.row_stride};
 }
 
 }  // namespace
@@ -78,18 +78,23 @@ Status expert_pipeline_run(const ExpertLayer& l, const DeviceRangeViews& dev, co
     ESSAIM_ASSIGN_OR_RETURN(x_up, device.scratch(Slot::X_UP, N * act_bytes));
     ESSAIM_RETURN_IF_ERROR(device.to_device(x_up, up_rows, N * act_bytes));
   }
+  // Tiles of up to kTileRows rows of one expert, in expert order: one launch per matrix covers them all.
+  s.tiles.clear();
+  for (int32_t j = 0; j < l.n_experts; ++j)
+    for (int64_t t = s.count[size_t(j)]; t < s.count[size_t(j) + 1]; t += kTileRows)
+      s.tiles.push_back(ExpertTile{.row = t, .expert = j, .nx = int32_t(std::min<int64_t>(kTileRows, s.count[size_t(j) + 1] - t))});
+  const auto n_tiles = int64_t(s.tiles.size());
+  ESSAIM_ASSIGN_OR_RETURN(uint8_t* tiles_dev, device.scratch(Slot::TILES, s.tiles.size() * sizeof(ExpertTile)));
+  ESSAIM_RETURN_IF_ERROR(device.to_device(tiles_dev, s.tiles.data(), s.tiles.size() * sizeof(ExpertTile)));
+  const auto* tiles = reinterpret_cast<const ExpertTile*>(tiles_dev);
   ESSAIM_ASSIGN_OR_RETURN(uint8_t* g_dev, device.scratch(Slot::G, N * F * sizeof(float)));
   ESSAIM_ASSIGN_OR_RETURN(uint8_t* u_dev, device.scratch(Slot::U, N * F * sizeof(float)));
   auto* g = reinterpret_cast<float*>(g_dev);
   auto* u = reinterpret_cast<float*>(u_dev);
-  // Gate and up of every expert of the request, back to back: one product per expert and matrix.
-  for (int32_t j = 0; j < l.n_experts; ++j) {
-    const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;
-    if (m == 0) continue;
-    const size_t off = size_t(begin) * act_bytes;
-    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.gate, dev.gate, j), x_gate + off, m, g + size_t(begin) * F));
-    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.up, dev.up, j), x_up + off, m, u + size_t(begin) * F));
-  }
+  ESSAIM_RETURN_IF_ERROR(device.matmul_experts(device_view(l.gate, dev.gate), l.gate.expert_stride, tiles, s.tiles.data(),
+                                               n_tiles, x_gate, g));
+  ESSAIM_RETURN_IF_ERROR(device.matmul_experts(device_view(l.up, dev.up), l.up.expert_stride, tiles, s.tiles.data(),
+                                               n_tiles, x_up, u));
   s.g.resize(N * F);
   s.u.resize(N * F);
   ESSAIM_RETURN_IF_ERROR(device.to_host(s.g.data(), g, N * F * sizeof(float)));
@@ -117,12 +122,8 @@ Status expert_pipeline_run(const ExpertLayer& l, const DeviceRangeViews& dev, co
   ESSAIM_RETURN_IF_ERROR(device.to_device(a_dev, hidden, N * down_act_bytes));
   ESSAIM_ASSIGN_OR_RETURN(uint8_t* y_dev, device.scratch(Slot::Y, N * E * sizeof(float)));
   auto* y = reinterpret_cast<float*>(y_dev);
-  for (int32_t j = 0; j < l.n_experts; ++j) {
-    const int64_t begin = s.count[size_t(j)], m = s.count[size_t(j) + 1] - begin;
-    if (m == 0) continue;
-    ESSAIM_RETURN_IF_ERROR(device.matmul(device_expert(l.down, dev.down, j), a_dev + size_t(begin) * down_act_bytes, m,
-                                         y + size_t(begin) * E));
-  }
+  ESSAIM_RETURN_IF_ERROR(device.matmul_experts(device_view(l.down, dev.down), l.down.expert_stride, tiles, s.tiles.data(),
+                                               n_tiles, a_dev, y));
   s.y.resize(N * E);
   ESSAIM_RETURN_IF_ERROR(device.to_host(s.y.data(), y, N * E * sizeof(float)));
   ESSAIM_RETURN_IF_ERROR(device.sync());
@@ -150,36 +151,32 @@ Status HostTileDevice::to_host(void* dst, const void* src, size_t bytes) {
   return Status::ok();
 }
 
-// What the device launch does (cuda_matmul.cu): per weight row, the activation rows in tiles of
-// kTileRows for the quantised types, one by one for the float formats.
-Status HostTileDevice::matmul(const DeviceMatrix& w, const uint8_t* x, int64_t m, float* y) {
+// What the device launch does (cuda_matmul.cu): every tile against every weight row of its expert, with
+// the same tile functions.
+Status HostTileDevice::matmul_experts(const DeviceMatrix& w, uint64_t expert_stride, const ExpertTile* /*tiles*/,
+                                      const ExpertTile* tiles_host, int64_t n_tiles, const uint8_t* x, float* y) {
   ++products_;
   const uint64_t xs = activation_row_bytes(w.type, w.cols);
   using TileFn = void (*)(int64_t, const void*, const void*, uint64_t, int, float*);
-  using DotFn = float (*)(int64_t, const void*, const void*);
   TileFn tile = nullptr;
-  DotFn dot = nullptr;
   switch (w.type) {
     case GgmlType::Q4_K: tile = dot_q45k_tile<BlockQ4K>; break;
     case GgmlType::Q5_K: tile = dot_q45k_tile<BlockQ5K>; break;
     case GgmlType::Q6_K: tile = dot_q6k_tile; break;
     case GgmlType::Q8_0: tile = dot_q8_0_tile; break;
-    case GgmlType::F32: dot = dot_f32; break;
-    case GgmlType::F16: dot = dot_f16; break;
-    case GgmlType::BF16: dot = dot_bf16; break;
+    case GgmlType::F32: tile = dot_f32_tile; break;
+    case GgmlType::F16: tile = dot_f16_tile; break;
+    case GgmlType::BF16: tile = dot_bf16_tile; break;
     default: return Status::error("the device kernels cannot compute " + std::string(type_name(w.type)) + " weights");
   }
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const uint8_t* wr = w.data + uint64_t(r) * w.row_stride;
-    if (dot != nullptr) {
-      for (int64_t t = 0; t < m; ++t) y[t * w.rows + r] = dot(w.cols, wr, x + uint64_t(t) * xs);
-      continue;
-    }
-    for (int64_t t0 = 0; t0 < m; t0 += kTileRows) {
-      const int nx = int(m - t0 < kTileRows ? m - t0 : kTileRows);
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    const ExpertTile& t = tiles_host[i];
+    if (t.nx < 1 || t.nx > kTileRows) return Status::error("internal: a tile of " + std::to_string(t.nx) + " rows");
+    const uint8_t* we = w.data + uint64_t(t.expert) * expert_stride;
+    for (int64_t r = 0; r < w.rows; ++r) {
       float o[kTileRows];
-      tile(w.cols, wr, x + uint64_t(t0) * xs, xs, nx, o);
-      for (int j = 0; j < nx; ++j) y[(t0 + j) * w.rows + r] = o[j];
+      tile(w.cols, we + uint64_t(r) * w.row_stride, x + uint64_t(t.row) * xs, xs, t.nx, o);
+      for (int j = 0; j < t.nx; ++j) y[(t.row + j) * w.rows + r] = o[j];
     }
   }
   return Status::ok();

@@ -9,7 +9,7 @@
 //
 // Steps (docs/worker.md, "GPU workers"): group the range's (row, slot) pairs by expert with moe's counting
 // sort; gather their rows; rewrite them into the layout each kernel reads (lanes4 for Q4_K / Q5_K);
-// gate and up products on the device, one per expert and matrix, back to back; back on the host,
+// gate and up products on the device, each one launch over every expert of the request; back on the host,
 // a = silu(g) ⊙ u with libm's expf and the per-row quantisation of a (moe's exact steps); down products on
 // the device; rows copied to their slots. Every host step is expert_ffn's, so each output row is
 // bit-identical to LocalExpertExecutor's when the device products are.
@@ -30,14 +30,17 @@ namespace essaim::gpu {
 // device's; the copies are ordered with the products (one stream), and sync() waits for all of them.
 class PipelineDevice {
  public:
-  enum Slot { X_GATE, X_UP, G, U, HIDDEN, Y, SLOT_COUNT };
+  enum Slot { X_GATE, X_UP, G, U, HIDDEN, Y, TILES, SLOT_COUNT };
   virtual ~PipelineDevice() = default;
   // A device buffer of at least `bytes` for one step; grows, keeps its contents undefined.
   virtual Result<uint8_t*> scratch(Slot slot, size_t bytes) = 0;
   virtual Status to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual Status to_host(void* dst, const void* src, size_t bytes) = 0;
-  // y[m][w.rows] = x[m] · wᵀ, x rows in the layout activation_layout_prepared(w.type) says.
-  virtual Status matmul(const DeviceMatrix& w, const uint8_t* x, int64_t m, float* y) = 0;
+  // For every tile: y[row + j][w.rows] = x[row + j] · W_expertᵀ (j < nx), where W_e = w with data advanced
+  // by e * expert_stride; x rows (activation_row_bytes apart) in the layout activation_layout_prepared
+  // says. `tiles` is the device copy of `tiles_host` (n_tiles entries).
+  virtual Status matmul_experts(const DeviceMatrix& w, uint64_t expert_stride, const ExpertTile* tiles,
+                                const ExpertTile* tiles_host, int64_t n_tiles, const uint8_t* x, float* y) = 0;
   virtual Status sync() = 0;
 };
 
@@ -60,6 +63,7 @@ struct PipelineScratch {
   std::vector<uint8_t> xq, xp, aq, ap;
   std::vector<float> g, u, y;
   std::vector<int64_t> count, pairs, fill;
+  std::vector<ExpertTile> tiles;
 };
 
 // Computes the slots of `batch` whose ids `l` holds (others untouched). The batch must have passed
@@ -76,9 +80,10 @@ class HostTileDevice final : public PipelineDevice {
   Result<uint8_t*> scratch(Slot slot, size_t bytes) override;
   Status to_device(void* dst, const void* src, size_t bytes) override;
   Status to_host(void* dst, const void* src, size_t bytes) override;
-  Status matmul(const DeviceMatrix& w, const uint8_t* x, int64_t m, float* y) override;
+  Status matmul_experts(const DeviceMatrix& w, uint64_t expert_stride, const ExpertTile* tiles,
+                        const ExpertTile* tiles_host, int64_t n_tiles, const uint8_t* x, float* y) override;
   Status sync() override { return Status::ok(); }
-  int64_t products() const { return products_; }  // matmul calls so far
+  int64_t products() const { return products_; }  // matmul_experts calls so far
 
  private:
   std::vector<uint8_t> buffers_[SLOT_COUNT];

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <vector>
 
@@ -96,6 +97,48 @@ TEST(GpuMatmulTest, ARowAloneEqualsTheRowInABatch) {
     const std::vector<float> alone = device_product(p, one, 1);
     for (int64_t r = 0; r < c.rows; ++r)
       ASSERT_EQ(std::bit_cast<uint32_t>(alone[size_t(r)]), std::bit_cast<uint32_t>(batch[size_t(t * c.rows + r)]));
+  }
+}
+
+// The grouped launch (all experts of a request at once): three experts of one [3072 -> 256] Q4_K tensor,
+// 1, 6 and 9 rows each (partial tiles), against matmul_preq on each expert's rows.
+TEST(GpuMatmulTest, GroupedLaunchEqualsEachExpertAlone) {
+  ESSAIM_SKIP_WITHOUT_GPU();
+  const int64_t cols = 3072, rows = 256, X = 3;
+  const KernelCase c{.name = "q4_k experts", .type = GgmlType::Q4_K, .cols = cols, .rows = rows * X, .n_rows = 16};
+  const KernelProblem p = kernel_problem_build(c, 31);  // rows * X weight rows = X experts back to back
+  const uint64_t xs = activation_row_bytes(c.type, cols), rs = p.weights().row_stride;
+  std::vector<uint8_t> xq(size_t(c.n_rows) * xs), xp(xq.size());
+  quantize_activations(c.type, p.x.data(), c.n_rows, cols, xq.data());
+  prepare_activations(c.type, xq.data(), c.n_rows, cols, xp.data());
+  const int64_t counts[X] = {1, 6, 9};
+  std::vector<ExpertTile> tiles;
+  int64_t row = 0;
+  for (int32_t e = 0; e < X; ++e)
+    for (int64_t t = 0; t < counts[e]; t += 4) {
+      const auto nx = int32_t(std::min<int64_t>(4, counts[e] - t));
+      tiles.push_back({.row = row, .expert = e, .nx = nx});
+      row += nx;
+    }
+  ASSERT_EQ(row, c.n_rows);
+  Dev w(p.w.size()), x(xp.size()), y(size_t(c.n_rows * rows) * sizeof(float)), td(tiles.size() * sizeof(ExpertTile));
+  ASSERT_EQ(cudaMemcpy(w.p, p.w.data(), p.w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(x.p, xp.data(), xp.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(ExpertTile), cudaMemcpyHostToDevice), cudaSuccess);
+  const CudaMatrix dw{.type = c.type, .cols = cols, .rows = rows, .data = static_cast<const uint8_t*>(w.p), .row_stride = rs};
+  ASSERT_TRUE(cuda_matmul_experts(dw, rs * uint64_t(rows), static_cast<const ExpertTile*>(td.p), int64_t(tiles.size()),
+                                  static_cast<const uint8_t*>(x.p), static_cast<float*>(y.p), nullptr).is_ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> got(size_t(c.n_rows * rows));
+  ASSERT_EQ(cudaMemcpy(got.data(), y.p, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  int64_t first = 0;
+  for (int32_t e = 0; e < X; ++e) {
+    const WeightMatrix we{.type = c.type, .cols = cols, .rows = rows, .data = p.w.data() + uint64_t(e) * rs * rows, .row_stride = rs};
+    std::vector<float> want(size_t(counts[e] * rows));
+    matmul_preq(we, xq.data() + first * xs, counts[e], want.data(), nullptr);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(first * rows) + i]), std::bit_cast<uint32_t>(want[i])) << "expert " << e << " element " << i;
+    first += counts[e];
   }
 }
 
