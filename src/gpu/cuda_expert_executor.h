@@ -11,8 +11,8 @@
 // What runs where, per expert range of the requested layer (expert_pipeline.h, docs/worker.md "GPU
 // workers"): grouping, gathering and the SwiGLU + quantisation of the hidden rows on the host — CUDA's expf
 // is another approximation than libm's, so the SwiGLU stays on the CPU, where it is the very code the CPU
-// worker runs — and the gate, up and down products on the device, one launch per expert and matrix with
-// all of that expert's rows, the experts of a request launched back to back on one stream.
+// worker runs — and the gate, up and down products on the device, one launch per matrix covering every
+// expert of the request (tiles of up to four rows of one expert), on one stream.
 // The weights of every range in the store are uploaded once by create(), kept resident, and verified by
 // copying them back and comparing SHA-256 digests with the host bytes.
 //
