@@ -24,6 +24,7 @@
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
+#include "worker/compute_device.h"
 #include "worker/worker.h"
 
 namespace essaim::cli {
@@ -44,6 +45,7 @@ struct Args {
   double idle_timeout_s = 600;
   std::string label;
   bool quiet = false;
+  std::string device = "cpu";
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -73,6 +75,8 @@ void add_options(CLI::App& cmd, Args& a) {
       ->capture_default_str();
   cmd.add_option("--label", a.label, "Name announced to backbones, for their logs");
   cmd.add_flag("-q,--quiet", a.quiet, "Do not log connections");
+  cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
+      ->capture_default_str();
 }
 
 std::string holdings_text(const worker::WorkerState& s) {
@@ -126,6 +130,13 @@ int run(Args a) {
     std::fprintf(stderr, "essaim worker: %s\n", state.status().message().c_str());
     return 1;
   }
+  Result<worker::DeviceSpec> spec = worker::parse_device(a.device);
+  Result<worker::ComputeDevice> device = spec ? worker::open_compute_device(*spec, state->store(), a.threads)
+                                              : Result<worker::ComputeDevice>(spec.status());
+  if (!device) {
+    std::fprintf(stderr, "essaim worker: --device %s: %s\n", a.device.c_str(), device.status().message().c_str());
+    return 2;
+  }
   net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
   if (!where) {
     std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
@@ -146,6 +157,9 @@ int run(Args a) {
       .max_in_flight = a.max_in_flight,
       .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000)),
   };
+  options.executor = device->executor.get();
+  options.isa_class = device->isa_class;
+  if (device->executor) std::fprintf(stderr, "essaim worker: computing on %s\n", device->description.c_str());
   if (!a.quiet) options.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
   worker::Worker w(*state, options);
   std::fprintf(stderr, "essaim worker: model %s (%s), %zu slice(s), %.1f MiB: %s; kernels ABI %u (%s)\n",

@@ -84,7 +84,7 @@ uint64_t expert_request_cost_bytes(const proto::ExpertRequest& r, const ExpertSt
 }
 
 Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, const proto::ExpertRequest& r,
-                                                     ThreadPool* pool) {
+                                                     ThreadPool* pool, ExpertExecutor* executor) {
   const ExpertLayer* l = store.any(int32_t(r.layer));
   if (l == nullptr) return Status::error("layer " + std::to_string(r.layer) + " is not held");
   const int64_t n_rows = int64_t(r.n_rows());
@@ -126,8 +126,12 @@ Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, c
   resp.outputs.resize(size_t(n_pairs * E));  // [n_pairs][E]
   ExpertBatch batch{.layer = int32_t(r.layer), .n_rows = n_pairs, .k = 1, .act_type = l->activation_type(),
                     .act = {rows, size_t(n_pairs) * act_bytes}, .ids = ids};
-  LocalExpertExecutor executor(store, pool);
-  ESSAIM_RETURN_IF_ERROR(executor.compute(batch, resp.outputs));
+  if (executor != nullptr) {
+    ESSAIM_RETURN_IF_ERROR(executor->compute(batch, resp.outputs));
+  } else {
+    LocalExpertExecutor local(store, pool);
+    ESSAIM_RETURN_IF_ERROR(local.compute(batch, resp.outputs));
+  }
   return resp;
 }
 

@@ -34,8 +34,9 @@ std::optional<proto::ExpertError> check_expert_request(const ExpertStore& store,
 uint64_t expert_request_cost_bytes(const proto::ExpertRequest& r, const ExpertStore& store);
 
 // Computes a request that passed check_expert_request: one f32 row of n_embd per (row, expert) pair, in
-// the request's pair order. pool may be null (single-threaded).
+// the request's pair order. pool may be null (single-threaded). executor: who computes the experts (same
+// contract as LocalExpertExecutor over `store`, e.g. a GPU's); null = LocalExpertExecutor(store, pool).
 Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, const proto::ExpertRequest& r,
-                                                     ThreadPool* pool);
+                                                     ThreadPool* pool, ExpertExecutor* executor = nullptr);
 
 }  // namespace essaim::worker

@@ -74,6 +74,7 @@ Worker::~Worker() = default;
 proto::Hello Worker::hello() const {
   proto::Hello h = state_.hello(options_.label);
   h.max_payload_bytes = options_.max_payload_bytes;
+  if (!options_.isa_class.empty()) h.fingerprint.isa_class = options_.isa_class;  // e.g. a GPU's kernels
   return h;
 }
 
@@ -195,7 +196,7 @@ void Worker::handle_request(FrameConnection& c, const std::shared_ptr<Session>& 
   auto job = std::make_shared<Job>(Job{std::move(req), std::make_unique<Admission>(this, s, cost)});
   pool_.submit(s->client, [this, s, job](ThreadPool* tp) {
     const auto t0 = std::chrono::steady_clock::now();
-    Result<proto::ExpertResponse> r = compute_expert_request(state_.store(), job->request, tp);
+    Result<proto::ExpertResponse> r = compute_expert_request(state_.store(), job->request, tp, options_.executor);
     count(counters_.compute_ns,
           uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
     Outgoing o;

@@ -56,6 +56,11 @@ struct WorkerOptions {
   std::chrono::milliseconds write_timeout{30'000};  // a peer that reads nothing for this long is dropped
   std::chrono::milliseconds idle_timeout{600'000};  // no whole frame for this long: GOODBYE; 0 = never
   proto::HandshakePolicy policy{};
+  // Who computes the experts: null = the CPU kernels (a LocalExpertExecutor per request); else an executor
+  // with the same contract, e.g. a GPU's (worker/compute_device.h), which must outlive the worker and be
+  // safe to call from several lanes. isa_class, when set, replaces the CPU ISA in the HELLO's fingerprint.
+  ExpertExecutor* executor = nullptr;
+  std::string isa_class{};
   std::function<void(const std::string&)> log{};    // connection events (refusals, closes); null = silent
 };
 
