@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -14,8 +17,15 @@ int main(int argc, char** argv) {
   essaim::cli::register_eval(app, exit_code);
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);
+  essaim::cli::register_serve(app, exit_code);
+  // llama.cpp spells --parallel "-np", a multi-letter single-dash flag CLI11 cannot declare: accept it by
+  // rewriting it before parsing.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args)
+    if (a == "-np") a = "--parallel";
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
