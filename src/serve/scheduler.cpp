@@ -33,6 +33,7 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 struct Scheduler::Sequence {
+  Scheduler* owner = nullptr;
   std::shared_ptr<SequenceHandle> handle;
   SequenceRequest request;
   SequenceSink sink;
@@ -51,6 +52,8 @@ struct Scheduler::Sequence {
     done = true;
     if (sink) sink(e);
     sink = nullptr;  // the sink may hold the HTTP session alive: release it as soon as the sequence is done
+    std::lock_guard<std::mutex> lock(owner->mu_);
+    --owner->in_system_;
   }
 };
 
@@ -89,17 +92,20 @@ SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
   if (request.max_tokens < 0) return {nullptr, SubmitError::BAD_REQUEST, "max_tokens is negative"};
   std::sort(request.eog.begin(), request.eog.end());
   auto seq = std::make_unique<Sequence>();
+  seq->owner = this;
   seq->request = std::move(request);
   seq->sink = std::move(sink);
   std::shared_ptr<SequenceHandle> handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return {nullptr, SubmitError::STOPPED, "the server is shutting down"};
-    if (int32_t(queue_.size()) >= options_.queue_capacity) {
+    // Counted from submit to the final event, so the bound holds whatever the step thread has admitted yet.
+    if (in_system_ >= int64_t(options_.parallel) + options_.queue_capacity) {
       return {nullptr, SubmitError::QUEUE_FULL,
-              "the queue is full (" + std::to_string(options_.queue_capacity) + " waiting, " +
-                  std::to_string(stats_.active) + " in flight); retry later"};
+              "the server is full (" + std::to_string(options_.parallel) + " in flight, " +
+                  std::to_string(options_.queue_capacity) + " waiting); retry later"};
     }
+    ++in_system_;
     handle = std::make_shared<SequenceHandle>(next_id_++);
     seq->handle = handle;
     queue_.push_back(std::move(seq));

@@ -89,7 +89,7 @@ class SequenceHandle {
 struct SchedulerOptions {
   int32_t parallel = 4;         // sequences in flight at once
   int32_t batch_tokens = 512;   // most rows per step (decode rows first, then prompt chunks)
-  int32_t queue_capacity = 64;  // sequences waiting for a slot; beyond that submit() refuses
+  int32_t queue_capacity = 64;  // sequences waiting for a slot; beyond parallel + this, submit() refuses
   CacheOptions cache;           // per sequence
 };
 
@@ -143,6 +143,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> queue_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
+  int64_t in_system_ = 0;  // submitted and not yet finished (queued or in flight)
   SchedulerStats stats_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds since start, tokens) of recent steps
   std::thread thread_;
