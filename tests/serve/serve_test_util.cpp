@@ -38,6 +38,7 @@ std::unique_ptr<Server> start_server(const TestServerOptions& o) {
   s.limits.api_key = o.api_key;
   s.limits.max_body_bytes = o.max_body_bytes;
   s.limits.max_connections = o.max_connections;
+  s.limits.read_deadline = o.read_deadline;
   s.executor = o.executor;
   if (!s.executor.make && o.delay_per_layer_call.count() > 0) {
     const auto delay = o.delay_per_layer_call;
@@ -109,6 +110,27 @@ HttpResult http_call(uint16_t port, const std::string& method, const std::string
   result.body = res.body();
   if (final_ec && final_ec != http::error::end_of_stream) result.error = final_ec.message();
   return result;
+}
+
+std::string raw_exchange(uint16_t port, const std::string& bytes, std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.expires_after(timeout);
+  std::string received;
+  std::array<char, 4096> buf;
+  std::function<void()> read_more = [&] {
+    stream.async_read_some(asio::buffer(buf), [&](beast::error_code ec, size_t n) {
+      received.append(buf.data(), n);
+      if (!ec) read_more();
+    });
+  };
+  stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+    if (ec) return;
+    asio::async_write(stream, asio::buffer(bytes), [&](beast::error_code, size_t) {});
+    read_more();
+  });
+  run_bounded(ioc, timeout);
+  return received;
 }
 
 std::vector<std::string> sse_events(const std::string& body) {

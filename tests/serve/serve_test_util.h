@@ -37,6 +37,7 @@ struct TestServerOptions {
   std::string api_key;
   size_t max_body_bytes = 1 << 20;
   int32_t max_connections = 256;
+  std::chrono::milliseconds read_deadline{30'000};
   std::chrono::milliseconds delay_per_layer_call{0};  // > 0: a DelayedExecutor around the local replica
   ExecutorChoiceFn executor;                           // overrides the above when set
 };
@@ -50,6 +51,9 @@ struct HttpResult {
 };
 HttpResult http_call(uint16_t port, const std::string& method, const std::string& target, const std::string& body = {},
                      const std::map<std::string, std::string>& headers = {}, std::chrono::milliseconds timeout = 60s);
+
+// Raw bytes to the server; returns what it answered before closing (bounded by `timeout`).
+std::string raw_exchange(uint16_t port, const std::string& bytes, std::chrono::milliseconds timeout = 10s);
 
 // Every "data: ..." payload of an SSE body, in order.
 std::vector<std::string> sse_events(const std::string& body);
