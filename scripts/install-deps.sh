@@ -7,6 +7,7 @@ packages=(
   clang libclang-rt-14-dev           # libFuzzer, ASan/UBSan runtimes
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libsqlite3-dev
+  libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
 )
 # The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
