@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libsqlite3-dev
   libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
+  curl                               # the demo talks to essaim serve
 )
 # The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.

@@ -54,8 +54,12 @@ std::vector<TokenId> reference_greedy(const SwarmModel& m, const std::vector<Tok
   return backbone::testing::greedy(m, prompt, n, local);
 }
 
-TEST(Scheduler, ConcurrentGreedyEqualsAloneAndTheReference) {
-  const SwarmModel& m = SwarmModel::get({});
+// qwen3moe (attention KV) and qwen35moe (gated delta-net recurrent state + gated attention): per-sequence
+// caches of both kinds.
+class SchedulerExact : public ::testing::TestWithParam<backbone::testing::ModelSpec> {};
+
+TEST_P(SchedulerExact, ConcurrentGreedyEqualsAloneAndTheReference) {
+  const SwarmModel& m = SwarmModel::get(GetParam());
   ThreadPool pool(2);
   LocalExpertExecutor local(m.model->expert_store(), &pool);
   // parallel 5 with 12 sequences: some wait in the queue and join while others decode; batch_tokens 16 cuts
@@ -80,6 +84,11 @@ TEST(Scheduler, ConcurrentGreedyEqualsAloneAndTheReference) {
   EXPECT_GT(s.batch_sequences.count(), 0u);
   EXPECT_LT(s.steps, uint64_t(kSeqs * kGen));  // batching happened: fewer steps than tokens
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, SchedulerExact,
+                         ::testing::Values(backbone::testing::ModelSpec{},
+                                           backbone::testing::ModelSpec{.arch = SynthArch::QWEN35MOE}),
+                         [](const auto& info) { return backbone::testing::spec_name(info.param); });
 
 TEST(Scheduler, SeededSamplingDoesNotDependOnTheBatch) {
   const SwarmModel& m = SwarmModel::get({});
