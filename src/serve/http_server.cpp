@@ -69,7 +69,7 @@ class Session;
 
 class Responder final : public HttpResponder {
  public:
-  explicit Responder(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+  Responder(std::shared_ptr<Session> session, uint64_t generation) : session_(std::move(session)), generation_(generation) {}
   void reply(HttpReply reply) override;
   void stream_begin(HttpReply head) override;
   void stream_write(std::string bytes) override;
@@ -78,6 +78,7 @@ class Responder final : public HttpResponder {
 
  private:
   std::shared_ptr<Session> session_;  // keeps the connection's state until the response is done
+  uint64_t generation_;               // which request of the connection this answers
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -91,8 +92,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() { read_request(); }
 
   // Everything below runs on the session's strand.
-  void send(std::string bytes, bool complete, bool close_after) {
-    if (closed_) return;
+  // `generation` names the request: a late call for a request already answered (keep-alive moved on) is dropped.
+  void send(uint64_t generation, std::string bytes, bool complete, bool close_after) {
+    if (closed_ || generation != generation_ || complete_) return;
     if (!bytes.empty()) out_.push_back(std::move(bytes));
     if (complete) {
       complete_ = true;
@@ -100,7 +102,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     write_next();
   }
-  void set_disconnect(std::function<void()> f) {
+  void set_disconnect(uint64_t generation, std::function<void()> f) {
+    if (generation != generation_) return;  // that request is answered: nothing left to cancel
     if (closed_ && !complete_) {  // already gone: tell at once
       if (f) f();
       return;
@@ -148,13 +151,13 @@ class Session : public std::enable_shared_from_this<Session> {
     // Reading the next request waits until this response is written; meanwhile watch for the client leaving.
     stream_.expires_never();
     watch(generation_);
-    server_.handler(view, std::make_shared<Responder>(shared_from_this()));
+    server_.handler(view, std::make_shared<Responder>(shared_from_this(), generation_));
   }
 
   void refuse(const HttpReply& r) {
     keep_alive_ = false;
     refused_ = true;
-    send(serialize(r, false, false), true, true);
+    send(generation_, serialize(r, false, false), true, true);
   }
 
   // After a refusal the client may still be sending the body we did not read; closing with unread bytes
@@ -247,21 +250,24 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 void Responder::reply(HttpReply r) {
-  asio::post(session_->executor(), [s = session_, r = std::move(r)] {
-    s->send(serialize(r, false, s->keep_alive()), true, false);
+  asio::post(session_->executor(), [s = session_, g = generation_, r = std::move(r)] {
+    s->send(g, serialize(r, false, s->keep_alive()), true, false);
   });
 }
 void Responder::stream_begin(HttpReply head) {
-  asio::post(session_->executor(), [s = session_, h = std::move(head)] { s->send(serialize(h, true, false), false, true); });
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, h = std::move(head)] { s->send(g, serialize(h, true, false), false, true); });
 }
 void Responder::stream_write(std::string bytes) {
-  asio::post(session_->executor(), [s = session_, b = std::move(bytes)]() mutable { s->send(std::move(b), false, true); });
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, b = std::move(bytes)]() mutable { s->send(g, std::move(b), false, true); });
 }
 void Responder::stream_end() {
-  asio::post(session_->executor(), [s = session_] { s->send({}, true, true); });
+  asio::post(session_->executor(), [s = session_, g = generation_] { s->send(g, {}, true, true); });
 }
 void Responder::on_disconnect(std::function<void()> callback) {
-  asio::post(session_->executor(), [s = session_, f = std::move(callback)]() mutable { s->set_disconnect(std::move(f)); });
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, f = std::move(callback)]() mutable { s->set_disconnect(g, std::move(f)); });
 }
 
 }  // namespace
