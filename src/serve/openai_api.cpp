@@ -104,8 +104,10 @@ struct Generation {
     finished = true;
     api->count_outcome("error");
     const ApiError e{.status = 500, .message = message, .type = "server_error", .code = "generation_failed", .param = {}};
-    if (stream && began) {
-      // The 200 head is gone already: the error travels as an event, as llama-server sends it.
+    if (stream) {
+      // A stream's 200 head goes out at submit (or has gone): the error travels as an event, as llama-server
+      // sends it.
+      begin_locked();
       out->stream_write("data: " + api_error_json(e) + "\n\n");
       out->stream_end();
     } else {

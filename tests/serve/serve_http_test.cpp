@@ -3,6 +3,8 @@
 // leaving mid-stream freeing its slot.
 #include <gtest/gtest.h>
 
+#include <future>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -232,6 +234,66 @@ TEST_F(ServeHttp, MetricsExposition) {
     std::strtod(value.c_str(), &end);
     EXPECT_TRUE(*end == '\0' || value == "+Inf") << line;
   }
+}
+
+}  // namespace
+}  // namespace essaim::serve::testing
+
+namespace essaim::serve::testing {
+namespace {
+
+// /health says 503 while the model loads (here: while the executor factory waits for the test), 200 after;
+// other endpoints answer 503 "loading" meanwhile.
+TEST(ServeLoading, HealthIs503UntilLoaded) {
+  auto release = std::make_shared<std::promise<void>>();
+  std::shared_future<void> released = release->get_future().share();
+  ServerOptions s;
+  s.model_path = tiny_model_path();
+  s.port = 0;
+  s.threads = 1;
+  s.executor.make = [released](const Model& m, ThreadPool* pool) -> Result<std::unique_ptr<ExpertExecutor>> {
+    released.wait_for(60s);
+    return std::unique_ptr<ExpertExecutor>(std::make_unique<LocalExpertExecutor>(m.expert_store(), pool));
+  };
+  Result<std::unique_ptr<Server>> server = Server::start(std::move(s));
+  ASSERT_TRUE(server.is_ok()) << server.status().message();
+  const uint16_t port = (*server)->port();
+  const HttpResult loading = http_call(port, "GET", "/health");
+  expect_error_object(loading, 503, "loading");
+  EXPECT_EQ(loading.headers.count("retry-after"), 1u);
+  expect_error_object(http_call(port, "POST", "/v1/completions", R"({"prompt":"x"})"), 503, "loading");
+  release->set_value();
+  ASSERT_TRUE((*server)->wait_ready(60s).is_ok());
+  EXPECT_EQ(http_call(port, "GET", "/health").status, 200);
+}
+
+// An executor that fails every call: the step fails; the request gets a 500 error object (streaming: an error
+// event, then the end of the stream); the server keeps serving.
+class FailingExecutor final : public ExpertExecutor {
+ public:
+  Status compute(const ExpertBatch&, std::span<float>) override { return Status::error("injected: worker exploded"); }
+};
+
+TEST(ServeFailures, AFailedStepIsA500NotACrash) {
+  ExecutorChoiceFn failing;
+  failing.make = [](const Model&, ThreadPool*) -> Result<std::unique_ptr<ExpertExecutor>> {
+    return std::unique_ptr<ExpertExecutor>(std::make_unique<FailingExecutor>());
+  };
+  auto server = start_server({.parallel = 2, .executor = failing});
+  ASSERT_TRUE(server);
+  const HttpResult r = http_call(server->port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":4})");
+  expect_error_object(r, 500, "generation_failed");
+  EXPECT_NE(r.body.find("worker exploded"), std::string::npos) << r.body;
+  const HttpResult s = http_call(server->port(), "POST", "/v1/chat/completions",
+                                 R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true})");
+  EXPECT_EQ(s.status, 200);  // the head went out before the step failed
+  const std::vector<std::string> events = sse_events(s.body);
+  ASSERT_FALSE(events.empty()) << s.body;
+  const json last = json::parse(events.back(), nullptr, false);
+  ASSERT_TRUE(last.is_object() && last.contains("error")) << s.body;
+  EXPECT_EQ(last["error"]["code"], "generation_failed");
+  EXPECT_EQ(http_call(server->port(), "GET", "/health").status, 200);
+  EXPECT_EQ(server->api().outcome_count("error"), 2u);
 }
 
 }  // namespace
