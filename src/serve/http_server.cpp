@@ -122,6 +122,23 @@ class Session : public std::enable_shared_from_this<Session> {
     close_after_ = false;
     ++generation_;
     stream_.expires_after(requests_ == 0 ? server_.limits.read_deadline : server_.limits.idle_deadline);
+    // Headers first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for
+    // our go-ahead before sending the body. Limits are checked on the headers either way.
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec || self->parser_->is_done()) return self->on_read(ec);
+      if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
+        auto go_ahead = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+        asio::async_write(self->stream_, asio::buffer(*go_ahead), [self, go_ahead](beast::error_code wec, size_t) {
+          if (wec) return self->close();
+          self->read_body();
+        });
+        return;
+      }
+      self->read_body();
+    });
+  }
+
+  void read_body() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }

@@ -157,9 +157,17 @@ TEST(ServeHostileHttp, GarbageTruncatedSlowAndHugeRequests) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
   // A truncated body: the same.
   EXPECT_EQ(raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro", 5s), "");
+  // "Expect: 100-continue" gets the go-ahead, then the answer; over the limit, the 413 comes instead.
+  const std::string body = R"({"prompt":"Hi","max_tokens":1,"temperature":0})";
+  const std::string expect = raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                                "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) +
+                                                "\r\n\r\n" + body);
+  EXPECT_TRUE(expect.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")) << expect;
+  EXPECT_TRUE(raw_exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                                 "Content-Length: 100000\r\n\r\n").starts_with("HTTP/1.1 413"));
   // Still serving.
   EXPECT_EQ(http_call(port, "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})").status, 200);
-  EXPECT_EQ(server->api().outcome_count("length") + server->api().outcome_count("stop"), 1u);
+  EXPECT_EQ(server->api().outcome_count("length") + server->api().outcome_count("stop"), 2u);
 }
 
 }  // namespace
