@@ -89,7 +89,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("-m,--model", o.model_path, "GGUF model file")->required();
   cmd->add_option("--host", o.host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o.port, "Port (default 8080; 0: the OS chooses)");
-  cmd->add_option("--parallel", o.parallel, "Sequences in flight at once (default 4)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--parallel", o.parallel, "Sequences in flight at once (default 4; -np also works)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size,--ctx", o.n_ctx, "Context per sequence (default: the model's, at most 8192)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-b,--batch-size", o.batch_tokens, "Most token rows per forward step (default 512)")
