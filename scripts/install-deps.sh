@@ -11,7 +11,7 @@ packages=(
   python3                            # test helpers
   curl                               # the demo talks to essaim serve
 )
-# The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
+# The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
