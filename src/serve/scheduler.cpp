@@ -50,10 +50,13 @@ struct Scheduler::Sequence {
     SequenceEvent e{.tokens = std::move(tokens), .done = true, .reason = reason, .error = std::move(error),
                     .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated};
     done = true;
+    {
+      // Counted out before the caller hears of the end, so a caller that resubmits at once finds the room.
+      std::lock_guard<std::mutex> lock(owner->mu_);
+      --owner->in_system_;
+    }
     if (sink) sink(e);
     sink = nullptr;  // the sink may hold the HTTP session alive: release it as soon as the sequence is done
-    std::lock_guard<std::mutex> lock(owner->mu_);
-    --owner->in_system_;
   }
 };
 
