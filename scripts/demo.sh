@@ -44,3 +44,17 @@ echo "== essaim eval: teacher-forced logits of every position, monolithic and sh
 "$bin" eval -m "$out/tiny-q4k.gguf" -p "Once upon a time" --logits-out "$out/tiny-q4k.swarm.logits.npy" "${workers[@]}"
 echo "== essaim npy-diff: the sharded logits equal the monolithic ones bit for bit"
 "$bin" npy-diff "$out/tiny-q4k.logits.npy" "$out/tiny-q4k.swarm.logits.npy"
+
+echo "== essaim serve: the OpenAI API on the same swarm (port 0: the OS picks), then one curl request"
+"$bin" serve -m "$out/tiny-q4k.gguf" --host 127.0.0.1 --port 0 -np 4 -c 512 -t 1 "${workers[@]}" \
+  > "$out/serve.out" 2> "$out/serve.err" &
+worker_pids+=($!)
+for _ in $(seq 100); do grep -q '^listening on ' "$out/serve.out" && break; sleep 0.1; done
+server=$(sed -n 's/^listening on //p' "$out/serve.out")
+[ -n "$server" ] || { echo "essaim serve did not start:" >&2; cat "$out/serve.err" >&2; exit 1; }
+for _ in $(seq 100); do curl -sf "http://$server/health" > /dev/null && break; sleep 0.1; done
+echo "essaim serve on $server"
+curl -sS "http://$server/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Hello, swarm!"}],"max_tokens":16,"temperature":0}'
+echo
+curl -sS "http://$server/metrics" | grep -E '^essaim_(serve_generated_tokens_total|dispatch_worker_pairs_served_total)'

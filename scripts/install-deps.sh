@@ -8,15 +8,18 @@ packages=(
   clang libclang-rt-14-dev           # libFuzzer, ASan/UBSan runtimes
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libsqlite3-dev
+  libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
+  curl                               # the demo talks to essaim serve
 )
-# The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
+# The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 # --arm64 (the test suite): the ARM64 phone worker (scripts/build-arm64.sh) needs Debian's cross toolchain,
 # the target's libraries through multiarch (dpkg's arm64 architecture), and qemu-user to run its tests here.
 if [[ "${1:-}" == "--arm64" ]]; then
-  packages+=(g++-aarch64-linux-gnu qemu-user libssl-dev:arm64 libgtest-dev:arm64 libboost-dev:arm64 libpcre2-dev:arm64)
+  packages+=(g++-aarch64-linux-gnu qemu-user libssl-dev:arm64 libgtest-dev:arm64 libboost-dev:arm64 libpcre2-dev:arm64
+    libutf8proc-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
     $SUDO dpkg --add-architecture arm64

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
@@ -17,5 +20,6 @@ int main(int argc, char** argv) {
   essaim::cli::register_eval(app, exit_code);
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);
+  essaim::cli::register_serve(app, exit_code);
   return essaim::cli::parse_and_run(app, argc, argv, exit_code);
 }

@@ -1,6 +1,10 @@
 #include "text/byte_unicode.h"
 
+#include <utf8proc.h>
+
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 
 namespace essaim {
 namespace {
@@ -181,6 +185,23 @@ std::string byte_level_decode(std::string_view text) {
     pos += len;
   }
   return out;
+}
+
+}  // namespace essaim
+
+namespace essaim {
+
+std::string utf8_nfc(std::string_view s) {
+  // ASCII is its own NFC: skip the library (and its allocation) for the common case.
+  if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return std::string(s);
+  utf8proc_uint8_t* out = nullptr;
+  // An explicit length (no UTF8PROC_NULLTERM), so an embedded U+0000 is a character, not the end.
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
+                                          &out, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return std::string(s);
+  std::string result(reinterpret_cast<const char*>(out), size_t(n));
+  std::free(out);
+  return result;
 }
 
 }  // namespace essaim

@@ -31,6 +31,9 @@ bool utf8_is_valid(std::string_view s);
 
 // s with every byte that cannot start a valid sequence replaced by U+FFFD (one per byte, as llama.cpp does).
 std::string utf8_sanitize(std::string_view s);
+// Unicode Normalization Form C (canonical composition, utf8proc) of valid UTF-8: "e\u0301" -> "\u00e9". ASCII and
+// already-composed text come back unchanged; invalid input comes back as it is (sanitise first).
+std::string utf8_nfc(std::string_view s);
 
 // Length of the trailing bytes of s that form a proper prefix of a valid multi-byte sequence (0..3): the bytes a
 // streaming decoder must hold back until the next piece arrives.

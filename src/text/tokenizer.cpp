@@ -177,7 +177,8 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special
 }
 
 void Tokenizer::encode_raw(std::string_view text, std::vector<TokenId>& out) const {
-  const std::string clean = utf8_sanitize(text);
+  std::string clean = utf8_sanitize(text);
+  if (vocab_.normalizer == "NFC") clean = utf8_nfc(clean);
   std::string word;
   for (std::string_view piece : pre_.split(clean)) {
     word.clear();

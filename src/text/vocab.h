@@ -35,12 +35,16 @@ struct Vocab {
   bool add_bos = false;
   bool add_eos = false;
   std::string chat_template;              // tokenizer.chat_template, may be empty
+  // Unicode normalisation applied to raw text before pre-tokenisation: "" (none) or "NFC". From
+  // tokenizer.json's "normalizer"; GGUF has no key for it, so vocab_from_gguf infers NFC for the Qwen
+  // pre-tokenizers (qwen2, qwen35), whose Hugging Face tokenizers all declare it (docs/text.md).
+  std::string normalizer;
   std::vector<std::string> warnings;      // non-fatal load notes (e.g. no tokenizer.ggml.pre), for the CLI to show
 };
 
 // Reads the tokenizer.ggml.* keys with llama.cpp's exact types (REFERENCE.md 7.1, 9); a missing required key or a
 // key of another type is an error naming it. Missing token_type means all NORMAL; out-of-range special ids are
-// dropped; a missing tokenizer.ggml.pre means "default" (with a warning).
+// dropped; a missing tokenizer.ggml.pre means "default" (with a warning). normalizer: NFC for qwen2 / qwen35.
 Result<Vocab> vocab_from_gguf(const GgufFile& file);
 
 // Imports a Hugging Face tokenizer.json (byte-level BPE only) the way llama.cpp's converter would write it:

@@ -93,6 +93,9 @@ Result<Vocab> vocab_from_gguf(const GgufFile& file) {
     vocab.pre = "default";
     vocab.warnings.push_back("tokenizer.ggml.pre missing: using the default pre-tokenizer (results may be poor)");
   }
+  // llama.cpp skips normalisation; the models' own (Hugging Face) tokenizers NFC-normalise first. We follow the
+  // model's tokenizer, so ids match it on text that is not already NFC (identical on NFC text).
+  if (vocab.pre == "qwen2" || vocab.pre == "qwen35") vocab.normalizer = "NFC";
 
   const struct {
     const char* key;

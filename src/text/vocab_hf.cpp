@@ -100,6 +100,7 @@ Result<Vocab> import(const json& j, const std::string& path) {
   Vocab vocab;
   vocab.model = "gpt2";
   ESSAIM_ASSIGN_OR_RETURN(vocab.pre, detect_pre(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json()));
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) vocab.normalizer = "NFC";  // the only one accepted above
 
   // Ids size the tables: refuse sparse ones first, so a small hostile file cannot make us allocate millions of
   // entries. Real files number their tokens densely (at most a few padding gaps).

@@ -141,7 +141,8 @@ TEST(JsReference, Qwen3TokenizerJsonGivesIdenticalIds) {
                     << ": " << testing::PrintToString(text.substr(0, 200)) << "\n  essaim: " << show(ids)
                     << "\n  js:     " << show(expected[i]);
     }
-    EXPECT_EQ(tok->decode(ids, /*render_special=*/true), text) << "round trip, line " << i + 1;
+    // Decoding gives the text back as the tokenizer saw it: NFC (identical for the lines already in NFC).
+    EXPECT_EQ(tok->decode(ids, /*render_special=*/true), utf8_nfc(text)) << "round trip, line " << i + 1;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(mismatches, 0u);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <random>
 
+#include "text/byte_unicode.h"
 #include "text_test_util.h"
 
 namespace essaim {
@@ -242,6 +243,31 @@ TEST(Encode, LongInputsAreFast) {
   EXPECT_EQ(tok.decode(tok.encode(prose)), prose);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 10.0);
+}
+
+}  // namespace
+}  // namespace essaim
+
+namespace essaim {
+namespace {
+
+// The model's tokenizer declares NFC (Qwen's tokenizer.json; inferred for GGUF qwen2/qwen35): text that is
+// not NFC tokenizes as its composed form. Without a normaliser the two spellings differ, as in llama.cpp.
+TEST(Normalizer, NfcBeforePreTokenisation) {
+  Vocab with = test::make_vocab({"c a", "ca f", "\xC3 \xA9"});
+  with.normalizer = "NFC";
+  const Tokenizer nfc = test::make_tokenizer(with);
+  const Tokenizer raw = test::make_tokenizer(test::make_vocab({"c a", "ca f", "\xC3 \xA9"}));
+  const std::string composed = "caf\xC3\xA9";     // café, U+00E9
+  const std::string decomposed = "cafe\xCC\x81";  // cafe + U+0301
+  EXPECT_EQ(nfc.encode(decomposed), nfc.encode(composed));
+  EXPECT_NE(raw.encode(decomposed), raw.encode(composed));
+  EXPECT_EQ(nfc.decode(nfc.encode(decomposed)), composed);
+  // Canonical reordering as well as composition; ASCII and special tokens untouched.
+  EXPECT_EQ(utf8_nfc("e\xCC\x81\xCC\xA3"), utf8_nfc("e\xCC\xA3\xCC\x81"));
+  EXPECT_EQ(utf8_nfc("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM SIGN -> U+00C5
+  EXPECT_EQ(utf8_nfc(std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(utf8_nfc("plain ascii"), "plain ascii");
 }
 
 }  // namespace

@@ -1,0 +1,110 @@
+// `essaim serve -m FILE [--host H] [--port P] [-np/--parallel N] [-c/--ctx-size N] [-b/--batch-size N]
+//  [-t/--threads N] [--api-key K] [--worker HOST:PORT]... [--expert-map FILE] [--worker-timeout-ms MS]`:
+// an OpenAI-compatible HTTP server (docs/serve.md) with continuous batching over --parallel sequences.
+// Flag spellings follow llama-server's.
+//
+//   essaim serve -m tiny.gguf --port 0                 # prints "listening on 127.0.0.1:PORT"
+//   essaim serve -m big.gguf --host 0.0.0.0 --port 8080 -np 16 --worker 10.0.0.2:9000 --api-key secret
+//
+// The listener is up before the model is loaded: /health answers 503 until it is, then 200. SIGINT or
+// SIGTERM stop the server.
+#include <signal.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/dispatch_flags.h"
+#include "serve/server.h"
+
+namespace essaim::cli {
+namespace {
+
+struct ServeArgs {
+  serve::ServerOptions server;
+  DispatchFlags swarm;
+};
+
+int run_serve(ServeArgs& a) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: every thread inherits it
+
+  if (!a.swarm.workers.empty() || !a.swarm.expert_map.empty()) {
+    const DispatchFlags swarm = a.swarm;
+    a.server.executor.make = [swarm](const Model& model, ThreadPool* pool) -> Result<std::unique_ptr<ExpertExecutor>> {
+      ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(model, pool, swarm, "essaim serve"));
+      return std::move(chosen.executor);
+    };
+    a.server.executor.stats = [](const ExpertExecutor& ex) -> std::optional<backbone::DispatchStats> {
+      const auto* remote = dynamic_cast<const backbone::RemoteExpertExecutor*>(&ex);
+      if (remote == nullptr) return std::nullopt;
+      return remote->stats();
+    };
+  }
+  Result<std::unique_ptr<serve::Server>> server = serve::Server::start(a.server);
+  if (!server) {
+    std::fprintf(stderr, "essaim serve: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  // Tests and scripts wait for this line and read the port from it.
+  std::printf("listening on %s:%u\n", a.server.host.c_str(), unsigned((*server)->port()));
+  std::fflush(stdout);
+
+  bool reported = false;
+  for (;;) {
+    const timespec tick{.tv_sec = 0, .tv_nsec = 100'000'000};
+    const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "essaim serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+    if (!reported) {
+      const Status st = (*server)->wait_ready(std::chrono::milliseconds(0));
+      if (st) {
+        reported = true;
+        const serve::Scheduler* s = (*server)->scheduler();
+        std::fprintf(stderr, "essaim serve: %s ready: %d parallel, context %d per sequence, %d-token batches\n",
+                     a.server.model_path.c_str(), a.server.parallel, s->n_ctx(), a.server.batch_tokens);
+      } else if (st.message().find("still loading") == std::string::npos) {
+        std::fprintf(stderr, "essaim serve: %s\n", st.message().c_str());
+        return 1;
+      }
+    }
+  }
+  (*server)->stop();
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<ServeArgs>();
+  serve::ServerOptions& o = a->server;
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  cmd->add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  cmd->add_option("--host", o.host, "Address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", o.port, "Port (default 8080; 0: the OS chooses)");
+  cmd->add_option("--parallel", o.parallel, "Sequences in flight at once (default 4; -np also works)")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size,--ctx", o.n_ctx, "Context per sequence (default: the model's, at most 8192)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-b,--batch-size", o.batch_tokens, "Most token rows per forward step (default 512)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--queue", o.queue_capacity, "Requests waiting beyond --parallel before 503 (default 64)")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
+  cmd->add_option("-a,--alias", o.model_id, "Model id in answers and /v1/models (default: the file name)");
+  cmd->add_option("--max-connections", o.limits.max_connections, "Open connections at most (default 256)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
+      ->check(CLI::Range(size_t(1024), size_t(1) << 30));
+  add_dispatch_flags(*cmd, a->swarm);
+  cmd->callback([a, &exit_code] { exit_code = run_serve(*a); });
+}
+
+}  // namespace essaim::cli

@@ -1,0 +1,30 @@
+// What the HTTP listener admits, in one place: size limits, deadlines, the connection cap and the API key
+// check. (The worker's listener will share one admission layer with this one later; until then these are
+// the serve listener's own.) Values and the status each refusal gets: docs/serve.md "Limits".
+//
+//   AdmissionLimits limits;                       // defaults below
+//   if (!api_key_ok(limits.api_key, req[http::field::authorization])) reply 401
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace essaim::serve {
+
+struct AdmissionLimits {
+  size_t max_body_bytes = 1 << 20;         // 413 beyond
+  size_t max_header_bytes = 16 << 10;      // 431 beyond (request line + headers)
+  int32_t max_connections = 256;           // further connections get 503 and are closed
+  std::chrono::milliseconds read_deadline{30'000};   // a whole request (headers + body), else the connection closes
+  std::chrono::milliseconds write_deadline{30'000};  // each write to the client, else the client is dropped
+  std::chrono::milliseconds idle_deadline{60'000};   // between keep-alive requests
+  std::string api_key;                     // empty: no key needed
+};
+
+// True when no key is configured, or `authorization` is "Bearer <key>" (compared in constant time).
+bool api_key_ok(std::string_view configured, std::string_view authorization);
+
+}  // namespace essaim::serve

@@ -1,0 +1,220 @@
+#include "serve/api_request.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace essaim::serve {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError bad(std::string message, std::string param = {}, std::string code = "invalid_value") {
+  return ApiError{.status = 400, .message = std::move(message), .type = "invalid_request_error",
+                  .code = std::move(code), .param = std::move(param)};
+}
+
+// Fields OpenAI clients send that change nothing here; accepted so that ordinary clients work.
+bool is_ignored_field(std::string_view k) {
+  return k == "user" || k == "logit_bias" || k == "response_format" || k == "cache_prompt" ||
+         k == "parallel_tool_calls" || k == "store" || k == "metadata";
+}
+
+std::optional<ApiError> number_in(const json& v, const char* name, double lo, double hi, float& out) {
+  if (!v.is_number()) return bad(std::string(name) + " must be a number", name, "invalid_type");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi)
+    return bad(std::string(name) + " must be between " + json(lo).dump() + " and " + json(hi).dump(), name);
+  out = float(d);
+  return std::nullopt;
+}
+
+std::optional<ApiError> integer_in(const json& v, const char* name, int64_t lo, int64_t hi, int64_t& out) {
+  if (!v.is_number_integer()) return bad(std::string(name) + " must be an integer", name, "invalid_type");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    return bad(std::string(name) + " is out of range", name);
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi)
+    return bad(std::string(name) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi), name);
+  out = i;
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_content(const json& v, size_t index, std::string& out) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (v.is_null()) return std::nullopt;  // an assistant turn with only tool calls
+  if (v.is_string()) {
+    out = v.get<std::string>();
+    return std::nullopt;
+  }
+  if (!v.is_array()) return bad(param + " must be a string or an array of text parts", param, "invalid_type");
+  for (const json& part : v) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      return bad(param + ": only {\"type\":\"text\",\"text\":...} parts are supported", param);
+    out += part["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& v, std::vector<ChatMessage>& out) {
+  if (!v.is_array()) return bad("messages must be an array", "messages", "invalid_type");
+  if (v.empty()) return bad("messages must not be empty", "messages");
+  if (v.size() > kMaxMessages) return bad("too many messages (at most " + std::to_string(kMaxMessages) + ")", "messages");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad(param + " must be an object", param, "invalid_type");
+    ChatMessage msg;
+    for (const auto& [k, f] : m.items()) {
+      if (k == "role") {
+        if (!f.is_string()) return bad(param + ".role must be a string", param + ".role", "invalid_type");
+        msg.role = f.get<std::string>();
+        if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+          return bad(param + ".role must be system, developer, user, assistant or tool", param + ".role");
+      } else if (k == "content") {
+        if (auto e = parse_content(f, i, msg.content)) return e;
+      } else if (k == "name" || k == "tool_call_id") {
+        if (!f.is_string()) return bad(param + "." + k + " must be a string", param + "." + k, "invalid_type");
+      } else {
+        return bad("unknown field " + param + "." + k, param + "." + k, "unknown_parameter");
+      }
+    }
+    if (msg.role.empty()) return bad(param + ".role is required", param + ".role", "missing_required_parameter");
+    out.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& v, std::vector<std::string>& out) {
+  if (v.is_null()) return std::nullopt;
+  std::vector<json> items;
+  if (v.is_string()) items.push_back(v);
+  else if (v.is_array()) items.assign(v.begin(), v.end());
+  else return bad("stop must be a string or an array of strings", "stop", "invalid_type");
+  if (items.size() > kMaxStopStrings) return bad("at most " + std::to_string(kMaxStopStrings) + " stop strings", "stop");
+  for (const json& s : items) {
+    if (!s.is_string()) return bad("stop must be a string or an array of strings", "stop", "invalid_type");
+    std::string text = s.get<std::string>();
+    if (text.size() > kMaxStopBytes) return bad("a stop string is longer than " + std::to_string(kMaxStopBytes) + " bytes", "stop");
+    if (!text.empty()) out.push_back(std::move(text));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const json& v, bool& have_messages,
+                                    bool& have_prompt) {
+  const bool chat = r.endpoint == ApiEndpoint::CHAT;
+  int64_t i = 0;
+  if (k == "model") {
+    if (!v.is_string()) return bad("model must be a string", k, "invalid_type");
+    r.model = v.get<std::string>();
+  } else if (chat && k == "messages") {
+    have_messages = true;
+    return parse_messages(v, r.messages);
+  } else if (!chat && k == "prompt") {
+    if (!v.is_string()) return bad("prompt must be a string", k, "invalid_type");
+    r.prompt = v.get<std::string>();
+    have_prompt = true;
+  } else if (k == "stream") {
+    if (!v.is_boolean()) return bad("stream must be a boolean", k, "invalid_type");
+    r.stream = v.get<bool>();
+  } else if (k == "stream_options") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return bad("stream_options must be an object", k, "invalid_type");
+    for (const auto& [sk, sv] : v.items()) {
+      if (sk != "include_usage") return bad("unknown field stream_options." + sk, "stream_options." + sk, "unknown_parameter");
+      if (!sv.is_boolean()) return bad("stream_options.include_usage must be a boolean", "stream_options.include_usage", "invalid_type");
+      r.include_usage = sv.get<bool>();
+    }
+  } else if (k == "max_tokens" || k == "max_completion_tokens" || k == "n_predict") {
+    if (v.is_null()) return std::nullopt;
+    if (auto e = integer_in(v, k.c_str(), 0, INT32_MAX, i)) return e;
+    r.max_tokens = int32_t(i);
+  } else if (k == "temperature") {
+    return number_in(v, "temperature", 0, 100, r.sampling.temperature);
+  } else if (k == "top_p") {
+    return number_in(v, "top_p", 0, 1, r.sampling.top_p);
+  } else if (k == "min_p") {
+    return number_in(v, "min_p", 0, 1, r.sampling.min_p);
+  } else if (k == "top_k") {
+    if (auto e = integer_in(v, "top_k", 0, INT32_MAX, i)) return e;
+    r.sampling.top_k = int32_t(i);
+  } else if (k == "frequency_penalty") {
+    return number_in(v, "frequency_penalty", -2, 2, r.sampling.frequency_penalty);
+  } else if (k == "presence_penalty") {
+    return number_in(v, "presence_penalty", -2, 2, r.sampling.presence_penalty);
+  } else if (k == "repeat_penalty") {
+    return number_in(v, "repeat_penalty", 0, 100, r.sampling.repeat_penalty);
+  } else if (k == "seed") {
+    if (v.is_null()) return std::nullopt;
+    // -1 asks for a random seed, as in llama-server; SEED_RANDOM itself means the same.
+    if (auto e = integer_in(v, "seed", -1, int64_t(UINT32_MAX), i)) return e;
+    r.sampling.seed = i < 0 ? SamplerParams::SEED_RANDOM : uint32_t(i);
+  } else if (k == "stop") {
+    return parse_stop(v, r.stop);
+  } else if (k == "n") {
+    if (auto e = integer_in(v, "n", 1, 1, i)) return bad("only n = 1 is supported", k);
+  } else if (chat && k == "chat_template_kwargs") {
+    if (!v.is_object()) return bad("chat_template_kwargs must be an object", k, "invalid_type");
+    for (const auto& [ck, cv] : v.items()) {
+      if (ck != "enable_thinking")
+        return bad("unknown field chat_template_kwargs." + ck, "chat_template_kwargs." + ck, "unknown_parameter");
+      if (!cv.is_boolean()) return bad("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs.enable_thinking", "invalid_type");
+      r.enable_thinking = cv.get<bool>();
+    }
+  } else if (k == "logprobs" || k == "echo") {
+    if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return bad(k + " is not supported", k);
+  } else if (is_ignored_field(k)) {
+    // accepted and ignored (docs/serve.md)
+  } else {
+    return bad("unknown field '" + k + "'", k, "unknown_parameter");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string api_error_json(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"code", e.code}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+
+ApiParse parse_api_request(ApiEndpoint endpoint, std::string_view body) {
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    return {std::nullopt, bad("the JSON body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels")};
+  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return {std::nullopt, bad("the body is not valid JSON", {}, "invalid_json")};
+  if (!j.is_object()) return {std::nullopt, bad("the body must be a JSON object", {}, "invalid_type")};
+  ApiRequest r;
+  r.endpoint = endpoint;
+  bool have_messages = false, have_prompt = false;
+  for (const auto& [k, v] : j.items()) {
+    if (std::optional<ApiError> e = parse_field(r, k, v, have_messages, have_prompt)) return {std::nullopt, std::move(e)};
+  }
+  if (endpoint == ApiEndpoint::CHAT && !have_messages)
+    return {std::nullopt, bad("messages is required", "messages", "missing_required_parameter")};
+  if (endpoint == ApiEndpoint::COMPLETION && !have_prompt)
+    return {std::nullopt, bad("prompt is required", "prompt", "missing_required_parameter")};
+  return {std::move(r), std::nullopt};
+}
+
+}  // namespace essaim::serve

@@ -1,0 +1,63 @@
+// The OpenAI request bodies this server accepts, parsed and validated in one place: JSON text in, either a
+// request every later stage can trust or an OpenAI error object out. Never throws, never asserts: bodies are
+// untrusted (fuzz/fuzz_serve_request.cpp). Field names and ranges: docs/serve.md.
+//
+//   ApiParse p = parse_api_request(ApiEndpoint::CHAT, body);
+//   if (p.error) return reply(p.error->status, api_error_json(*p.error));
+//   const ApiRequest& r = *p.request;   // r.messages, r.sampling, r.max_tokens, r.stop, r.stream
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/chat.h"
+#include "text/sampler.h"
+
+namespace essaim::serve {
+
+enum class ApiEndpoint : uint8_t { CHAT, COMPLETION };
+
+// An OpenAI error: HTTP status and the {"error":{"message","type","param","code"}} fields.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string code = "invalid_value";
+  std::string param;  // the offending field, or empty
+};
+// {"error":{"message":...,"type":...,"param":...|null,"code":...}}
+std::string api_error_json(const ApiError& e);
+
+inline constexpr size_t kMaxJsonDepth = 32;      // nesting of objects and arrays in a body
+inline constexpr size_t kMaxMessages = 1024;     // chat messages per request
+inline constexpr size_t kMaxStopStrings = 16;    // OpenAI allows 4; llama-server more
+inline constexpr size_t kMaxStopBytes = 256;     // per stop string
+
+struct ApiRequest {
+  ApiEndpoint endpoint = ApiEndpoint::CHAT;
+  std::string model;                  // as sent (informational: one model is served)
+  std::vector<ChatMessage> messages;  // CHAT
+  bool enable_thinking = true;        // CHAT: chat_template_kwargs.enable_thinking (llama-server)
+  std::string prompt;                 // COMPLETION
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; absent: until the context is full
+  SamplerParams sampling;             // llama-server's defaults for what is absent
+  std::vector<std::string> stop;
+};
+
+struct ApiParse {
+  std::optional<ApiRequest> request;
+  std::optional<ApiError> error;
+};
+
+ApiParse parse_api_request(ApiEndpoint endpoint, std::string_view body);
+
+// Depth of the deepest object/array nesting, scanning the text (strings skipped) without building anything:
+// lets the parser refuse a hostile "[[[[..." before a recursive parser sees it.
+size_t json_nesting_depth(std::string_view text);
+
+}  // namespace essaim::serve

@@ -1,0 +1,360 @@
+#include "serve/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <array>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "serve/api_request.h"
+
+namespace essaim::serve {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+std::string status_line(int status) {
+  const beast::string_view reason = http::obsolete_reason(http::status(status));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+// Head (and, unless streaming, the whole body with its length) of a response, as bytes.
+std::string serialize(const HttpReply& r, bool streaming, bool keep_alive) {
+  std::string out = status_line(r.status);
+  out += "Content-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  if (streaming) {
+    // The body ends when the connection closes (RFC 9112 6.3): no chunked framing is needed for an SSE stream.
+    out += "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    out += r.body;
+    return out;
+  }
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  out += r.body;
+  return out;
+}
+
+HttpReply error_reply(int status, std::string message, std::string code) {
+  ApiError e{.status = status, .message = std::move(message),
+             .type = status >= 500 ? "server_error" : "invalid_request_error", .code = std::move(code), .param = {}};
+  return {.status = status, .content_type = "application/json", .body = api_error_json(e), .headers = {}};
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  AdmissionLimits limits;
+  HttpHandler handler;
+  std::vector<std::thread> threads;
+  std::atomic<int32_t> connections{0};
+  std::atomic<uint64_t> connections_total{0}, refused_connections{0}, refused_requests{0}, disconnects{0};
+  std::once_flag stopped;
+
+  void accept();
+};
+
+namespace {
+
+class Session;
+
+class Responder final : public HttpResponder {
+ public:
+  Responder(std::shared_ptr<Session> session, uint64_t generation) : session_(std::move(session)), generation_(generation) {}
+  void reply(HttpReply reply) override;
+  void stream_begin(HttpReply head) override;
+  void stream_write(std::string bytes) override;
+  void stream_end() override;
+  void on_disconnect(std::function<void()> callback) override;
+
+ private:
+  std::shared_ptr<Session> session_;  // keeps the connection's state until the response is done
+  uint64_t generation_;               // which request of the connection this answers
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl& server) : stream_(std::move(socket)), server_(server) {
+    ++server_.connections;
+    ++server_.connections_total;
+  }
+  ~Session() { --server_.connections; }
+
+  void start() { read_request(); }
+
+  // Everything below runs on the session's strand.
+  // `generation` names the request: a late call for a request already answered (keep-alive moved on) is dropped.
+  void send(uint64_t generation, std::string bytes, bool complete, bool close_after) {
+    if (closed_ || generation != generation_ || complete_) return;
+    if (!bytes.empty()) out_.push_back(std::move(bytes));
+    if (complete) {
+      complete_ = true;
+      close_after_ = close_after_ || close_after;
+    }
+    write_next();
+  }
+  void set_disconnect(uint64_t generation, std::function<void()> f) {
+    if (generation != generation_) return;  // that request is answered: nothing left to cancel
+    if (closed_ && !complete_) {  // already gone: tell at once
+      if (f) f();
+      return;
+    }
+    on_disconnect_ = std::move(f);
+  }
+  bool keep_alive() const { return keep_alive_; }
+  asio::any_io_executor executor() { return stream_.get_executor(); }
+
+ private:
+  void read_request() {
+    parser_.emplace();
+    parser_->header_limit(uint32_t(server_.limits.max_header_bytes));
+    parser_->body_limit(server_.limits.max_body_bytes);
+    complete_ = false;
+    close_after_ = false;
+    ++generation_;
+    stream_.expires_after(requests_ == 0 ? server_.limits.read_deadline : server_.limits.idle_deadline);
+    // Headers first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for
+    // our go-ahead before sending the body. Limits are checked on the headers either way.
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec || self->parser_->is_done()) return self->on_read(ec);
+      if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
+        auto go_ahead = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+        asio::async_write(self->stream_, asio::buffer(*go_ahead), [self, go_ahead](beast::error_code wec, size_t) {
+          if (wec) return self->close();
+          self->read_body();
+        });
+        return;
+      }
+      self->read_body();
+    });
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == asio::error::eof) {
+      return close();
+    }
+    if (ec) {
+      ++server_.refused_requests;
+      if (ec == http::error::body_limit) {
+        return refuse(error_reply(413, "the request body is larger than " + std::to_string(server_.limits.max_body_bytes) +
+                                           " bytes", "request_too_large"));
+      }
+      if (ec == http::error::header_limit) {
+        return refuse(error_reply(431, "the request headers are larger than " +
+                                           std::to_string(server_.limits.max_header_bytes) + " bytes", "headers_too_large"));
+      }
+      return refuse(error_reply(400, "unreadable HTTP request: " + ec.message(), "bad_http"));
+    }
+    ++requests_;
+    http::request<http::string_body> req = parser_->release();
+    keep_alive_ = req.keep_alive();
+    HttpRequestView view{.method = std::string(req.method_string()), .target = std::string(req.target()),
+                         .body = std::move(req.body()), .authorization = std::string(req[http::field::authorization])};
+    // Reading the next request waits until this response is written; meanwhile watch for the client leaving.
+    stream_.expires_never();
+    watch(generation_);
+    server_.handler(view, std::make_shared<Responder>(shared_from_this(), generation_));
+  }
+
+  void refuse(const HttpReply& r) {
+    keep_alive_ = false;
+    refused_ = true;
+    send(generation_, serialize(r, false, false), true, true);
+  }
+
+  // After a refusal the client may still be sending the body we did not read; closing with unread bytes
+  // would reset the connection and could destroy our answer before the client reads it. So: half-close,
+  // then read and discard for a bounded time and amount.
+  void drain() {
+    stream_.expires_after(std::chrono::seconds(2));
+    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > 4 * self->server_.limits.max_body_bytes) return self->close();
+      self->drain();
+    });
+  }
+
+  // Readable while waiting for our own answer means the peer closed (or pipelined, which we leave in the
+  // socket for the next read).
+  void watch(uint64_t generation) {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
+      if (generation != self->generation_ || self->complete_ || ec == asio::error::operation_aborted) return;
+      char byte;
+      beast::error_code peek_ec;
+      const size_t n = self->stream_.socket().receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+      if (ec || peek_ec || n == 0) self->client_gone();
+    });
+  }
+
+  void client_gone() {
+    if (closed_) return;
+    if (!complete_) ++server_.disconnects;
+    close();
+  }
+
+  void write_next() {
+    if (writing_ || closed_) return;
+    if (out_.empty()) {
+      if (complete_) finish_response();
+      return;
+    }
+    writing_ = true;
+    stream_.expires_after(server_.limits.write_deadline);
+    asio::async_write(stream_, asio::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->client_gone();
+      self->out_.pop_front();
+      self->write_next();
+    });
+  }
+
+  void finish_response() {
+    ++generation_;  // the watch of this request is stale from now on
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+    if (close_after_ || !keep_alive_) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      if (refused_) return drain();
+      return close();
+    }
+    read_request();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    out_.clear();
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    if (!complete_ && on_disconnect_) {
+      auto f = std::move(on_disconnect_);
+      f();
+    }
+    on_disconnect_ = nullptr;
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<std::string> out_;
+  std::function<void()> on_disconnect_;
+  uint64_t generation_ = 0;
+  uint64_t requests_ = 0;
+  bool keep_alive_ = false;
+  bool writing_ = false;
+  bool complete_ = false;
+  bool close_after_ = false;
+  bool closed_ = false;
+  bool refused_ = false;
+  size_t drained_ = 0;
+  std::array<char, 16384> scratch_{};
+};
+
+void Responder::reply(HttpReply r) {
+  asio::post(session_->executor(), [s = session_, g = generation_, r = std::move(r)] {
+    s->send(g, serialize(r, false, s->keep_alive()), true, false);
+  });
+}
+void Responder::stream_begin(HttpReply head) {
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, h = std::move(head)] { s->send(g, serialize(h, true, false), false, true); });
+}
+void Responder::stream_write(std::string bytes) {
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, b = std::move(bytes)]() mutable { s->send(g, std::move(b), false, true); });
+}
+void Responder::stream_end() {
+  asio::post(session_->executor(), [s = session_, g = generation_] { s->send(g, {}, true, true); });
+}
+void Responder::on_disconnect(std::function<void()> callback) {
+  asio::post(session_->executor(),
+             [s = session_, g = generation_, f = std::move(callback)]() mutable { s->set_disconnect(g, std::move(f)); });
+}
+
+}  // namespace
+
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (!ec) {
+      if (connections.load() >= limits.max_connections) {
+        // Over the cap: a short 503 written without waiting (it fits any socket buffer), then closed.
+        ++refused_connections;
+        const std::string bytes = serialize(error_reply(503, "too many connections (at most " +
+                                                                 std::to_string(limits.max_connections) + ")",
+                                                        "too_many_connections"),
+                                            false, false);
+        beast::error_code ignored;
+        socket.non_blocking(true, ignored);
+        socket.write_some(asio::buffer(bytes), ignored);
+        socket.close(ignored);
+      } else {
+        std::make_shared<Session>(std::move(socket), *this)->start();
+      }
+    }
+    accept();
+  });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, AdmissionLimits limits,
+                                                       HttpHandler handler, int io_threads) {
+  auto impl = std::make_unique<Impl>();
+  impl->limits = std::move(limits);
+  impl->handler = std::move(handler);
+  beast::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) return Status::error("--host '" + host + "' is not an IP address (" + ec.message() + ")");
+  const tcp::endpoint endpoint(address, port);
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::error("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  impl->accept();
+  for (int i = 0; i < std::max(1, io_threads); ++i) impl->threads.emplace_back([ioc = &impl->ioc] { ioc->run(); });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+uint16_t HttpServer::port() const {
+  beast::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void HttpServer::stop() {
+  std::call_once(impl_->stopped, [this] {
+    asio::post(impl_->ioc, [this] {
+      beast::error_code ignored;
+      impl_->acceptor.close(ignored);
+    });
+    impl_->ioc.stop();
+    for (std::thread& t : impl_->threads) t.join();
+  });
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+HttpServerStats HttpServer::stats() const {
+  return {.connections = impl_->connections.load(), .connections_total = impl_->connections_total.load(),
+          .refused_connections = impl_->refused_connections.load(), .refused_requests = impl_->refused_requests.load(),
+          .disconnects = impl_->disconnects.load()};
+}
+
+}  // namespace essaim::serve

@@ -1,0 +1,84 @@
+// A small HTTP/1.1 server on Boost.Beast (async, a few I/O threads): reads one request at a time per
+// connection under the admission limits (serve/admission.h), hands it to a handler, and writes either a
+// whole response or a stream (server-sent events) that ends by closing the connection. Refusals the
+// listener decides itself — body too large (413), headers too large (431), unreadable request (400),
+// connection cap (503) — carry an OpenAI error object.
+//
+//   auto server = HttpServer::listen("127.0.0.1", 0, limits,
+//       [](const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
+//         out->reply({.status = 200, .body = "{\"status\":\"ok\"}"});
+//       });
+//   std::printf("listening on %s:%u\n", host.c_str(), server.value()->port());
+//
+// The handler runs on an I/O thread and must not block; it may keep the responder and answer later from
+// any thread (the scheduler's thread does, token by token).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "serve/admission.h"
+
+namespace essaim::serve {
+
+struct HttpRequestView {
+  std::string method;         // "GET", "POST", ...
+  std::string target;         // path and query, as sent
+  std::string body;
+  std::string authorization;  // the Authorization header, or empty
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones (Retry-After, ...)
+};
+
+// One request's way back to its client. Thread-safe; may outlive the connection (then it does nothing).
+class HttpResponder {
+ public:
+  virtual ~HttpResponder() = default;
+  virtual void reply(HttpReply reply) = 0;        // a whole response; call once
+  virtual void stream_begin(HttpReply head) = 0;  // status and headers (head.body is sent first, if any)
+  virtual void stream_write(std::string bytes) = 0;
+  virtual void stream_end() = 0;                  // the connection closes once everything is written
+  // Called once, on an I/O thread, if the client goes away before the response is complete.
+  virtual void on_disconnect(std::function<void()> callback) = 0;
+};
+
+using HttpHandler = std::function<void(const HttpRequestView&, std::shared_ptr<HttpResponder>)>;
+
+struct HttpServerStats {
+  int32_t connections = 0;            // open now
+  uint64_t connections_total = 0;     // accepted, ever
+  uint64_t refused_connections = 0;   // over the cap
+  uint64_t refused_requests = 0;      // 400/413/431 decided by the listener
+  uint64_t disconnects = 0;           // clients gone before their response was complete
+};
+
+class HttpServer {
+ public:
+  // Binds host:port (port 0: the OS chooses) and starts accepting on `io_threads` threads.
+  static Result<std::unique_ptr<HttpServer>> listen(const std::string& host, uint16_t port, AdmissionLimits limits,
+                                                    HttpHandler handler, int io_threads = 2);
+  ~HttpServer();  // stop()
+  uint16_t port() const;
+  // Stops accepting and stops the I/O threads; pending responses are dropped.
+  void stop();
+  HttpServerStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace essaim::serve

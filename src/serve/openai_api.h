@@ -1,0 +1,74 @@
+// The OpenAI-compatible endpoints over a Scheduler: routing, the API key, chat templating, tokenising,
+// streaming detokenisation, stop strings, SSE chunks, usage, and /health, /v1/models, /metrics.
+// Field-by-field behaviour: docs/serve.md.
+//
+//   ServeApi api({.api_key = "k"});
+//   auto http = HttpServer::listen(host, port, limits, [&](auto& req, auto out) { api.handle(req, out); });
+//   ...load the model...
+//   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_format = fmt, .scheduler = &sched, .id = "tiny"});
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "backbone/dispatch_stats.h"
+#include "model/model.h"
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+namespace essaim::serve {
+
+struct ServeModel {
+  const Model* model = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  ChatFormat chat_format = ChatFormat::QWEN3;
+  Scheduler* scheduler = nullptr;
+  std::string id;        // what /v1/models lists and answers carry
+  int64_t created = 0;   // unix seconds, when the model was loaded
+  // The swarm dispatcher's counters, when workers are used (for /metrics); empty otherwise.
+  std::function<std::optional<backbone::DispatchStats>()> dispatch_stats;
+};
+
+struct ServeApiOptions {
+  std::string api_key;  // empty: none needed
+  std::function<HttpServerStats()> http_stats;  // for /metrics, may be empty
+};
+
+class ServeApi {
+ public:
+  explicit ServeApi(ServeApiOptions options) : options_(std::move(options)) {}
+  void set_ready(ServeModel model);  // /health answers 200 from now on
+  void set_failed(std::string why);  // loading failed: /health answers 500 with why
+  bool ready() const { return ready_.load(); }
+
+  void handle(const HttpRequestView& request, std::shared_ptr<HttpResponder> out);
+  std::string metrics_text() const;
+
+  // Requests answered, by outcome ("stop", "length", "cancelled", "error", "invalid", "unauthorized",
+  // "overloaded", "not_found", "loading").
+  uint64_t outcome_count(const std::string& outcome) const;
+  void count_outcome(const std::string& outcome);
+
+ private:
+  void generate(const HttpRequestView& request, std::shared_ptr<HttpResponder> out, bool chat);
+  void error_reply(HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
+                   std::string outcome = "invalid", std::string retry_after = {});
+
+  ServeApiOptions options_;
+  std::atomic<bool> ready_{false};
+  ServeModel model_;  // set once, before ready_
+  std::atomic<uint64_t> next_id_{1};
+  mutable std::mutex mu_;
+  std::string failure_;
+  std::map<std::string, uint64_t> outcomes_;
+};
+
+}  // namespace essaim::serve

@@ -1,0 +1,292 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace essaim::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kRateWindowSeconds = 10.0;
+
+// Rows per step and sequences per step: powers of two up to the largest batches a backbone runs.
+std::vector<double> pow2_bounds(double max) {
+  std::vector<double> b;
+  for (double v = 1; v <= max; v *= 2) b.push_back(v);
+  return b;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+const Clock::time_point kProcessStart = Clock::now();
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::NONE: return "none";
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::CANCELLED: return "cancelled";
+    case FinishReason::ERROR: return "error";
+  }
+  return "?";
+}
+
+struct Scheduler::Sequence {
+  Scheduler* owner = nullptr;
+  std::shared_ptr<SequenceHandle> handle;
+  SequenceRequest request;
+  SequenceSink sink;
+  SequenceCache cache;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<float> logits;  // (n_vocab), the row the next token is sampled from
+  size_t prompt_done = 0;     // prompt tokens already in the cache
+  TokenId next = -1;          // the last sampled token, fed back at the next step
+  int32_t n_generated = 0;
+  bool done = false;
+
+  bool decoding() const { return prompt_done == request.prompt.size(); }
+  void finish(FinishReason reason, std::string error = {}, std::vector<TokenId> tokens = {}) {
+    SequenceEvent e{.tokens = std::move(tokens), .done = true, .reason = reason, .error = std::move(error),
+                    .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated};
+    done = true;
+    {
+      // Counted out before the caller hears of the end, so a caller that resubmits at once finds the room.
+      std::lock_guard<std::mutex> lock(owner->mu_);
+      --owner->in_system_;
+    }
+    if (sink) sink(e);
+    sink = nullptr;  // the sink may hold the HTTP session alive: release it as soon as the sequence is done
+  }
+};
+
+Scheduler::Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* pool, SchedulerOptions options)
+    : model_(model), experts_(experts), pool_(pool), options_(options) {
+  options_.parallel = std::max(1, options_.parallel);
+  options_.batch_tokens = std::max(1, options_.batch_tokens);
+  options_.queue_capacity = std::max(0, options_.queue_capacity);
+  n_ctx_ = model_.new_cache(options_.cache).n_ctx();
+  stats_.parallel = options_.parallel;
+  stats_.queue_capacity = options_.queue_capacity;
+  stats_.batch_rows = Histogram(pow2_bounds(4096));
+  stats_.batch_sequences = Histogram(pow2_bounds(256));
+  thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
+  if (request.prompt.empty()) return {nullptr, SubmitError::BAD_REQUEST, "the prompt has no tokens"};
+  if (int64_t(request.prompt.size()) >= n_ctx_) {
+    return {nullptr, SubmitError::BAD_REQUEST,
+            "the prompt has " + std::to_string(request.prompt.size()) + " tokens; the context holds " +
+                std::to_string(n_ctx_) + " (prompt + generated)"};
+  }
+  for (TokenId id : request.prompt) {
+    if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "token id out of range"};
+  }
+  if (request.max_tokens < 0) return {nullptr, SubmitError::BAD_REQUEST, "max_tokens is negative"};
+  std::sort(request.eog.begin(), request.eog.end());
+  auto seq = std::make_unique<Sequence>();
+  seq->owner = this;
+  seq->request = std::move(request);
+  seq->sink = std::move(sink);
+  std::shared_ptr<SequenceHandle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return {nullptr, SubmitError::STOPPED, "the server is shutting down"};
+    // Counted from submit to the final event, so the bound holds whatever the step thread has admitted yet.
+    if (in_system_ >= int64_t(options_.parallel) + options_.queue_capacity) {
+      return {nullptr, SubmitError::QUEUE_FULL,
+              "the server is full (" + std::to_string(options_.parallel) + " in flight, " +
+                  std::to_string(options_.queue_capacity) + " waiting); retry later"};
+    }
+    ++in_system_;
+    handle = std::make_shared<SequenceHandle>(next_id_++);
+    seq->handle = handle;
+    queue_.push_back(std::move(seq));
+    stats_.queued = int32_t(queue_.size());
+  }
+  wake_.notify_all();
+  return {std::move(handle), SubmitError::NONE, {}};
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  const double now = seconds_since(kProcessStart);
+  uint64_t tokens = 0;
+  for (const auto& [t, n] : rate_window_)
+    if (now - t <= kRateWindowSeconds) tokens += n;
+  s.tokens_per_second = double(tokens) / kRateWindowSeconds;
+  return s;
+}
+
+void Scheduler::run() {
+  std::vector<std::unique_ptr<Sequence>> active;
+  for (;;) {
+    std::vector<std::unique_ptr<Sequence>> admitted;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !active.empty() || !queue_.empty(); });
+      if (stopping_) break;
+      while (!queue_.empty() && int32_t(active.size() + admitted.size()) < options_.parallel) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      stats_.queued = int32_t(queue_.size());
+    }
+    // Caches are allocated here, on the step thread, outside the lock: a submit never waits for them.
+    for (std::unique_ptr<Sequence>& s : admitted) {
+      if (s->handle->cancelled()) {
+        const FinishReason r = s->handle->leave_reason();
+        s->finish(r);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.finished[size_t(r)];
+        continue;
+      }
+      if (s->request.max_tokens == 0) {
+        s->finish(FinishReason::LENGTH);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.finished[size_t(FinishReason::LENGTH)];
+        continue;
+      }
+      s->cache = model_.new_cache(options_.cache);
+      s->sampler = std::make_unique<Sampler>(s->request.sampling);
+      for (TokenId id : s->request.prompt) s->sampler->accept(id);  // the penalty window sees the prompt, as in `essaim run`
+      s->logits.assign(size_t(model_.info().n_vocab), 0.0f);
+      active.push_back(std::move(s));
+    }
+    // Cancelled sequences leave before the step: their slot goes to the queue at the next admission.
+    for (std::unique_ptr<Sequence>& s : active) {
+      if (s->handle->cancelled()) {
+        const FinishReason r = s->handle->leave_reason();
+        s->finish(r);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.finished[size_t(r)];
+        s.reset();
+      }
+    }
+    std::erase(active, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.active = int32_t(active.size());
+    }
+    if (!active.empty()) step(active);
+    std::erase(active, nullptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.active = int32_t(active.size());
+  }
+  for (std::unique_ptr<Sequence>& s : active) s->finish(FinishReason::CANCELLED, "the server is shutting down");
+  std::deque<std::unique_ptr<Sequence>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(queue_);
+    stats_.queued = 0;
+    stats_.active = 0;
+  }
+  for (std::unique_ptr<Sequence>& s : queued) s->finish(FinishReason::CANCELLED, "the server is shutting down");
+}
+
+// One forward_batch over every active sequence: decode rows first (each sequence waiting on one token gets
+// its row), then prompt chunks in admission order within what is left of the token budget. A step always
+// makes progress: when decode rows fill the budget, prompts wait; when there are none, the first prompt
+// gets at least one row.
+void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
+  struct Row {
+    Sequence* seq;
+    size_t n_prompt;  // prompt tokens in this item (0 for a decode row)
+    bool wants_logits;
+  };
+  std::vector<BatchItem> items;
+  std::vector<Row> rows;
+  int64_t budget = options_.batch_tokens;
+  for (std::unique_ptr<Sequence>& s : active) {
+    if (!s->decoding()) continue;
+    items.push_back({.tokens = std::span<const TokenId>(&s->next, 1), .cache = &s->cache,
+                     .logits_mode = LogitsMode::LAST, .logits = s->logits});
+    rows.push_back({s.get(), 0, true});
+    --budget;
+  }
+  for (std::unique_ptr<Sequence>& s : active) {
+    if (s->decoding()) continue;
+    const size_t left = s->request.prompt.size() - s->prompt_done;
+    size_t n = size_t(std::max<int64_t>(budget, 0));
+    if (n == 0 && items.empty()) n = 1;
+    n = std::min(n, left);
+    if (n == 0) continue;
+    const bool last = n == left;
+    items.push_back({.tokens = std::span<const TokenId>(s->request.prompt).subspan(s->prompt_done, n),
+                     .cache = &s->cache, .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
+                     .logits = last ? std::span<float>(s->logits) : std::span<float>()});
+    rows.push_back({s.get(), n, last});
+    budget -= int64_t(n);
+  }
+  if (items.empty()) return;
+  int64_t n_rows = 0;
+  for (const BatchItem& it : items) n_rows += int64_t(it.tokens.size());
+
+  const Status status = model_.forward_batch({.items = items, .experts = experts_, .pool = pool_});
+  if (!status) {
+    // Items before the failing one may have advanced, so no sequence of this step can continue.
+    for (const Row& r : rows) r.seq->finish(FinishReason::ERROR, "generation failed: " + status.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+    ++stats_.failed_steps;
+    stats_.finished[size_t(FinishReason::ERROR)] += rows.size();
+    for (std::unique_ptr<Sequence>& s : active)
+      for (const Row& r : rows)
+        if (s.get() == r.seq) s.reset();
+    return;
+  }
+
+  uint64_t prompt_rows = 0, generated = 0;
+  uint64_t finished[5] = {};
+  for (const Row& r : rows) {
+    Sequence& s = *r.seq;
+    s.prompt_done += r.n_prompt;
+    prompt_rows += r.n_prompt;
+    if (!r.wants_logits) continue;
+    const TokenId id = s.sampler->sample(s.logits);
+    s.sampler->accept(id);
+    if (std::binary_search(s.request.eog.begin(), s.request.eog.end(), id)) {
+      s.finish(FinishReason::STOP);
+      ++finished[size_t(FinishReason::STOP)];
+      continue;
+    }
+    ++s.n_generated;
+    ++generated;
+    if (s.n_generated >= s.request.max_tokens || s.cache.n_past() >= s.cache.n_ctx()) {
+      s.finish(FinishReason::LENGTH, {}, {id});
+      ++finished[size_t(FinishReason::LENGTH)];
+      continue;
+    }
+    s.next = id;
+    if (s.sink) {
+      s.sink(SequenceEvent{.tokens = {id}, .done = false, .reason = FinishReason::NONE, .error = {},
+                           .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated});
+    }
+  }
+  for (std::unique_ptr<Sequence>& s : active)
+    if (s->done) s.reset();  // finished this step
+
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steps;
+  stats_.prompt_tokens += prompt_rows;
+  stats_.generated_tokens += generated;
+  for (size_t i = 0; i < 5; ++i) stats_.finished[i] += finished[i];
+  stats_.batch_rows.observe(double(n_rows));
+  stats_.batch_sequences.observe(double(items.size()));
+  const double now = seconds_since(kProcessStart);
+  rate_window_.emplace_back(now, generated);
+  while (!rate_window_.empty() && now - rate_window_.front().first > kRateWindowSeconds) rate_window_.pop_front();
+}
+
+}  // namespace essaim::serve

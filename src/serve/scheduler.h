@@ -1,0 +1,152 @@
+// Continuous batching over many sequences: up to `parallel` sequences in flight, each with its own
+// SequenceCache and Sampler. Every step gathers the rows of all active sequences — one decode row each, and
+// prompt chunks within the step's token budget — into ONE Model::forward_batch call, so an architecture
+// with a batched forward makes one expert-dispatch request per worker per MoE layer for the whole batch.
+// New sequences join at the next step; finished or cancelled ones leave at the next step. Token ids only:
+// text, stop strings and HTTP live above (serve/openai_api.h).
+//
+//   Scheduler sched(*model, executor, &pool, {.parallel = 4, .batch_tokens = 512, .queue_capacity = 64});
+//   auto h = sched.submit({.prompt = ids, .max_tokens = 32, .sampling = {.temperature = 0}},
+//                         [](const SequenceEvent& e) { /* on the scheduler thread: e.tokens, e.done */ });
+//   if (!h) ...  // queue full (SubmitError::QUEUE_FULL) or bad request
+//   h.value()->cancel();  // client went away: the sequence leaves at the next step
+//
+// Exactness: a sequence's tokens depend only on its prompt, its sampler and the model — never on the other
+// sequences of a step (batch-invariant kernels; prompt chunking does not change results).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "moe/executor.h"
+#include "serve/metrics_text.h"
+#include "text/sampler.h"
+#include "text/vocab.h"
+
+namespace essaim::serve {
+
+enum class FinishReason : uint8_t {
+  NONE,       // still generating
+  STOP,       // an end-of-generation token (or the caller's stop: finish())
+  LENGTH,     // max_tokens reached, or the context is full
+  CANCELLED,  // cancel(): the client went away
+  ERROR,      // the step failed (executor or model error); `error` says why
+};
+const char* finish_reason_name(FinishReason r);
+
+struct SequenceRequest {
+  std::vector<TokenId> prompt;  // not empty, shorter than the context
+  int32_t max_tokens = 16;      // >= 0; 0 generates nothing
+  SamplerParams sampling;
+  std::vector<TokenId> eog;     // ids that end generation (sorted); the scheduler never emits them
+};
+
+// One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
+// most one; none on the final event of a sequence that stops on an EOG id or fails).
+struct SequenceEvent {
+  std::vector<TokenId> tokens;
+  bool done = false;
+  FinishReason reason = FinishReason::NONE;
+  std::string error;
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;  // tokens emitted so far, these included
+};
+using SequenceSink = std::function<void(const SequenceEvent&)>;
+
+// The caller's hold on a submitted sequence. Thread-safe.
+class SequenceHandle {
+ public:
+  uint64_t id() const { return id_; }
+  // The sequence leaves at the next step; its final event says CANCELLED. Idempotent; the first call of
+  // cancel() / finish() decides the reason.
+  void cancel() { leave(FinishReason::CANCELLED); }
+  // The caller has what it wants (a stop string matched): the sequence leaves at the next step with STOP.
+  void finish() { leave(FinishReason::STOP); }
+  bool cancelled() const { return leave_.load() != uint8_t(FinishReason::NONE); }
+  FinishReason leave_reason() const { return FinishReason(leave_.load()); }
+  explicit SequenceHandle(uint64_t id) : id_(id) {}
+
+ private:
+  void leave(FinishReason r) {
+    uint8_t none = uint8_t(FinishReason::NONE);
+    leave_.compare_exchange_strong(none, uint8_t(r));
+  }
+  uint64_t id_;
+  std::atomic<uint8_t> leave_{uint8_t(FinishReason::NONE)};
+};
+
+struct SchedulerOptions {
+  int32_t parallel = 4;         // sequences in flight at once
+  int32_t batch_tokens = 512;   // most rows per step (decode rows first, then prompt chunks)
+  int32_t queue_capacity = 64;  // sequences waiting for a slot; beyond parallel + this, submit() refuses
+  CacheOptions cache;           // per sequence
+};
+
+enum class SubmitError : uint8_t { NONE, QUEUE_FULL, BAD_REQUEST, STOPPED };
+
+struct SubmitResult {
+  std::shared_ptr<SequenceHandle> handle;  // null on error
+  SubmitError error = SubmitError::NONE;
+  std::string message;
+};
+
+struct SchedulerStats {
+  int32_t active = 0;
+  int32_t queued = 0;
+  int32_t parallel = 0;
+  int32_t queue_capacity = 0;
+  uint64_t steps = 0;
+  uint64_t failed_steps = 0;
+  uint64_t prompt_tokens = 0;     // prompt rows computed
+  uint64_t generated_tokens = 0;  // tokens sampled and emitted
+  uint64_t finished[5] = {};      // sequences by FinishReason (index = enum value)
+  double tokens_per_second = 0;   // generated tokens over the last few seconds
+  Histogram batch_rows;           // rows per step
+  Histogram batch_sequences;      // sequences per step
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* pool, SchedulerOptions options);
+  ~Scheduler();  // stops the step thread; sequences still in flight get a final CANCELLED event
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  SubmitResult submit(SequenceRequest request, SequenceSink sink);
+  SchedulerStats stats() const;
+  int32_t n_ctx() const { return n_ctx_; }  // the context each sequence gets
+
+ private:
+  struct Sequence;
+  void run();
+  void step(std::vector<std::unique_ptr<Sequence>>& active);
+
+  const Model& model_;
+  ExpertExecutor* experts_;
+  ThreadPool* pool_;
+  SchedulerOptions options_;
+  int32_t n_ctx_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Sequence>> queue_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  int64_t in_system_ = 0;  // submitted and not yet finished (queued or in flight)
+  SchedulerStats stats_;
+  std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds since start, tokens) of recent steps
+  std::thread thread_;
+};
+
+}  // namespace essaim::serve

@@ -1,0 +1,85 @@
+#include "serve/server.h"
+
+#include <chrono>
+
+#include "text/chat.h"
+#include "text/vocab.h"
+
+namespace essaim::serve {
+
+Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
+  std::unique_ptr<Server> s(new Server(std::move(options)));
+  Server* raw = s.get();
+  s->api_ = std::make_unique<ServeApi>(ServeApiOptions{
+      .api_key = s->options_.limits.api_key,
+      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : HttpServerStats{}; }});
+  ESSAIM_ASSIGN_OR_RETURN(s->http_, HttpServer::listen(s->options_.host, s->options_.port, s->options_.limits,
+                                                       [raw](const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
+                                                         raw->api_->handle(req, std::move(out));
+                                                       },
+                                                       s->options_.io_threads));
+  s->loader_ = std::thread([raw] {
+    Status st = raw->load();
+    if (!st) raw->api_->set_failed(st.message());
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    raw->loaded_ = true;
+    raw->load_status_ = std::move(st);
+    raw->cv_.notify_all();
+  });
+  return s;
+}
+
+Status Server::load() {
+  ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path));
+  ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model_->file()));
+  const std::string chat_template = vocab.chat_template;
+  ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
+  tokenizer_.emplace(std::move(tok));
+  ESSAIM_ASSIGN_OR_RETURN(ChatFormat fmt, chat_format_for(model_->info().arch, chat_template));
+  pool_ = std::make_unique<ThreadPool>(size_t(options_.threads > 0 ? options_.threads : 0));
+  if (options_.executor.make) {
+    ESSAIM_ASSIGN_OR_RETURN(executor_, options_.executor.make(*model_, pool_.get()));
+  } else {
+    executor_ = std::make_unique<LocalExpertExecutor>(model_->expert_store(), pool_.get());
+  }
+  scheduler_ = std::make_unique<Scheduler>(*model_, executor_.get(), pool_.get(),
+                                           SchedulerOptions{.parallel = options_.parallel,
+                                                            .batch_tokens = options_.batch_tokens,
+                                                            .queue_capacity = options_.queue_capacity,
+                                                            .cache = {.kv_type = KvType::F16, .n_ctx = options_.n_ctx}});
+  std::string id = options_.model_id;
+  if (id.empty()) {
+    id = options_.model_path.substr(options_.model_path.find_last_of('/') + 1);
+  }
+  ServeModel m{.model = model_.get(), .tokenizer = &*tokenizer_, .chat_format = fmt, .scheduler = scheduler_.get(),
+               .id = id,
+               .created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count(),
+               .dispatch_stats = {}};
+  if (options_.executor.stats) {
+    m.dispatch_stats = [this] { return options_.executor.stats(*executor_); };
+  }
+  api_->set_ready(std::move(m));
+  return Status::ok();
+}
+
+Status Server::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return loaded_; }))
+    return Status::error("the model is still loading after " + std::to_string(timeout.count()) + " ms");
+  return load_status_;
+}
+
+void Server::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (loader_.joinable()) loader_.join();  // loading is bounded (mmap + connects with deadlines)
+  http_->stop();          // no new requests, no I/O threads
+  scheduler_.reset();     // final events post to the stopped I/O context; dropped with it
+  executor_.reset();
+  pool_.reset();
+}
+
+Server::~Server() { stop(); }
+
+}  // namespace essaim::serve

@@ -1,0 +1,88 @@
+// `essaim serve` as an object: listens at once (so /health can say "loading"), loads the model, tokenizer and
+// expert executor on a background thread, then serves the OpenAI API over the continuous-batching
+// scheduler. Tests run it in-process on a port the OS chooses.
+//
+//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Server> s, Server::start({.model_path = "tiny.gguf", .port = 0}));
+//   std::printf("listening on %s:%u\n", "127.0.0.1", s->port());
+//   ESSAIM_RETURN_IF_ERROR(s->wait_ready(std::chrono::seconds(60)));
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "backbone/dispatch_stats.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "moe/executor.h"
+#include "serve/admission.h"
+#include "serve/http_server.h"
+#include "serve/openai_api.h"
+#include "serve/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace essaim::serve {
+
+// Builds the expert executor once the model is loaded (the CLI passes the swarm dispatcher of its --worker
+// flags); the second function, when set, reads the dispatcher's counters for /metrics.
+struct ExecutorChoiceFn {
+  std::function<Result<std::unique_ptr<ExpertExecutor>>(const Model&, ThreadPool*)> make;
+  std::function<std::optional<backbone::DispatchStats>(const ExpertExecutor&)> stats;
+};
+
+struct ServerOptions {
+  std::string model_path;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  int32_t parallel = 4;          // sequences in flight
+  int32_t n_ctx = 0;             // per sequence; 0: the model's, at most 8192
+  int32_t batch_tokens = 512;    // rows per step
+  int32_t queue_capacity = 64;   // waiting sequences beyond --parallel
+  int32_t threads = 0;           // compute threads; 0: all cores
+  int io_threads = 2;
+  std::string model_id;          // /v1/models id; empty: the file's name
+  AdmissionLimits limits;
+  ExecutorChoiceFn executor;     // empty: the model's local replica
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> start(ServerOptions options);
+  ~Server();  // stop()
+  uint16_t port() const { return http_->port(); }
+  // Blocks until the model is loaded (ok) or loading failed (its error), at most `timeout`.
+  Status wait_ready(std::chrono::milliseconds timeout);
+  void stop();
+
+  ServeApi& api() { return *api_; }
+  Scheduler* scheduler() { return scheduler_.get(); }  // null until ready
+  const Model* model() const { return model_.get(); }
+
+ private:
+  explicit Server(ServerOptions options) : options_(std::move(options)) {}
+  Status load();
+
+  ServerOptions options_;
+  std::unique_ptr<ServeApi> api_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<Model> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ExpertExecutor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::thread loader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool loaded_ = false;
+  Status load_status_;
+  bool stopped_ = false;
+};
+
+}  // namespace essaim::serve

@@ -1,0 +1,131 @@
+// The official `openai` npm client (pinned in tests/serve/js/package-lock.json, installed into the build
+// directory by tests/serve/js/run.sh with `npm ci`) against an `essaim serve` process on a synth model and a
+// port the OS chose. This test first asks the same server with its own HTTP client, then the JS client must
+// see the same answers (greedy) in the shapes the OpenAI API defines. Without node/npm or the registry the test
+// fails with the reason, unless ESSAIM_SKIP_NPM=1 asks to skip it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "serve_test_util.h"
+
+extern char** environ;
+
+namespace essaim::serve::testing {
+namespace {
+
+const std::string kApiKey = "test-key";
+
+bool skip_npm() {
+  const char* skip = std::getenv("ESSAIM_SKIP_NPM");
+  return skip != nullptr && std::string(skip) == "1";
+}
+
+// `essaim serve` as a child process; the constructor waits for its "listening on" line.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> args) { start(std::move(args)); }
+  ~ServeProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(50ms);
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void start(std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    if (rc != 0) {
+      ::close(fds[0]);
+      pid_ = -1;
+      FAIL() << "cannot start " << argv[0] << ": " << std::strerror(rc);
+    }
+    std::string line;
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+      pollfd p{.fd = fds[0], .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, size_t(n));
+    }
+    ::close(fds[0]);  // nothing else is printed on stdout
+    const size_t colon = line.rfind(':');
+    ASSERT_TRUE(line.rfind("listening on 127.0.0.1:", 0) == 0 && colon != std::string::npos) << "essaim serve said: " << line;
+    port_ = uint16_t(std::stoul(line.substr(colon + 1)));
+  }
+
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
+  if (skip_npm()) GTEST_SKIP() << "ESSAIM_SKIP_NPM=1";
+  ServeProcess serve({ESSAIM_CLI, "serve", "-m", tiny_model_path(), "--host", "127.0.0.1", "--port", "0", "-np", "2",
+                      "-c", "512", "-t", "1", "--api-key", kApiKey, "--alias", "tiny-swarm"});
+  ASSERT_NE(serve.port(), 0);
+  ASSERT_TRUE(wait_until([&] { return http_call(serve.port(), "GET", "/health").status == 200; }, 60s));
+  const std::map<std::string, std::string> auth = {{"Authorization", "Bearer " + kApiKey}};
+  const HttpResult chat = http_call(serve.port(), "POST", "/v1/chat/completions",
+                                    R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":8,"temperature":0})",
+                                    auth);
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const HttpResult completion = http_call(serve.port(), "POST", "/v1/completions",
+                                          R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0})", auth);
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  const json c = json::parse(chat.body), p = json::parse(completion.body);
+  const json expected = {{"api_key", kApiKey},
+                         {"model", "tiny-swarm"},
+                         {"chat_content", c["choices"][0]["message"]["content"]},
+                         {"chat_finish_reason", c["choices"][0]["finish_reason"]},
+                         {"chat_completion_tokens", c["usage"]["completion_tokens"]},
+                         {"completion_text", p["choices"][0]["text"]}};
+  const std::string dir = std::string(ESSAIM_BINARY_DIR) + "/serve-js";
+  std::filesystem::create_directories(dir);
+  const std::string expected_path = dir + "/expected-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(expected_path) << expected.dump();
+  const std::string log = dir + "/run-" + std::to_string(::getpid()) + ".log";
+  const std::string cmd = "bash '" + std::string(ESSAIM_SOURCE_DIR) + "/tests/serve/js/run.sh' '" + dir +
+                          "' 'http://127.0.0.1:" + std::to_string(serve.port()) + "/v1' '" + expected_path + "' > '" +
+                          log + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::stringstream out;
+  out << std::ifstream(log).rdbuf();
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0)
+      << "the openai client test failed (exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1)
+      << "); set ESSAIM_SKIP_NPM=1 to skip this test deliberately. Output:\n" << out.str();
+  EXPECT_NE(out.str().find("6 checks passed"), std::string::npos) << out.str();
+  std::filesystem::remove(expected_path);
+  std::filesystem::remove(log);
+}
+
+}  // namespace
+}  // namespace essaim::serve::testing
