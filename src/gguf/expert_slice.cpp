@@ -50,7 +50,7 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
 
   const std::optional<std::string> arch = file.get_string("general.architecture");
   if (arch != std::string(kSliceArchitecture))
-    return fail("not an essaim expert slice (general.architecture is " + (arch ? "'" + *arch + "'" : "absent") +
+    return fail("not an essaim expert slice (general.architecture is " + (arch ? gguf_quote_string(*arch) : std::string("absent")) +
                 ", expected '" + std::string(kSliceArchitecture) + "'); cut one with `essaim slice`");
 
   ExpertSlice s;
@@ -81,7 +81,7 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
   if (!model) return fail(std::string(kSliceKeySourceModel) + " is not 64 hex digits");
   s.source_model_ = *model;
   const std::optional<ExpertActivation> act = expert_activation_from_name(activation);
-  if (!act) return fail("expert activation '" + activation + "' is not one this build runs");
+  if (!act) return fail("expert activation " + gguf_quote_string(activation) + " is not one this build runs");
   s.activation_ = *act;
   if (s.n_embd_ == 0 || s.n_ff_ == 0) return fail("embedding_length and expert_feed_forward_length must be positive");
   // 64-bit sums: a u32 first + count cannot wrap.

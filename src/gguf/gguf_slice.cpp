@@ -86,7 +86,7 @@ Result<MoeLayout> moe_layout_impl(const GgufFile& src) {
   m.expert_used_count = src.get_u32(a + "expert_used_count").value_or(0);
   const std::optional<ExpertActivation> act = expert_activation_of_architecture(*arch);
   if (!act)
-    return Status::error("architecture '" + *arch + "': essaim does not know how its experts combine gate and up, "
+    return Status::error("architecture " + gguf_quote_string(*arch) + ": essaim does not know how its experts combine gate and up, "
                          "so it will not cut it into slices a worker would run wrongly");
   m.activation = *act;
 
