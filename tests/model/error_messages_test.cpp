@@ -4,6 +4,7 @@
 // Models are synthesised here (seeded), so the test needs no fixture files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -23,10 +24,14 @@ namespace {
 
 const std::string& base_model() {
   static const std::string path = [] {
+    // ctest runs each test in its own process, concurrently: write under a private name, then rename
+    // (atomic), so no process ever opens a half-written file.
     const std::string p = std::string(ESSAIM_BINARY_DIR) + "/error_messages_base.gguf";
+    const std::string tmp = p + "." + std::to_string(::getpid());
     Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::TINY, .seed = 3});
     EXPECT_TRUE(plan.is_ok());
-    EXPECT_TRUE(synth_write(*plan, p).is_ok());
+    EXPECT_TRUE(synth_write(*plan, tmp).is_ok());
+    std::filesystem::rename(tmp, p);
     return p;
   }();
   return path;
