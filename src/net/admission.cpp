@@ -99,6 +99,11 @@ std::optional<std::string> Admission::Ticket::authenticate() {
   return std::nullopt;
 }
 
+bool Admission::Ticket::evicted() const {
+  std::lock_guard lock(a_->mu_);
+  return evicted_;
+}
+
 Admission::Ticket::~Ticket() {
   Admission& a = *a_;
   std::lock_guard lock(a.mu_);

@@ -81,6 +81,7 @@ class Admission {
     // nullopt: authenticated, never evicted from now on. Otherwise why not (caps full, or already evicted).
     std::optional<std::string> authenticate();
     const std::string& address() const { return address_; }
+    bool evicted() const;  // the eviction callback has run (or is running) for this ticket
 
    private:
     friend class Admission;

@@ -117,7 +117,11 @@ void Worker::serve_connection(net::ByteStream& stream) {
   net::NetResult<proto::Hello> peer =
       net::handshake(c, hello(), net::deadline_in(options_.handshake_timeout), policy);
   if (!peer) {
-    if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse) {
+    if (ticket->evicted()) {
+      // Counted by admission; the handshake then failed on the closed stream (possibly as a "refusal" of
+      // the half frame it had read), which is not the peer's refusal or ours.
+      count(counters_.handshakes_failed);
+    } else if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse) {
       count(counters_.handshakes_refused[size_t(*peer.error().refuse)]);
       log("handshake with " + stream.peer_name() + " refused (" +
           std::string(proto::refuse_reason_name(*peer.error().refuse)) + "): " + peer.error().message);
