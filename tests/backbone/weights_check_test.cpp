@@ -82,6 +82,27 @@ TEST(WeightsCheck, SlicesOfAnotherSeedAreRefusedNeverPairedAndLogitsStayMonolith
   EXPECT_EQ(wrong.stats().handshakes_ok, 0u);
 }
 
+TEST(WeightsCheck, TheDispatcherOfALoadedModelChecksByDefault) {
+  // What `essaim run/eval --worker` builds: remote_executor_for_model, against an essaim-worker process.
+  const SwarmModel& m = SwarmModel::get({.types = SynthTypeMix::Q4_K_M});
+  OtherWeights other = other_weights(m);
+  const uint32_t layer = m.moe_layers.front();
+  WorkerProcess wrong({other.slice(layer, 0, m.n_expert)});
+  ASSERT_TRUE(wrong.ok());
+  ExpertMap map;
+  map.workers.push_back({.address = wrong.address(), .label = {}, .holdings = std::nullopt});
+  ThreadPool pool(2);
+  Result<std::unique_ptr<RemoteExpertExecutor>> ex = remote_executor_for_model(*m.model, map, &pool, patient_options());
+  ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+  EXPECT_EQ((*ex)->connected(), 0u);
+  const std::vector<int32_t> tokens = m.tokens(6, 5);
+  expect_same_bits(eval_logits(m, tokens, **ex), mono_logits(m, tokens), "wrong weights over TCP");
+  const DispatchStats s = (*ex)->stats();
+  EXPECT_EQ(s.pairs_remote, 0u) << s.to_json();
+  EXPECT_NE(s.workers[0].last_error.find("refused (WEIGHTS)"), std::string::npos) << s.workers[0].last_error;
+  EXPECT_TRUE(std::filesystem::exists(m.path + ".essaim-digests.json"));  // the cache, beside the model
+}
+
 TEST(WeightsCheck, DigestsAreCachedBesideTheFileAndHashedOnlyForClaimedExperts) {
   const SwarmModel& m = SwarmModel::get({.types = SynthTypeMix::Q4_K_M});
   const std::string cache = m.dir + "/digest-cache-test.json";
