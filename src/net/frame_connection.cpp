@@ -126,6 +126,11 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
     if (sent && theirs.error().kind == NetErrorKind::PROTOCOL) {
       return refuse({proto::RefuseReason::BAD_HELLO, theirs.error().message}, "refused " + c.peer_name());
     }
+    if (sent && theirs.error().kind == NetErrorKind::TIMEOUT) {
+      // A silent peer is told why it is dropped (a write that cannot complete at once is skipped: the
+      // deadline has passed). Still reported as the TIMEOUT it is.
+      (void)c.send(proto::Refuse{proto::RefuseReason::BAD_HELLO, "no HELLO before the handshake deadline"}, deadline);
+    }
     c.close();
     return sent ? theirs.error() : sent.error();
   }

@@ -174,9 +174,19 @@ TEST(WorkerFlood, SilentPeersAreDroppedAtTheHandshakeDeadline) {
   net::FrameConnection c(std::move(idle));
   net::NetResult<proto::Message> hello = c.receive(net::deadline_in(2s));
   ASSERT_TRUE(hello.is_ok());
-  net::NetResult<proto::Message> end = c.receive(net::deadline_in(3s));  // closed at the worker's deadline
+  // At the worker's deadline: a REFUSE saying why, then the close.
+  net::NetResult<proto::Message> why = c.receive(net::deadline_in(3s));
+  ASSERT_TRUE(why.is_ok()) << why.error().message;
+  const auto* r = std::get_if<proto::Refuse>(&*why);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->reason, proto::RefuseReason::BAD_HELLO);
+  EXPECT_NE(r->message.find("no HELLO before the handshake deadline"), std::string::npos) << r->message;
+  net::NetResult<proto::Message> end = c.receive(net::deadline_in(3s));
   EXPECT_FALSE(end.is_ok());
   EXPECT_NE(end.error().kind, net::NetErrorKind::TIMEOUT);
+  // Counted once the handler has returned, which may be just after the close reached us.
+  for (int i = 0; i < 200 && w.worker->stats().handshakes_failed == 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(w.worker->stats().handshakes_failed, 1u);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
