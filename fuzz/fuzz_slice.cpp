@@ -1,7 +1,8 @@
 // libFuzzer target for what a worker and a coordinator read from the network about slices: the first byte
 // picks the parser. 'M' + bytes: a manifest (JSON); anything else: a GGUF file opened as an expert slice.
 // Any input must give an error value that says why, or a slice whose every held expert slab lies inside the
-// input and a manifest that re-serialises and re-parses to itself.
+// input (and whose recorded expert digests are checked against those slabs), and a manifest that
+// re-serialises and re-parses to itself.
 //
 //   build-fuzz/fuzz/fuzz_slice -max_total_time=60 build-fuzz/corpus/fuzz_slice
 #include <cstdint>
@@ -44,6 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  // The digests recorded in the header against the slabs: an error value (never a crash) when they differ.
+  if (Status v = s->verify_digests(); !v && v.message().empty()) std::abort();
   volatile uint64_t sink = sum;
   (void)sink;
   return 0;

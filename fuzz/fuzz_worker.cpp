@@ -4,10 +4,12 @@
 //
 //   build-fuzz/fuzz/fuzz_worker -max_total_time=60 build-fuzz/corpus/fuzz_worker
 //
-// Input layout: byte 0 even = the rest is the raw byte stream after the handshake (framing, decoding);
+// Input layout: byte 0 = 0 mod 4 = the rest is the raw byte stream after the handshake (framing, decoding);
 // byte 0 odd = the rest describes well-framed EXPERT_REQUESTs whose fields come from the input (layer,
 // activation type, row size, per-row counts, expert ids, activation bytes), so that the worker's own
-// checks and the expert FFN are reached on almost every input rather than only after a lucky header.
+// checks and the expert FFN are reached on almost every input rather than only after a lucky header;
+// byte 0 = 2 mod 4 = the rest is sent *instead of* a handshake (an unauthenticated peer: a HELLO of any
+// size or version, garbage), and the worker must refuse or close within its handshake deadline.
 #include <unistd.h>
 
 #include <atomic>
@@ -67,7 +69,7 @@ Fixture make_fixture() {
   fx.n_embd = moe->n_embd;
   fx.state = std::make_unique<worker::WorkerState>(std::move(*state));
   fx.worker = std::make_unique<worker::Worker>(
-      *fx.state, worker::WorkerOptions{.threads = 1, .max_in_flight = 4, .idle_timeout = 200ms});
+      *fx.state, worker::WorkerOptions{.threads = 1, .max_in_flight = 4, .handshake_timeout = 200ms, .idle_timeout = 200ms});
   return fx;
 }
 
@@ -124,6 +126,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto [client_end, server_end] = net::make_pipe(1 << 20);
   std::thread server([&, s = server_end.get()] { fx.worker->serve_connection(*s); });
   net::FrameConnection c(std::move(client_end));
+  if (data[0] % 4 == 2) {
+    (void)c.send_raw(rest, net::deadline_in(5s));
+    while (c.receive(net::deadline_in(5s))) {
+    }  // the worker's HELLO, then a REFUSE or an ERROR, then the close
+    c.close();
+    server.join();
+    return 0;
+  }
   proto::Hello hello{.role = proto::Role::BACKBONE, .fingerprint = worker::build_fingerprint(),
                      .model = fx.state->model(), .label = "fuzz", .holdings = {}};
   if (net::NetResult<proto::Hello> peer = net::handshake(c, hello, net::deadline_in(5s)); peer) {

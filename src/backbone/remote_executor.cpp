@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backbone/weights_check.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
 #include "net/tcp.h"
@@ -348,6 +349,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
 Result<std::unique_ptr<RemoteExpertExecutor>> remote_executor_for_model(const Model& model, const ExpertMap& map,
                                                                         ThreadPool* pool, DispatchOptions options) {
   ESSAIM_ASSIGN_OR_RETURN(ModelIdentity id, source_model_identity(model.file()));
+  // Workers must prove their expert bytes are this file's (identity by content, docs/protocol.md).
+  ESSAIM_ASSIGN_OR_RETURN(PeerCheck weights, weights_check(model.file()));
+  options.link.policy.check_peer = both_checks(std::move(options.link.policy.check_peer), std::move(weights));
   const std::chrono::milliseconds wait = options.link.connect_timeout;
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteExpertExecutor> ex,
                           RemoteExpertExecutor::create(model.expert_store(), id, map, pool, std::move(options)));

@@ -77,9 +77,12 @@ Status run_eval(const EvalArgs& a) {
   if (!a.tokens.empty()) {
     ESSAIM_ASSIGN_OR_RETURN(ids, parse_token_list(a.tokens));
   } else {
-    ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
-    ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
-    ids = tok.encode(a.prompt, /*parse_special=*/true);
+    // Tokenizer errors name the file: the vocabulary is the model file's metadata.
+    Result<Vocab> vocab = vocab_from_gguf(model->file());
+    if (!vocab) return vocab.status().with_context(a.model);
+    Result<Tokenizer> tok = Tokenizer::create(std::move(*vocab));
+    if (!tok) return tok.status().with_context(a.model);
+    ids = tok->encode(a.prompt, /*parse_special=*/true);
     if (ids.empty()) return Status::error("the prompt encodes to no tokens");
   }
   if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");

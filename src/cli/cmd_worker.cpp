@@ -166,7 +166,8 @@ int run(Args a) {
                digest_hex(state->model()).c_str(), state->source_architecture().c_str(), state->slices().size(),
                double(state->slice_bytes()) / (1 << 20), holdings_text(*state).c_str(),
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
-  net::StreamServer server(std::move(*listener), [&w](net::ByteStream& s) { w.serve_connection(s); });
+  net::StreamServer server(std::move(*listener), [&w](net::ByteStream& s) { w.serve_connection(s); },
+                           {.on_refused = [&w](net::ByteStream& s) { w.refuse_over_capacity(s); }});
   // Tests and scripts wait for this line and read the port from it.
   std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
   std::fflush(stdout);

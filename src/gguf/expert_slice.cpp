@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gguf/expert_digest.h"
+
 namespace essaim {
 namespace {
 
@@ -48,12 +50,15 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
 
   const std::optional<std::string> arch = file.get_string("general.architecture");
   if (arch != std::string(kSliceArchitecture))
-    return fail("not an essaim expert slice (general.architecture is " + (arch ? "'" + *arch + "'" : "absent") +
+    return fail("not an essaim expert slice (general.architecture is " + (arch ? gguf_quote_string(*arch) : std::string("absent")) +
                 ", expected '" + std::string(kSliceArchitecture) + "'); cut one with `essaim slice`");
 
   ExpertSlice s;
   const SliceKeys keys(file, where);
   ESSAIM_ASSIGN_OR_RETURN(const uint32_t version, keys.u32(kSliceKeyVersion));
+  if (version == 1)
+    return fail("slice format 1 (cut by an older essaim) records no expert digests, which this build needs to "
+                "prove the bytes are the backbone's; cut the slice again with `essaim slice`");
   if (version != kSliceFormatVersion)
     return fail("slice format version " + std::to_string(version) + " is not supported (this build reads " +
                 std::to_string(kSliceFormatVersion) + ")");
@@ -76,7 +81,7 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
   if (!model) return fail(std::string(kSliceKeySourceModel) + " is not 64 hex digits");
   s.source_model_ = *model;
   const std::optional<ExpertActivation> act = expert_activation_from_name(activation);
-  if (!act) return fail("expert activation '" + activation + "' is not one this build runs");
+  if (!act) return fail("expert activation " + gguf_quote_string(activation) + " is not one this build runs");
   s.activation_ = *act;
   if (s.n_embd_ == 0 || s.n_ff_ == 0) return fail("embedding_length and expert_feed_forward_length must be positive");
   // 64-bit sums: a u32 first + count cannot wrap.
@@ -106,6 +111,21 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
       return st.with_context(where);
     s.layers_.push_back(l);
   }
+  // Checked after the ranges: layer_count × expert_count is then bounded by the tensors' real sizes.
+  const std::vector<std::string>* hex = file.get_string_array(kSliceKeyExpertSha256);
+  if (hex == nullptr)
+    return fail("missing key " + std::string(kSliceKeyExpertSha256) + " (an array of STRING); cut the slice again");
+  const uint64_t n_digests = uint64_t(s.layer_count_) * s.expert_count_;
+  if (hex->size() != n_digests)
+    return fail(std::string(kSliceKeyExpertSha256) + " holds " + std::to_string(hex->size()) + " digests; " +
+                std::to_string(s.layer_count_) + " layers of " + std::to_string(s.expert_count_) + " experts need " +
+                std::to_string(n_digests));
+  s.digests_.reserve(hex->size());
+  for (size_t i = 0; i < hex->size(); ++i) {
+    const std::optional<Sha256Digest> d = digest_from_hex((*hex)[i]);
+    if (!d) return fail(std::string(kSliceKeyExpertSha256) + "[" + std::to_string(i) + "] is not 64 hex digits");
+    s.digests_.push_back(*d);
+  }
   // The pointers in layers_ point into file.tensors()'s heap buffer, which a move of the vector keeps.
   s.file_ = std::move(file);
   return s;
@@ -114,6 +134,28 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
 bool ExpertSlice::holds(uint32_t layer, uint32_t expert) const {
   return layer >= layer_first_ && layer - layer_first_ < layer_count_ && expert >= expert_first_ &&
          expert - expert_first_ < expert_count_;
+}
+
+std::span<const Sha256Digest> ExpertSlice::recorded_digests(uint32_t layer) const {
+  if (layer < layer_first_ || layer - layer_first_ >= layer_count_) return {};
+  return std::span(digests_).subspan(size_t(layer - layer_first_) * expert_count_, expert_count_);
+}
+
+Status ExpertSlice::verify_digests() const {
+  for (const MoeLayer& l : layers_) {
+    std::span<const Sha256Digest> recorded = recorded_digests(l.layer);
+    for (uint32_t j = 0; j < expert_count_; ++j) {
+      const Sha256Digest d = expert_digest(l, j);
+      if (d != recorded[j])
+        return Status::error("expert slice '" + file_.path() + "': the bytes of expert " +
+                             std::to_string(expert_first_ + j) + " of layer " + std::to_string(l.layer) +
+                             " hash to " + digest_hex(d).substr(0, 16) + "..., not the " +
+                             digest_hex(recorded[j]).substr(0, 16) +
+                             "... recorded when it was cut: the file is damaged or was altered; download or cut "
+                             "it again");
+    }
+  }
+  return Status::ok();
 }
 
 const MoeLayer* ExpertSlice::layer(uint32_t layer) const {

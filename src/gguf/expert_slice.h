@@ -62,6 +62,13 @@ class ExpertSlice {
   const MoeLayer* layer(uint32_t layer) const;
   std::span<const MoeLayer> layers() const { return layers_; }
 
+  // The content digests recorded when the slice was cut (gguf/expert_digest.h), expert_count of them for
+  // a held layer, in expert order; empty for a layer outside the slice.
+  std::span<const Sha256Digest> recorded_digests(uint32_t layer) const;
+  // Hashes every held expert's bytes and compares with the recorded digests: an error naming the first
+  // expert whose bytes changed since the slice was cut (a damaged or altered file). Reads the whole slice.
+  Status verify_digests() const;
+
   const GgufFile& gguf() const { return file_; }
   uint64_t file_bytes() const { return file_.file_size(); }
 
@@ -82,6 +89,7 @@ class ExpertSlice {
   uint32_t n_ff_ = 0;
   ExpertActivation activation_ = ExpertActivation::SWIGLU;
   bool gate_up_fused_ = false;
+  std::vector<Sha256Digest> digests_;  // [layer_count][expert_count], layer-major
   std::vector<MoeLayer> layers_;  // pointers into file_'s tensor table (stable across moves)
 };
 

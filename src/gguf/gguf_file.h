@@ -121,4 +121,9 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
+// A metadata string for an error message: in single quotes, valid UTF-8 kept, and every NUL, control
+// character or byte that is not UTF-8 shown as \xNN (a string value is arbitrary bytes: 'qwen3moe\x00x'
+// must not read as 'qwen3moe', nor put raw bytes on the user's terminal). Cut after max_bytes, with "...".
+std::string gguf_quote_string(std::string_view value, size_t max_bytes = 96);
+
 }  // namespace essaim

@@ -144,6 +144,11 @@ void append_expert_slabs_text(std::string& out, const GgufTensor& t, const GgufI
 
 }  // namespace
 
+std::string gguf_quote_string(std::string_view value, size_t max_bytes) {
+  std::string out = "'" + escape(value, max_bytes) + "'";
+  return out;
+}
+
 bool gguf_is_expert_tensor(const GgufTensor& t) {
   return t.n_dims == 3 && t.name.find("_exps") != std::string::npos;
 }

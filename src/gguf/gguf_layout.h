@@ -14,6 +14,9 @@
 namespace essaim {
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+// The largest general.alignment accepted: 64 KiB covers every page size a file might be aligned for; a
+// larger power of two (2^31, say) is a corrupt or hostile file, refused as such before any offset math.
+inline constexpr uint32_t kGgufMaxAlignment = 1u << 16;
 inline constexpr uint64_t kGgufMaxNameBytes = 63;  // ggml's name buffer is 64 bytes with the terminator
 inline constexpr uint32_t kGgufMaxDims = 4;
 

@@ -133,6 +133,10 @@ Status GgufFile::read_kvs(GgufCursor& c, int64_t n_kv) {
     if (!gguf_is_power_of_two(v.u))
       return Status::error(named + ": alignment " + std::to_string(v.u) + gguf_at(align_value_at) +
                            " is not a non-zero power of two");
+    if (v.u > kGgufMaxAlignment)
+      return Status::error(named + ": alignment " + std::to_string(v.u) + gguf_at(align_value_at) +
+                           " is absurdly large (at most " + std::to_string(kGgufMaxAlignment) +
+                           " is accepted; files use 32)");
     alignment_ = uint32_t(v.u);
   }
   return Status::ok();

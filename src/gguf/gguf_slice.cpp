@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "gguf/expert_digest.h"
 #include "gguf/gguf_layout.h"
 
 namespace essaim {
@@ -85,7 +86,7 @@ Result<MoeLayout> moe_layout_impl(const GgufFile& src) {
   m.expert_used_count = src.get_u32(a + "expert_used_count").value_or(0);
   const std::optional<ExpertActivation> act = expert_activation_of_architecture(*arch);
   if (!act)
-    return Status::error("architecture '" + *arch + "': essaim does not know how its experts combine gate and up, "
+    return Status::error("architecture " + gguf_quote_string(*arch) + ": essaim does not know how its experts combine gate and up, "
                          "so it will not cut it into slices a worker would run wrongly");
   m.activation = *act;
 
@@ -219,6 +220,15 @@ Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, con
   kv(kSliceKeyExpertFfLength, u32_value(moe.n_ff));
   kv(kSliceKeyActivation, string_value(expert_activation_name(moe.activation)));
   kv(kSliceKeyGateUpFused, bool_value(moe.gate_up_fused));
+  // The header must carry the digests, so the slabs are hashed once here, before the copy (which then
+  // hashes the whole file for the manifest as it writes).
+  GgufValue digests;
+  digests.type = GgufValueType::ARRAY;
+  digests.elem_type = GgufValueType::STRING;
+  for (uint32_t layer = r.layer_first; layer < r.layer_first + r.layer_count; ++layer)
+    for (uint32_t e = r.expert_first; e < r.expert_first + r.expert_count; ++e)
+      digests.strs.push_back(digest_hex(expert_digest(*moe.find_layer(layer), e)));
+  kv(kSliceKeyExpertSha256, std::move(digests));
 
   std::vector<const GgufTensor*> picked;
   for (uint32_t layer = r.layer_first; layer < r.layer_first + r.layer_count; ++layer)

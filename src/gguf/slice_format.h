@@ -17,7 +17,8 @@ namespace essaim {
 
 // A slice must not pass for a loadable model: llama.cpp refuses an unknown architecture up front.
 inline constexpr std::string_view kSliceArchitecture = "essaim-expert-slice";
-inline constexpr uint32_t kSliceFormatVersion = 1;
+// v2 adds essaim.slice.expert_sha256 (per-expert content digests, gguf/expert_digest.h).
+inline constexpr uint32_t kSliceFormatVersion = 2;
 
 inline constexpr std::string_view kSliceKeyVersion = "essaim.slice.version";                          // u32
 inline constexpr std::string_view kSliceKeySourceModel = "essaim.slice.source_model";                 // hex
@@ -33,6 +34,8 @@ inline constexpr std::string_view kSliceKeyEmbeddingLength = "essaim.slice.embed
 inline constexpr std::string_view kSliceKeyExpertFfLength = "essaim.slice.expert_feed_forward_length"; // u32
 inline constexpr std::string_view kSliceKeyActivation = "essaim.slice.activation";                    // str
 inline constexpr std::string_view kSliceKeyGateUpFused = "essaim.slice.gate_up_fused";                // bool
+// [layer_count × expert_count] 64-hex strings, layer-major: expert_digest() of each held expert.
+inline constexpr std::string_view kSliceKeyExpertSha256 = "essaim.slice.expert_sha256";              // [str]
 
 inline constexpr std::string_view kBackboneKeyVersion = "essaim.backbone.version";                    // u32
 inline constexpr std::string_view kBackboneKeySourceModel = "essaim.backbone.source_model";           // hex

@@ -1,5 +1,8 @@
 #include "model/hparams_reader.h"
 
+#include <climits>
+#include <cmath>
+
 namespace essaim {
 
 Status HparamReader::type_error(const std::string& k, const GgufValue& v, std::string_view expected) const {
@@ -70,6 +73,39 @@ Status HparamReader::check_range(std::string_view suffix, uint64_t v, uint64_t l
     return Status::error("metadata key '" + key(suffix) + "' = " + std::to_string(v) + " is outside [" +
                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return Status::ok();
+}
+
+Result<float> HparamReader::rms_epsilon(std::string_view suffix) const {
+  ESSAIM_ASSIGN_OR_RETURN(const float eps, f32(suffix));
+  if (!std::isfinite(eps))
+    return Status::error("metadata key '" + key(suffix) + "' is " + (std::isnan(eps) ? "NaN" : eps > 0 ? "+Inf" : "-Inf") +
+                         ", not a finite number (models use about 1e-6)");
+  if (eps < 0.0f) return Status::error("metadata key '" + key(suffix) + "' is negative (" + std::to_string(eps) + ")");
+  return eps;
+}
+
+Result<int32_t> HparamReader::vocab_size() const {
+  const std::vector<std::string>* tokens = file_.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens) return Status::error("required metadata key 'tokenizer.ggml.tokens' is missing or not a string array");
+  if (tokens->empty()) return Status::error("'tokenizer.ggml.tokens' is empty");
+  if (tokens->size() > size_t(INT32_MAX))
+    return Status::error("'tokenizer.ggml.tokens' lists " + std::to_string(tokens->size()) + " tokens, more than 2^31-1");
+  // Checked here, before any tensor is bound, so the message blames the side that is short instead of
+  // reporting token_embd.weight's shape as wrong.
+  if (const GgufTensor* embd = file_.find_tensor("token_embd.weight"); embd && embd->n_dims == 2) {
+    const int64_t rows = embd->ne[1];
+    if (rows != int64_t(tokens->size())) {
+      const std::string n = std::to_string(tokens->size()), r = std::to_string(rows);
+      return Status::error(rows > int64_t(tokens->size())
+                               ? "'tokenizer.ggml.tokens' lists " + n + " tokens but token_embd.weight has " + r +
+                                     " rows (one per token): the token list is short of " +
+                                     std::to_string(rows - int64_t(tokens->size())) + " entries"
+                               : "token_embd.weight has " + r + " rows but 'tokenizer.ggml.tokens' lists " + n +
+                                     " tokens: the embedding is short of " +
+                                     std::to_string(int64_t(tokens->size()) - rows) + " rows");
+    }
+  }
+  return int32_t(tokens->size());
 }
 
 }  // namespace essaim

@@ -43,6 +43,11 @@ class HparamReader {
 
   // Bounds check with an error naming the key: lo <= v <= hi.
   Status check_range(std::string_view suffix, uint64_t v, uint64_t lo, uint64_t hi) const;
+  // An RMS-norm epsilon: finite and >= 0 (NaN or ±Inf would turn every logit into NaN or 0 silently).
+  Result<float> rms_epsilon(std::string_view suffix) const;
+  // tokenizer.ggml.tokens: a non-empty string array with exactly one entry per row of token_embd.weight
+  // when that tensor is present ([n_embd, n_vocab]); the message says which side is short.
+  Result<int32_t> vocab_size() const;
 
  private:
   Status type_error(const std::string& k, const GgufValue& v, std::string_view expected) const;

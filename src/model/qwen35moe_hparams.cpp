@@ -91,9 +91,7 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_embd, keys.u32("embedding_length"));
   ESSAIM_RETURN_IF_ERROR(keys.check_range("embedding_length", n_embd, 1, 1 << 20));
   hp.n_embd = int32_t(n_embd);
-  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.f32("attention.layer_norm_rms_epsilon"));
-  if (!(hp.eps >= 0.0f))
-    return Status::error("metadata key 'qwen35moe.attention.layer_norm_rms_epsilon' must not be negative");
+  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
   ESSAIM_ASSIGN_OR_RETURN(hp.recurrent, read_recurrent_layers(f, keys, n_block, uint32_t(hp.n_layer)));
 
   // Gated attention. Head counts may be per-layer arrays; recurrent layers may carry anything there (they
@@ -136,7 +134,7 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   // No stock Qwen3.5 file scales RoPE; refuse scaling rather than silently computing something else.
   if (const GgufValue* s = f.find_kv(keys.key("rope.scaling.type"))) {
     if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
-      return Status::error("qwen35moe: rope scaling '" + s->str + "' is not supported");
+      return Status::error("qwen35moe: rope scaling " + gguf_quote_string(s->str) + " is not supported");
     ESSAIM_ASSIGN_OR_RETURN(float factor, keys.f32_or("rope.scaling.factor", 1.0f));
     if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
       return Status::error("qwen35moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
@@ -191,10 +189,7 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   hp.n_ff_exp = int32_t(n_ff_exp);
   hp.n_ff_shexp = int32_t(n_ff_shexp);
 
-  const std::vector<std::string>* tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (!tokens) return Status::error("required metadata key 'tokenizer.ggml.tokens' is missing or not a string array");
-  if (tokens->empty() || tokens->size() > size_t(INT32_MAX)) return Status::error("'tokenizer.ggml.tokens' is empty");
-  hp.n_vocab = int32_t(tokens->size());
+  ESSAIM_ASSIGN_OR_RETURN(hp.n_vocab, keys.vocab_size());
   return hp;
 }
 

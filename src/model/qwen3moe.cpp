@@ -96,13 +96,12 @@ Result<Hparams> load_hparams(const GgufFile& f) {
   // No stock Qwen3 file scales RoPE; refuse scaling rather than silently computing something else.
   if (const GgufValue* s = f.find_kv(keys.key("rope.scaling.type"))) {
     if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
-      return Status::error("qwen3moe: rope scaling '" + s->str + "' is not supported");
+      return Status::error("qwen3moe: rope scaling " + gguf_quote_string(s->str) + " is not supported");
     ESSAIM_ASSIGN_OR_RETURN(float factor, keys.f32_or("rope.scaling.factor", 1.0f));
     if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
       return Status::error("qwen3moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
   }
-  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.f32("attention.layer_norm_rms_epsilon"));
-  if (!(hp.eps >= 0.0f)) return Status::error("metadata key 'qwen3moe.attention.layer_norm_rms_epsilon' is negative");
+  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
 
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
   ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
@@ -120,10 +119,7 @@ Result<Hparams> load_hparams(const GgufFile& f) {
                          "'qwen3moe.feed_forward_length' gives 0");
   hp.n_ff_exp = int32_t(*n_ff_exp);
 
-  const std::vector<std::string>* tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (!tokens) return Status::error("required metadata key 'tokenizer.ggml.tokens' is missing or not a string array");
-  if (tokens->empty() || tokens->size() > size_t(INT32_MAX)) return Status::error("'tokenizer.ggml.tokens' is empty");
-  hp.n_vocab = int32_t(tokens->size());
+  ESSAIM_ASSIGN_OR_RETURN(hp.n_vocab, keys.vocab_size());
   return hp;
 }
 

@@ -43,12 +43,12 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<GgufFile> file, const 
   }
   std::string known;
   for (const ArchEntry& a : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(a.name);
-  return Status::error("unsupported architecture '" + arch + "' (supported: " + known + ")");
+  return Status::error("unsupported architecture " + gguf_quote_string(arch) + " (supported: " + known + ")");
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options) {
   Result<GgufFile> f = GgufFile::open(path);
-  if (!f) return f.status().with_context(path);
+  if (!f) return f.status();  // GgufFile::open's messages already name the file
   Result<std::unique_ptr<Model>> m = load_model(std::make_unique<GgufFile>(std::move(*f)), options);
   if (!m) return m.status().with_context(path);
   return m;

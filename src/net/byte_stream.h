@@ -75,6 +75,9 @@ class ByteStream {
   virtual void close() = 0;
   // "127.0.0.1:41234", "pipe#3": for logs and error messages.
   virtual std::string peer_name() const = 0;
+  // The peer's address without the port ("127.0.0.1", "::1"): what admission limits count per source.
+  // Transports without addresses (pipes) return peer_name(), one "address" per connection.
+  virtual std::string peer_address() const { return peer_name(); }
 };
 
 // Where servers get their connections from (a TCP listener, an in-memory hub in tests, later the relay).

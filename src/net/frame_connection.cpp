@@ -19,6 +19,7 @@ FrameConnection::FrameConnection(std::unique_ptr<ByteStream> stream, ConnectionO
 
 FrameConnection::FrameConnection(ByteStream& stream, ConnectionOptions options)
     : stream_(&stream),
+      max_payload_(options.max_payload_bytes),
       peer_max_payload_(options.max_payload_bytes),
       decoder_(options.max_payload_bytes),
       rbuf_(std::max<size_t>(options.read_chunk_bytes, 1)) {}
@@ -108,6 +109,7 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
                                   const proto::HandshakePolicy& policy) {
   using proto::Message;
   mine.max_payload_bytes = c.max_payload_bytes();
+  c.limit_reads(proto::kMaxHelloPayloadBytes);  // until the peer is accepted; raised below
   auto refuse = [&](proto::Refuse r, const std::string& context) -> NetError {
     (void)c.send(r, deadline);  // best effort: the peer may already be gone
     c.close();
@@ -123,6 +125,11 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
   if (!theirs) {
     if (sent && theirs.error().kind == NetErrorKind::PROTOCOL) {
       return refuse({proto::RefuseReason::BAD_HELLO, theirs.error().message}, "refused " + c.peer_name());
+    }
+    if (sent && theirs.error().kind == NetErrorKind::TIMEOUT) {
+      // A silent peer is told why it is dropped (a write that cannot complete at once is skipped: the
+      // deadline has passed). Still reported as the TIMEOUT it is.
+      (void)c.send(proto::Refuse{proto::RefuseReason::BAD_HELLO, "no HELLO before the handshake deadline"}, deadline);
     }
     c.close();
     return sent ? theirs.error() : sent.error();
@@ -156,7 +163,10 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
     c.close();
     return ack ? answer.error() : ack.error();
   }
-  if (std::holds_alternative<proto::HelloAck>(*answer)) return peer;
+  if (std::holds_alternative<proto::HelloAck>(*answer)) {
+    c.limit_reads(c.max_payload_bytes());
+    return peer;
+  }
   if (const auto* r = std::get_if<proto::Refuse>(&*answer)) {
     c.close();
     return NetError{NetErrorKind::REFUSED, c.peer_name() + " refused us: " + r->message, {}, r->reason};

@@ -15,6 +15,7 @@
 // the write side still works, so the owner can answer ERROR MALFORMED before closing.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -60,7 +61,13 @@ class FrameConnection {
   ByteStream& stream() { return *stream_; }
   std::string peer_name() const { return stream_->peer_name(); }
 
-  uint64_t max_payload_bytes() const { return decoder_.max_payload_bytes(); }
+  // The limit this side announces (and applies once the handshake is done).
+  uint64_t max_payload_bytes() const { return max_payload_; }
+  // The limit reads apply now: min(n, max_payload_bytes()). net::handshake lowers it to the HELLO's real
+  // maximum (proto::kMaxHelloPayloadBytes) until the peer is accepted, so a peer that has not completed
+  // the handshake can make us hold at most that many payload bytes, whatever our frame limit.
+  void limit_reads(uint64_t n) { decoder_.set_max_payload_bytes(std::min(n, max_payload_)); }
+  uint64_t read_limit() const { return decoder_.max_payload_bytes(); }
   // The peer's announced receive limit; until the handshake sets it, assumed equal to ours.
   uint64_t peer_max_payload_bytes() const { return peer_max_payload_; }
   void set_peer_max_payload_bytes(uint64_t n) { peer_max_payload_ = n; }
@@ -73,6 +80,7 @@ class FrameConnection {
   std::mutex write_mu_;
   std::condition_variable write_cv_;
   bool writing_ = false;  // guarded by write_mu_
+  uint64_t max_payload_;
   std::atomic<uint64_t> peer_max_payload_;
   std::atomic<bool> write_broken_{false};
   std::atomic<bool> read_broken_{false};

@@ -26,9 +26,15 @@ void StreamServer::reap_finished() {
 
 void StreamServer::accept_loop() {
   while (!stopping_) {
-    NetResult<std::unique_ptr<ByteStream>> s = acceptor_->accept(kNoDeadline);
+    // A bounded wait, so that finished threads are joined even when no connection comes after them.
+    NetResult<std::unique_ptr<ByteStream>> s = acceptor_->accept(deadline_in(std::chrono::seconds(1)));
     if (!s) {
       if (s.error().kind == NetErrorKind::CLOSED) return;
+      if (s.error().kind == NetErrorKind::TIMEOUT) {
+        std::lock_guard lock(mu_);
+        reap_finished();
+        continue;
+      }
       // Out of file descriptors and the like: back off briefly rather than spin, and keep serving.
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
@@ -36,6 +42,7 @@ void StreamServer::accept_loop() {
     std::lock_guard lock(mu_);
     reap_finished();
     if (stopping_ || connections_.size() >= options_.max_connections) {
+      if (!stopping_ && options_.on_refused) options_.on_refused(**s);
       (*s)->close();
       ++stats_.refused_over_limit;
       continue;
@@ -54,8 +61,16 @@ void StreamServer::accept_loop() {
         std::lock_guard lock(mu_);
         ++stats_.handler_exceptions;
       }
-      c->stream->close();
-      c->done = true;
+      // Destroyed here, not at the next reap: a peer that is gone must not keep a file descriptor open
+      // until another connection happens to arrive (connection churn would pile them up).
+      std::unique_ptr<ByteStream> finished;
+      {
+        std::lock_guard lock(mu_);
+        finished = std::move(c->stream);
+        c->done = true;
+      }
+      finished->close();
+      finished.reset();
     });
   }
 }
@@ -67,7 +82,8 @@ void StreamServer::stop() {
   std::list<std::unique_ptr<Connection>> all;
   {
     std::lock_guard lock(mu_);
-    for (auto& c : connections_) c->stream->close();  // wakes handlers blocked in read or write
+    for (auto& c : connections_)
+      if (c->stream) c->stream->close();  // wakes handlers blocked in read or write
     all.swap(connections_);
   }
   for (auto& c : all) c->thread.join();

@@ -10,8 +10,11 @@
 //   server.stop();   // closes the acceptor and every live connection, joins every thread
 //
 // The handler owns nothing: the server keeps each stream until its thread has finished, so stop() can
-// close streams that handlers are blocked on. Connections beyond max_connections are closed at once and
-// counted. (The worker's `serve` is a handler; tests run the same server over a PipeHub.)
+// close streams that handlers are blocked on; a stream is destroyed (its file descriptor released) as soon
+// as its handler returns, not when the next connection arrives. Connections beyond max_connections get
+// `on_refused` (a non-blocking last word, e.g. a REFUSE) and are closed at once and counted. Per-address
+// and pre-authentication limits are the handler's, through net::Admission (net/admission.h). (The worker's
+// `serve` is a handler; tests run the same server over a PipeHub.)
 #pragma once
 
 #include <atomic>
@@ -26,7 +29,10 @@
 namespace essaim::net {
 
 struct ServerOptions {
-  size_t max_connections = 256;
+  // A backstop on threads: admission (the handler's) keeps the real limits, below this.
+  size_t max_connections = 512;
+  // Called for a connection refused over max_connections, before it is closed; must not block.
+  std::function<void(ByteStream&)> on_refused{};
 };
 
 class StreamServer {

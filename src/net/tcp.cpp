@@ -58,7 +58,8 @@ std::string endpoint_name(const tcp::endpoint& ep) {
 
 // ---- TcpStream ----------------------------------------------------------------------------------------
 
-TcpStream::TcpStream(int fd, std::string peer_name) : fd_(fd), peer_(std::move(peer_name)) {
+TcpStream::TcpStream(int fd, std::string peer_name, std::string peer_address)
+    : fd_(fd), peer_(std::move(peer_name)), address_(std::move(peer_address)) {
   ESSAIM_CHECK(fd_ >= 0);
   int flags = ::fcntl(fd_, F_GETFL, 0);
   ESSAIM_CHECK(flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK) == 0);
@@ -249,7 +250,8 @@ NetResult<std::unique_ptr<ByteStream>> TcpListener::accept(Deadline deadline) {
     if (!ec) {
       int fd = socket.release(ec);
       if (ec) return net_error(NetErrorKind::IO, "accepting: " + ec.message());
-      return std::unique_ptr<ByteStream>(std::make_unique<TcpStream>(fd, endpoint_name(peer)));
+      return std::unique_ptr<ByteStream>(
+          std::make_unique<TcpStream>(fd, endpoint_name(peer), peer.address().to_string()));
     }
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       Wait w = wait_fd(impl_->acceptor.native_handle(), POLLIN, deadline, impl_->wake[0]);

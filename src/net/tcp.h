@@ -26,7 +26,7 @@ namespace essaim::net {
 class TcpStream : public ByteStream {
  public:
   // Takes ownership of a connected socket; sets it non-blocking.
-  TcpStream(int fd, std::string peer_name);
+  TcpStream(int fd, std::string peer_name, std::string peer_address = {});
   ~TcpStream() override;
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -35,12 +35,14 @@ class TcpStream : public ByteStream {
   NetStatus write_all(std::span<const uint8_t> bytes, Deadline deadline) override;
   void close() override;
   std::string peer_name() const override { return peer_; }
+  std::string peer_address() const override { return address_.empty() ? peer_ : address_; }
 
   bool no_delay() const;  // TCP_NODELAY as the kernel reports it
 
  private:
   int fd_;
   std::string peer_;
+  std::string address_;
   std::atomic<bool> closed_{false};
 };
 

@@ -104,6 +104,8 @@ class FrameDecoder {
   // True between frames (no partial header or payload buffered): a stream that ends here ended cleanly.
   bool at_boundary() const { return state_ == State::HEADER && header_fill_ == 0; }
   uint64_t max_payload_bytes() const { return max_payload_; }
+  // Applies from the next frame header on (a frame being read keeps the limit it was checked against).
+  void set_max_payload_bytes(uint64_t n) { max_payload_ = n; }
 
  private:
   enum class State : uint8_t { HEADER, PAYLOAD, READY, FAILED };

@@ -39,6 +39,7 @@ std::optional<Refuse> check_hello(const Hello& mine, const Hello& theirs, const 
                                             " bytes; the protocol needs at least " +
                                             std::to_string(kMinMaxPayloadBytes));
   }
+  if (policy.check_peer) return policy.check_peer(theirs);
   return std::nullopt;
 }
 

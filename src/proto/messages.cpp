@@ -59,6 +59,7 @@ void put(WireWriter& w, const Hello& m) {
     w.u32(h.layer);
     w.u32(h.first_expert);
     w.u32(h.expert_count);
+    w.bytes(h.sha256);
   }
 }
 void put(WireWriter&, const HelloAck&) {}
@@ -102,7 +103,7 @@ ProtoResult<Message> get_hello(WireReader& r) {
   if (!r.u32(magic)) return truncated("HELLO magic");
   if (magic != kHelloMagic) return err(ProtoErrorKind::BAD_MAGIC, "HELLO does not start with \"ESSM\"");
   if (!r.u16(m.version)) return truncated("HELLO version");
-  // The magic and version prefix is frozen across versions; what follows is v1's layout, which a peer
+  // The magic and version prefix is frozen across versions; what follows is this version's layout, which a peer
   // of another version may not share. The caller refuses on the version alone.
   if (m.version != kProtocolVersion) return Message(std::move(m));
   uint8_t role = 0;
@@ -121,13 +122,16 @@ ProtoResult<Message> get_hello(WireReader& r) {
   if (!read_str(r, m.label, kMaxLabelBytes, "HELLO label", e)) return e;
   uint32_t n = 0;
   if (!r.u32(n)) return truncated("HELLO holding count");
-  if (!r.fits(n, 12)) {
+  if (!r.fits(n, kHoldingWireBytes)) {
     return err(ProtoErrorKind::TRUNCATED, "HELLO declares " + std::to_string(n) + " holdings but only " +
                                               std::to_string(r.remaining()) + " bytes follow");
   }
   m.holdings.resize(n);
   for (Holding& h : m.holdings) {
-    (void)(r.u32(h.layer) && r.u32(h.first_expert) && r.u32(h.expert_count));  // fits() checked above
+    std::span<const uint8_t> digest;
+    (void)(r.u32(h.layer) && r.u32(h.first_expert) && r.u32(h.expert_count) &&
+           r.view(h.sha256.size(), digest));  // fits() checked above
+    std::memcpy(h.sha256.data(), digest.data(), digest.size());
     if (h.expert_count == 0 || uint64_t(h.first_expert) + h.expert_count > (uint64_t(1) << 32)) {
       return err(ProtoErrorKind::BAD_VALUE, "HELLO holding of layer " + std::to_string(h.layer) +
                                                 " has an empty or wrapping expert range");
@@ -248,6 +252,8 @@ std::string_view refuse_reason_name(RefuseReason r) {
     case RefuseReason::ROLE: return "ROLE";
     case RefuseReason::LIMITS: return "LIMITS";
     case RefuseReason::BAD_HELLO: return "BAD_HELLO";
+    case RefuseReason::WEIGHTS: return "WEIGHTS";
+    case RefuseReason::BUSY: return "BUSY";
     case RefuseReason::COUNT: break;
   }
   return "?";
@@ -327,7 +333,7 @@ uint64_t message_payload_bytes(const Message& m) {
     decltype(text)& t;
     uint64_t operator()(const Hello& h) const {
       return 4 + 2 + 1 + 4 + 2 + h.fingerprint.isa_class.size() + 32 + 8 + 2 + h.label.size() + 4 +
-             12 * uint64_t(h.holdings.size());
+             kHoldingWireBytes * uint64_t(h.holdings.size());
     }
     uint64_t operator()(const HelloAck&) const { return 0; }
     uint64_t operator()(const Refuse& r) const { return 1 + t(r.message); }

@@ -1,4 +1,4 @@
-// The messages of the expert protocol, v1 (docs/protocol.md has every byte). One message per frame; the
+// The messages of the expert protocol, v2 (docs/protocol.md has every byte). One message per frame; the
 // frame type names the message. Encoders trust their input (our own code built it: inconsistent counts
 // trip ESSAIM_CHECK); decoders trust nothing and return a typed ProtoError.
 //
@@ -28,7 +28,7 @@
 
 namespace essaim::proto {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 // First four payload bytes of every HELLO: "ESSM".
 inline constexpr uint32_t kHelloMagic = 0x4D535345;
 static_assert(kHelloMagic == ('E' | 'S' << 8 | 'S' << 16 | 'M' << 24));
@@ -37,6 +37,10 @@ static_assert(kHelloMagic == ('E' | 'S' << 8 | 'S' << 16 | 'M' << 24));
 inline constexpr size_t kMaxIsaClassBytes = 64;
 inline constexpr size_t kMaxLabelBytes = 256;
 inline constexpr size_t kMaxReasonBytes = 4096;
+// The largest HELLO payload a peer reads before the handshake has completed (docs/protocol.md, "Limits"):
+// a real HELLO is ~100 bytes plus 44 per holding, so an unauthenticated peer can make a node hold at most
+// this much of its bytes. A worker with more holdings than fit is refused at start, not at handshake.
+inline constexpr uint64_t kMaxHelloPayloadBytes = 64 << 10;
 // Request id 0 is never used for a request: an ERROR with id 0 is about the connection, not a request.
 inline constexpr uint64_t kNoRequestId = 0;
 
@@ -58,13 +62,19 @@ struct BuildFingerprint {
 using ModelId = std::array<uint8_t, 32>;
 std::string model_id_hex(const ModelId& id);
 
-// Experts [first_expert, first_expert + expert_count) of one layer.
+// SHA-256 of the bytes a holding computes with (gguf/expert_digest.h): the identity of the weights
+// themselves, where ModelId only names the layout.
+using ContentDigest = std::array<uint8_t, 32>;
+
+// Experts [first_expert, first_expert + expert_count) of one layer, and the digest of their bytes.
 struct Holding {
   uint32_t layer = 0;
   uint32_t first_expert = 0;
   uint32_t expert_count = 0;
+  ContentDigest sha256{};  // holding digest: SHA-256 over the experts' own digests, in expert order
   bool operator==(const Holding&) const = default;
 };
+inline constexpr uint64_t kHoldingWireBytes = 4 + 4 + 4 + 32;  // layer, first, count, sha256
 
 struct Hello {
   uint16_t version = kProtocolVersion;  // a HELLO of another version is decoded up to here only
@@ -88,9 +98,12 @@ enum class RefuseReason : uint8_t {
   ROLE = 4,         // two backbones or two workers
   LIMITS = 5,       // a frame limit too small to work with
   BAD_HELLO = 6,    // the first frame was not a well-formed HELLO
-  COUNT = 7,
+  WEIGHTS = 7,      // v2: a holding's content digest differs from the backbone's bytes for those experts
+  BUSY = 8,         // v2: admission limits (too many connections, from this address or in all)
+  COUNT = 9,
 };
-static_assert(uint8_t(RefuseReason::VERSION) == 1 && uint8_t(RefuseReason::BAD_HELLO) == 6);
+static_assert(uint8_t(RefuseReason::VERSION) == 1 && uint8_t(RefuseReason::BAD_HELLO) == 6 &&
+              uint8_t(RefuseReason::WEIGHTS) == 7 && uint8_t(RefuseReason::BUSY) == 8);
 std::string_view refuse_reason_name(RefuseReason r);
 
 struct Refuse {

@@ -57,7 +57,8 @@ Result<Vocab> vocab_from_gguf(const GgufFile& file) {
   if (model == nullptr) return Status::error("missing required key tokenizer.ggml.model");
   if (model->type != GgufValueType::STRING) return wrong_type("tokenizer.ggml.model", "STRING", *model);
   if (model->str != "gpt2") {
-    return Status::error("tokenizer.ggml.model is '" + model->str + "': only gpt2 (byte-level BPE) is supported");
+    return Status::error("tokenizer.ggml.model is " + gguf_quote_string(model->str) +
+                         ": only gpt2 (byte-level BPE) is supported");
   }
   vocab.model = model->str;
 

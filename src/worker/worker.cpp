@@ -64,7 +64,10 @@ struct Worker::Job {
 };
 
 Worker::Worker(const WorkerState& state, WorkerOptions options)
-    : state_(state), options_(std::move(options)), pool_(pool_options(options_)) {
+    : state_(state),
+      options_(std::move(options)),
+      admission_(options_.admission, options_.log),
+      pool_(pool_options(options_)) {
   options_.max_payload_bytes = std::max(options_.max_payload_bytes, proto::kMinMaxPayloadBytes);
   options_.max_in_flight = std::max<size_t>(options_.max_in_flight, 1);
 }
@@ -82,13 +85,44 @@ void Worker::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+WorkerStats Worker::stats() const {
+  WorkerStats s = counters_.snapshot();
+  s.admission = admission_.counters();
+  return s;
+}
+
+void Worker::refuse_over_capacity(net::ByteStream& stream) {
+  const std::string why = "the worker serves its maximum number of connections; try again later";
+  FrameConnection c(stream, {.max_payload_bytes = options_.max_payload_bytes});
+  (void)c.send(proto::Refuse{proto::RefuseReason::BUSY, why}, net::Clock::now());  // never waits
+  admission_.note_refused(stream.peer_address(), why);
+}
+
 void Worker::serve_connection(net::ByteStream& stream) {
   count(counters_.connections);
   FrameConnection c(stream, {.max_payload_bytes = options_.max_payload_bytes});
+  // Declared after c: the eviction callback uses c, and the ticket's destructor waits for any callback.
+  std::unique_ptr<net::Admission::Ticket> ticket =
+      admission_.admit(stream.peer_address(), [&c](const std::string& why) {
+        (void)c.send(proto::Refuse{proto::RefuseReason::BUSY, why}, net::Clock::now());  // never waits
+        c.close();  // wakes the handshake
+      });
+  proto::HandshakePolicy policy = options_.policy;
+  policy.check_peer = [&ticket, theirs = std::move(policy.check_peer)](
+                          const proto::Hello& h) -> std::optional<proto::Refuse> {
+    if (theirs)
+      if (std::optional<proto::Refuse> r = theirs(h)) return r;
+    if (std::optional<std::string> no = ticket->authenticate()) return proto::Refuse{proto::RefuseReason::BUSY, *no};
+    return std::nullopt;
+  };
   net::NetResult<proto::Hello> peer =
-      net::handshake(c, hello(), net::deadline_in(options_.handshake_timeout), options_.policy);
+      net::handshake(c, hello(), net::deadline_in(options_.handshake_timeout), policy);
   if (!peer) {
-    if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse) {
+    if (ticket->evicted()) {
+      // Counted by admission; the handshake then failed on the closed stream (possibly as a "refusal" of
+      // the half frame it had read), which is not the peer's refusal or ours.
+      count(counters_.handshakes_failed);
+    } else if (peer.error().kind == net::NetErrorKind::REFUSED && peer.error().refuse) {
       count(counters_.handshakes_refused[size_t(*peer.error().refuse)]);
       log("handshake with " + stream.peer_name() + " refused (" +
           std::string(proto::refuse_reason_name(*peer.error().refuse)) + "): " + peer.error().message);

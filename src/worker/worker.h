@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 
+#include "net/admission.h"
 #include "net/byte_stream.h"
 #include "proto/handshake.h"
 #include "worker/compute_pool.h"
@@ -52,7 +53,10 @@ struct WorkerOptions {
   uint64_t max_payload_bytes = kWorkerDefaultMaxPayloadBytes;  // largest frame accepted (>= 64 KiB)
   size_t max_in_flight = 16;          // per connection: requests queued, computing or being written
   uint64_t max_pending_bytes = 16ull << 20;  // worker-wide memory of requests in flight (one always fits)
-  std::chrono::milliseconds handshake_timeout{10'000};
+  // A peer has this long to complete the handshake; until then it is unauthenticated: its frames are held
+  // to proto::kMaxHelloPayloadBytes and it may be evicted by newer connections (net/admission.h).
+  std::chrono::milliseconds handshake_timeout{5'000};
+  net::AdmissionLimits admission{};
   std::chrono::milliseconds write_timeout{30'000};  // a peer that reads nothing for this long is dropped
   std::chrono::milliseconds idle_timeout{600'000};  // no whole frame for this long: GOODBYE; 0 = never
   proto::HandshakePolicy policy{};
@@ -76,7 +80,9 @@ class Worker {
   // (StreamServer::stop does that); then closes the stream. Call from one thread per connection.
   void serve_connection(net::ByteStream& stream);
 
-  WorkerStats stats() const { return counters_.snapshot(); }
+  WorkerStats stats() const;
+  // For StreamServer's on_refused: a REFUSE BUSY written without waiting, counted as a refusal.
+  void refuse_over_capacity(net::ByteStream& stream);
   const WorkerState& state() const { return state_; }
   const WorkerOptions& options() const { return options_; }
   proto::Hello hello() const;  // what serve_connection announces (max_payload_bytes = the frame limit)
@@ -100,6 +106,7 @@ class Worker {
   const WorkerState& state_;
   WorkerOptions options_;
   WorkerCounters counters_;
+  net::Admission admission_;
   std::mutex budget_mu_;
   uint64_t pending_bytes_ = 0;  // guarded by budget_mu_
   ComputePool pool_;            // last: its lanes stop before anything they use goes away

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "gguf/expert_digest.h"
 #include "kernels/kernel_traits.h"
 
 namespace essaim::worker {
@@ -60,14 +61,24 @@ Result<WorkerState> WorkerState::from_slices(std::vector<ExpertSlice> slices) {
       return Status::error(name + ": cut from model " + digest_hex(s.source_model()) + ", but " +
                            slices.front().gguf().path() + " from model " + digest_hex(w.model_) +
                            "; one worker serves one model");
+    // The bytes must be the ones the slice was cut with: the digests go into the HELLO, and a backbone
+    // refuses holdings whose digests are not those of its own bytes (docs/protocol.md, WEIGHTS).
+    ESSAIM_RETURN_IF_ERROR(s.verify_digests());
     for (const MoeLayer& l : s.layers()) {
       Result<ExpertLayer> el = expert_layer_of(s, l);
       if (!el) return el.status().with_context(name);
       // ExpertStore::add validates the views and refuses ranges that overlap one already held.
       ESSAIM_RETURN_IF_ERROR(w.store_.add(int32_t(l.layer), *el).with_context(name));
-      w.holdings_.push_back({.layer = l.layer, .first_expert = s.expert_first(), .expert_count = s.expert_count()});
+      const Sha256Digest digest = holding_digest(s.recorded_digests(l.layer));
+      w.holdings_.push_back({.layer = l.layer, .first_expert = s.expert_first(), .expert_count = s.expert_count(),
+                             .sha256 = digest});
     }
   }
+  // A HELLO must fit the peers' pre-handshake limit; say so now rather than fail every handshake.
+  if (proto::message_payload_bytes(w.hello(std::string(proto::kMaxLabelBytes, 'x'))) > proto::kMaxHelloPayloadBytes)
+    return Status::error(std::to_string(w.holdings_.size()) + " holdings (one per slice and layer) do not fit a " +
+                         std::to_string(proto::kMaxHelloPayloadBytes) +
+                         "-byte HELLO; serve fewer slices per worker, or slices of more experts");
   w.slices_ = std::move(slices);
   return w;
 }

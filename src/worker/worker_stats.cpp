@@ -43,6 +43,7 @@ std::string WorkerStats::to_json() const {
   j["bytes_in"] = bytes_in;
   j["bytes_out"] = bytes_out;
   j["compute_seconds"] = double(compute_ns) * 1e-9;
+  j["admission"] = nlohmann::ordered_json::parse(admission.to_json());
   return j.dump();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "net/admission.h"
 #include "proto/messages.h"
 
 namespace essaim::worker {
@@ -31,6 +32,7 @@ struct WorkerStats {
   uint64_t bytes_in = 0;              // frame bytes received after the handshake, headers included
   uint64_t bytes_out = 0;             // frame bytes sent after the handshake, headers included
   uint64_t compute_ns = 0;            // time spent computing responses, summed over lanes
+  net::AdmissionCounters admission{};  // connections admitted, evicted, refused (net/admission.h)
 
   uint64_t error_count(proto::ErrorCode c) const { return errors[size_t(c)]; }
   std::string to_json() const;

@@ -186,7 +186,7 @@ TEST_P(FrameConnectionTest, HandshakeMismatchesAreRefusedOnBothSidesWithTheReaso
     proto::RefuseReason reason;
   };
   const Case cases[] = {
-      {"version", [](proto::Hello& h) { h.version = 2; }, proto::RefuseReason::VERSION},
+      {"version", [](proto::Hello& h) { h.version = proto::kProtocolVersion + 1; }, proto::RefuseReason::VERSION},
       {"kernel abi", [](proto::Hello& h) { h.fingerprint.kernel_abi = 99; }, proto::RefuseReason::FINGERPRINT},
       {"model", [](proto::Hello& h) { h.model[0] ^= 1; }, proto::RefuseReason::MODEL},
       {"role", [](proto::Hello& h) { h.role = proto::Role::BACKBONE; }, proto::RefuseReason::ROLE},

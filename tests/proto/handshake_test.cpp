@@ -27,23 +27,47 @@ TEST(Handshake, CompatiblePeersAcceptEachOther) {
 
 TEST(Handshake, VersionMismatchRefused) {
   Pair p = compatible_pair();
-  p.worker.version = 2;
+  p.worker.version = kProtocolVersion + 1;
   std::optional<Refuse> r = check_hello(p.backbone, p.worker);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->reason, RefuseReason::VERSION);
-  EXPECT_NE(r->message.find("v2"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("v" + std::to_string(kProtocolVersion + 1)), std::string::npos) << r->message;
 }
 
 TEST(Handshake, FutureVersionHelloDecodesFarEnoughToRefuse) {
-  // A v2 HELLO: the frozen prefix (magic, version) followed by a layout v1 does not know.
-  std::vector<uint8_t> payload = {'E', 'S', 'S', 'M', 2, 0, 0xFF, 0xEE, 0xDD};
+  // A HELLO of the next version: the frozen prefix (magic, version) followed by a layout this one does not
+  // know; and one of v1, whose holdings carry no digests.
+  for (uint8_t v : {uint8_t(kProtocolVersion + 1), uint8_t(1)}) {
+  std::vector<uint8_t> payload = {'E', 'S', 'S', 'M', v, 0, 0xFF, 0xEE, 0xDD};
   ProtoResult<Message> m = decode_message(FrameType::HELLO, payload);
   ASSERT_TRUE(m) << m.error().message;
   const Hello& theirs = std::get<Hello>(*m);
-  EXPECT_EQ(theirs.version, 2);
+  EXPECT_EQ(theirs.version, v);
   std::optional<Refuse> r = check_hello(compatible_pair().backbone, theirs);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->reason, RefuseReason::VERSION);
+  }
+}
+
+TEST(Handshake, PeerCheckRunsLastAndItsRefusalIsSent) {
+  Pair p = compatible_pair();
+  int calls = 0;
+  HandshakePolicy policy{.check_peer = [&](const Hello& theirs) -> std::optional<Refuse> {
+    ++calls;
+    if (theirs.holdings.empty()) return std::nullopt;
+    return Refuse{RefuseReason::WEIGHTS, "holding of layer " + std::to_string(theirs.holdings[0].layer)};
+  }};
+  ASSERT_FALSE(p.worker.holdings.empty());
+  std::optional<Refuse> r = check_hello(p.backbone, p.worker, policy);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, RefuseReason::WEIGHTS);
+  EXPECT_EQ(calls, 1);
+  // Not called when an earlier check refuses.
+  p.worker.model[0] ^= 1;
+  r = check_hello(p.backbone, p.worker, policy);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, RefuseReason::MODEL);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(Handshake, KernelAbiMismatchRefused) {

@@ -143,7 +143,7 @@ TEST(Hostile, HelloFieldsValidated) {
 
   // A holding count that promises more than the payload holds.
   std::vector<uint8_t> many = good;
-  size_t count_at = good.size() - 4 - 12 * h.holdings.size();
+  size_t count_at = good.size() - 4 - kHoldingWireBytes * h.holdings.size();
   many[count_at + 3] = 0x7F;
   EXPECT_EQ(decode_error(FrameType::HELLO, many), ProtoErrorKind::TRUNCATED);
 

@@ -70,6 +70,28 @@ TEST(Messages, HelloBytesStartWithMagicAndVersion) {
   EXPECT_EQ(b[15], uint8_t(Role::BACKBONE));
 }
 
+TEST(Messages, HelloV2HoldingIsLayerFirstCountThenDigest) {
+  Hello h;
+  h.fingerprint = {.kernel_abi = 3, .isa_class = "avx2"};
+  h.max_payload_bytes = 1 << 20;
+  Holding one{.layer = 7, .first_expert = 32, .expert_count = 16};
+  for (size_t i = 0; i < one.sha256.size(); ++i) one.sha256[i] = uint8_t(0xA0 + i);
+  h.holdings = {one};
+  std::vector<uint8_t> b = encode_message(h);
+  const size_t fixed = 9 + 4 + 2 + 1 + 4 + 2 + 4 + 32 + 8 + 2 + 0;  // header .. label (empty)
+  ASSERT_EQ(b.size(), fixed + 4 + kHoldingWireBytes);
+  EXPECT_EQ(kHoldingWireBytes, 44u);
+  std::vector<uint8_t> tail = {1, 0, 0, 0, 7, 0, 0, 0, 32, 0, 0, 0, 16, 0, 0, 0};
+  for (uint8_t d : one.sha256) tail.push_back(d);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + long(fixed), b.end()), tail);
+  EXPECT_EQ(round_trip(h), Message(h));
+  // One byte short of the last digest: refused as truncated, nothing allocated past the bytes present.
+  std::vector<uint8_t> payload(b.begin() + 9, b.end() - 1);
+  ProtoResult<Message> m = decode_message(FrameType::HELLO, payload);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().kind, ProtoErrorKind::TRUNCATED);
+}
+
 TEST(Messages, ResponseKeepsEveryFloatBitPattern) {
   ExpertResponse r{.request_id = 9, .n_outputs = 2, .n_embd = 3, .outputs = {}};
   r.outputs = {-0.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity(),

@@ -17,7 +17,10 @@ inline Hello sample_hello(std::mt19937_64& rng, Role role) {
   h.max_payload_bytes = kDefaultMaxPayloadBytes;
   h.label = "node-" + std::to_string(rng() % 1000);
   if (role == Role::WORKER) {
-    for (uint32_t l = 0; l < 3; ++l) h.holdings.push_back({l, uint32_t(rng() % 128), uint32_t(1 + rng() % 64)});
+    for (uint32_t l = 0; l < 3; ++l) {
+      h.holdings.push_back({l, uint32_t(rng() % 128), uint32_t(1 + rng() % 64)});
+      for (uint8_t& b : h.holdings.back().sha256) b = uint8_t(rng());
+    }
   }
   return h;
 }

@@ -86,7 +86,8 @@ TEST_F(HostileSlice, WrongValuesAreRefused) {
   const auto i32 = [](int64_t v) { GgufValue x; x.type = GgufValueType::INT32; x.i = v; return x; };
   const Case cases[] = {
       {"general.architecture", str("qwen3moe"), "not an essaim expert slice (general.architecture is 'qwen3moe'"},
-      {kSliceKeyVersion, u32(2), "slice format version 2 is not supported"},
+      {kSliceKeyVersion, u32(3), "slice format version 3 is not supported"},
+      {kSliceKeyVersion, u32(1), "slice format 1 (cut by an older essaim) records no expert digests"},
       {kSliceKeyLayerFirst, i32(0), "essaim.slice.layer_first is INT32, expected UINT32"},
       {kSliceKeyLayerFirst, str("0"), "is STRING, expected UINT32"},
       {kSliceKeySourceModel, str("abc"), "is not 64 hex digits"},
@@ -111,6 +112,40 @@ TEST_F(HostileSlice, WrongValuesAreRefused) {
   OutFile big = good_;
   *kv(big, kSliceKeySourceBlockCount) = u32(UINT32_MAX);
   EXPECT_EQ(open_error(big), "");
+}
+
+TEST_F(HostileSlice, ExpertDigestsAreCheckedThenTheBytesVerifiedAgainstThem) {
+  OutFile short_list = good_;
+  kv(short_list, kSliceKeyExpertSha256)->strs.pop_back();
+  EXPECT_NE(open_error(short_list).find("essaim.slice.expert_sha256 holds"), std::string::npos) << open_error(short_list);
+  OutFile not_hex = good_;
+  kv(not_hex, kSliceKeyExpertSha256)->strs[1] = std::string(64, 'g');
+  EXPECT_NE(open_error(not_hex).find("essaim.slice.expert_sha256[1] is not 64 hex digits"), std::string::npos);
+
+  // One flipped bit in the last expert's down slab: the file opens (a structural check), and the digest
+  // check names the expert and the layer.
+  OutFile flipped = good_;
+  OutTensor& down = flipped.tensors.back();
+  std::vector<uint8_t> bytes(down.bytes.begin(), down.bytes.end());
+  bytes.back() ^= 0x01;
+  down.bytes = bytes;
+  const std::string path = dir_ + "/flipped.gguf";
+  ASSERT_TRUE(write_out_file(flipped, path, /*hash=*/false));
+  Result<ExpertSlice> s = ExpertSlice::open(path);
+  ASSERT_TRUE(s) << s.status().message();
+  const uint32_t last_expert = s->expert_first() + s->expert_count() - 1;
+  const std::string layer = down.name.substr(4, down.name.find('.', 4) - 4);  // "blk.<layer>.ffn_..."
+  Status v = s->verify_digests();
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.message().find("the bytes of expert " + std::to_string(last_expert) + " of layer " + layer + " hash to"),
+            std::string::npos)
+      << v.message();
+  EXPECT_NE(v.message().find("damaged or was altered"), std::string::npos) << v.message();
+  Result<ExpertSlice> good = ExpertSlice::open(dir_ + "/case.gguf");
+  ASSERT_TRUE(open_error(good_).empty());
+  good = ExpertSlice::open(dir_ + "/case.gguf");
+  ASSERT_TRUE(good);
+  EXPECT_TRUE(good->verify_digests()) << good->verify_digests().message();
 }
 
 TEST_F(HostileSlice, TensorsMustBeExactlyTheDeclaredExperts) {

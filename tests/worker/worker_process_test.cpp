@@ -169,7 +169,14 @@ TEST_P(WorkerProcessTest, AnswersOverTcpBitForBitAndStopsOnSigterm) {
   net::NetResult<proto::Hello> peer = net::net_error(net::NetErrorKind::IO, "not connected");
   std::unique_ptr<net::FrameConnection> c = tcp_backbone(w.port, m.moe.source_model, &peer);
   ASSERT_TRUE(peer.is_ok()) << peer.error().message;
-  EXPECT_EQ(peer->holdings, (std::vector<proto::Holding>{{first, 0, X / 2}, {last, X / 2, X - X / 2}}));
+  ASSERT_EQ(peer->holdings.size(), 2u);
+  const std::vector<proto::Holding> want = {{first, 0, X / 2}, {last, X / 2, X - X / 2}};
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(peer->holdings[i].layer, want[i].layer);
+    EXPECT_EQ(peer->holdings[i].first_expert, want[i].first_expert);
+    EXPECT_EQ(peer->holdings[i].expert_count, want[i].expert_count);
+    EXPECT_NE(peer->holdings[i].sha256, proto::ContentDigest{});  // the slice's content digest
+  }
   EXPECT_EQ(peer->fingerprint, build_fingerprint());
 
   std::mt19937_64 rng(314);
