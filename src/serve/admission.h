@@ -1,6 +1,9 @@
 // What the HTTP listener admits, in one place: size limits, deadlines, the connection cap and the API key
-// check. (The worker's listener will share one admission layer with this one later; until then these are
-// the serve listener's own.) Values and the status each refusal gets: docs/serve.md "Limits".
+// check. Connections also go through the admission layer every listener shares (net::Admission, as the
+// expert worker's): per-address and pre-authentication caps, where a flood of connections that never send
+// a valid request evicts its own oldest members instead of locking real clients out. A connection counts
+// as authenticated once it sends a complete request with a valid key (any complete request when no key
+// is configured). Values and the status each refusal gets: docs/serve.md "Limits".
 //
 //   AdmissionLimits limits;                       // defaults below
 //   if (!api_key_ok(limits.api_key, req[http::field::authorization])) reply 401
@@ -22,6 +25,11 @@ struct AdmissionLimits {
   std::chrono::milliseconds write_deadline{30'000};  // each write to the client, else the client is dropped
   std::chrono::milliseconds idle_deadline{60'000};   // between keep-alive requests
   std::string api_key;                     // empty: no key needed
+  // Connections that have not yet sent a complete request with a valid key: capped per source address and
+  // in all; past a cap the oldest such connection is evicted (503, closed). Authenticated connections are
+  // capped by max_connections.
+  size_t max_unauthenticated = 64;
+  size_t max_unauthenticated_per_address = 16;
 };
 
 // True when no key is configured, or `authorization` is "Bearer <key>" (compared in constant time).

@@ -3,7 +3,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -51,6 +53,8 @@ HttpReply error_reply(int status, std::string message, std::string code) {
 }  // namespace
 
 struct HttpServer::Impl {
+  // Declared before the io_context: sessions (destroyed with its pending handlers) hold tickets of it.
+  std::unique_ptr<net::Admission> admission;
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   AdmissionLimits limits;
@@ -89,7 +93,21 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   ~Session() { --server_.connections; }
 
-  void start() { read_request(); }
+  // Takes an admission ticket (which may evict an older unauthenticated connection), then reads.
+  void start() {
+    beast::error_code ec;
+    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+    std::weak_ptr<Session> weak = shared_from_this();
+    asio::any_io_executor ex = stream_.get_executor();
+    // The eviction callback runs under the admission lock on another connection's thread: it only posts.
+    ticket_ = server_.admission->admit(ec ? std::string("?") : peer.address().to_string(),
+                                       [weak, ex](const std::string& why) {
+                                         asio::post(ex, [weak, why] {
+                                           if (auto s = weak.lock()) s->evict(why);
+                                         });
+                                       });
+    read_request();
+  }
 
   // Everything below runs on the session's strand.
   // `generation` names the request: a late call for a request already answered (keep-alive moved on) is dropped.
@@ -109,6 +127,17 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     on_disconnect_ = std::move(f);
+  }
+  // Evicted by the admission layer (too many unauthenticated connections): a short 503 written without
+  // waiting (it fits any socket buffer), then closed. An authenticated connection is never evicted.
+  void evict(const std::string& why) {
+    if (closed_ || authenticated_) return;
+    const std::string bytes =
+        serialize(error_reply(503, "connection closed to admit others: " + why, "too_many_connections"), false, false);
+    beast::error_code ignored;
+    stream_.socket().non_blocking(true, ignored);
+    stream_.socket().write_some(asio::buffer(bytes), ignored);
+    close();
   }
   bool keep_alive() const { return keep_alive_; }
   asio::any_io_executor executor() { return stream_.get_executor(); }
@@ -161,6 +190,15 @@ class Session : public std::enable_shared_from_this<Session> {
       return refuse(error_reply(400, "unreadable HTTP request: " + ec.message(), "bad_http"));
     }
     ++requests_;
+    const beast::string_view authorization = parser_->get()[http::field::authorization];
+    if (!authenticated_ &&
+        api_key_ok(server_.limits.api_key, std::string_view(authorization.data(), authorization.size()))) {
+      if (std::optional<std::string> no = ticket_->authenticate()) {
+        ++server_.refused_requests;
+        return refuse(error_reply(503, *no, "too_many_connections"));
+      }
+      authenticated_ = true;
+    }
     http::request<http::string_body> req = parser_->release();
     keep_alive_ = req.keep_alive();
     HttpRequestView view{.method = std::string(req.method_string()), .target = std::string(req.target()),
@@ -250,6 +288,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   HttpServer::Impl& server_;
+  std::unique_ptr<net::Admission::Ticket> ticket_;  // released with the session
+  bool authenticated_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> out_;
@@ -317,6 +357,13 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, AdmissionLimits limits,
                                                        HttpHandler handler, int io_threads) {
   auto impl = std::make_unique<Impl>();
+  const size_t cap = size_t(std::max<int32_t>(limits.max_connections, 1));
+  impl->admission = std::make_unique<net::Admission>(
+      net::AdmissionLimits{.max_unauthenticated = limits.max_unauthenticated,
+                           .max_unauthenticated_per_address = limits.max_unauthenticated_per_address,
+                           .max_authenticated = cap,
+                           .max_authenticated_per_address = cap},
+      [](const std::string& line) { std::fprintf(stderr, "essaim serve: %s\n", line.c_str()); });
   impl->limits = std::move(limits);
   impl->handler = std::move(handler);
   beast::error_code ec;
@@ -354,7 +401,7 @@ HttpServer::~HttpServer() { stop(); }
 HttpServerStats HttpServer::stats() const {
   return {.connections = impl_->connections.load(), .connections_total = impl_->connections_total.load(),
           .refused_connections = impl_->refused_connections.load(), .refused_requests = impl_->refused_requests.load(),
-          .disconnects = impl_->disconnects.load()};
+          .disconnects = impl_->disconnects.load(), .admission = impl_->admission->counters()};
 }
 
 }  // namespace essaim::serve

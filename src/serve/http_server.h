@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "net/admission.h"
 #include "serve/admission.h"
 
 namespace essaim::serve {
@@ -61,6 +62,7 @@ struct HttpServerStats {
   uint64_t refused_connections = 0;   // over the cap
   uint64_t refused_requests = 0;      // 400/413/431 decided by the listener
   uint64_t disconnects = 0;           // clients gone before their response was complete
+  net::AdmissionCounters admission;   // the shared admission layer's counters (evictions, refusals, live)
 };
 
 class HttpServer {

@@ -45,6 +45,8 @@ class MetricsText {
   void sample(std::string_view name, const MetricLabels& labels, double value);
   // family + the _bucket/_sum/_count samples.
   void histogram(std::string_view name, std::string_view help, const Histogram& h, const MetricLabels& labels = {});
+  // Lines already in the exposition format (e.g. net::AdmissionCounters::to_prometheus).
+  void append_raw(std::string_view lines) { out_ += lines; }
   const std::string& text() const { return out_; }
 
  private:

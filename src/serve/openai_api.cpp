@@ -290,6 +290,7 @@ std::string ServeApi::metrics_text() const {
     m.sample("essaim_serve_http_refused_total", {}, double(h.refused_requests));
     m.family("essaim_serve_client_disconnects_total", "counter", "Clients gone before their answer was complete");
     m.sample("essaim_serve_client_disconnects_total", {}, double(h.disconnects));
+    m.append_raw(h.admission.to_prometheus("essaim_serve"));
   }
   if (!ready_.load()) return m.text();
   const SchedulerStats s = model_.scheduler->stats();

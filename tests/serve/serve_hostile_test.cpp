@@ -3,6 +3,10 @@
 // error value (an OpenAI error object where there is an answer) and the server keeps serving.
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
+#include <cstdio>
+#include <map>
+
 #include "serve/admission.h"
 #include "serve/api_request.h"
 #include "serve/metrics_text.h"
@@ -168,6 +172,72 @@ TEST(ServeHostileHttp, GarbageTruncatedSlowAndHugeRequests) {
   // Still serving.
   EXPECT_EQ(http_call(port, "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})").status, 200);
   EXPECT_EQ(server->api().outcome_count("length") + server->api().outcome_count("stop"), 2u);
+}
+
+
+// The shared admission layer (net::Admission): 120 connections from one address that never send a complete
+// request (idle, or dribbling almost-full headers) cannot lock out a real client. Past 16 unauthenticated
+// connections of the address, the oldest are evicted with a 503; a real request is still answered at once,
+// the evictions are counted in /metrics, and the flood costs little memory.
+long rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
+TEST(ServeHostileHttp, AFloodOfUnauthenticatedConnectionsCannotLockOutAClient) {
+  // A connection cap below the flood: without eviction the flood alone would fill it.
+  auto server = start_server({.parallel = 1, .api_key = "k", .max_connections = 64});
+  ASSERT_TRUE(server);
+  const uint16_t port = server->port();
+  const std::map<std::string, std::string> key = {{"Authorization", "Bearer k"}};
+  ASSERT_EQ(http_call(port, "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":1})", key).status, 200);
+  const long rss_before = rss_kib();
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>> flood;
+  const std::string almost_full_headers =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(15000, 'a');  // under 16 KiB, unfinished
+  for (int i = 0; i < 120; ++i) {
+    auto sock = std::make_unique<boost::asio::ip::tcp::socket>(io);
+    boost::system::error_code ec;
+    sock->connect({boost::asio::ip::make_address("127.0.0.1"), port}, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    if (i % 2 == 1) boost::asio::write(*sock, boost::asio::buffer(almost_full_headers), ec);
+    flood.push_back(std::move(sock));
+  }
+  // A wrong key does not authenticate either: that connection stays evictable like the flood.
+  EXPECT_EQ(http_call(port, "GET", "/v1/models", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResult real = http_call(port, "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":2})", key);
+  EXPECT_EQ(real.status, 200) << real.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  // Evicted connections were told why before being closed.
+  size_t told = 0;
+  for (auto& sock : flood) {
+    sock->non_blocking(true);
+    char buf[512];
+    boost::system::error_code ec;
+    const size_t n = sock->read_some(boost::asio::buffer(buf), ec);
+    if (n > 0 && std::string(buf, n).starts_with("HTTP/1.1 503")) ++told;
+  }
+  EXPECT_GE(told, 120u - 16u - 1u);
+  const HttpResult metrics = http_call(port, "GET", "/metrics", "", key);
+  ASSERT_EQ(metrics.status, 200);
+  const std::string sample = "essaim_serve_admission_refused_total{reason=\"evicted_address_full\"} ";
+  const size_t at = metrics.body.find(sample);
+  ASSERT_NE(at, std::string::npos) << metrics.body;
+  EXPECT_GE(std::stoul(metrics.body.substr(at + sample.size())), 120u - 16u - 1u) << metrics.body;
+  const long rss_after = rss_kib();
+  RecordProperty("rss_before_kib", std::to_string(rss_before));
+  RecordProperty("rss_after_kib", std::to_string(rss_after));
+  // Bound: at most 16 unauthenticated connections of one address are held, each under 16 KiB of headers,
+  // plus their sockets and buffers; 32 MiB leaves room for the sanitizers' allocator.
+  EXPECT_LT(rss_after - rss_before, 32 * 1024) << rss_before << " -> " << rss_after << " KiB";
 }
 
 }  // namespace
