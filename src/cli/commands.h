@@ -18,6 +18,7 @@ void register_run(CLI::App& app, int& exit_code);
 void register_eval(CLI::App& app, int& exit_code);
 void register_worker(CLI::App& app, int& exit_code);
 void register_npy_diff(CLI::App& app, int& exit_code);
+void register_bench(CLI::App& app, int& exit_code);
 // The stand-alone essaim-worker binary: the worker's options on the top-level app (same flags).
 void configure_worker_app(CLI::App& app, int& exit_code);
 

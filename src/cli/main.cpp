@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   essaim::cli::register_eval(app, exit_code);
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);
+  essaim::cli::register_bench(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
