@@ -75,6 +75,12 @@ const uint8_t* prepare_rows(GgmlType weight_type, const uint8_t* xq, int64_t n_r
   return scratch.data();
 }
 
+PrepareRowFn prepare_fn_for(GgmlType weight_type) { return weight_kernels(weight_type).prepare_for(kernels_isa()); }
+
+bool prepare_layout_shared(GgmlType a, GgmlType b) {
+  return weight_kernels(a).vec_dot_type == weight_kernels(b).vec_dot_type && prepare_fn_for(a) == prepare_fn_for(b);
+}
+
 int64_t matmul_tile_rows(const WeightMatrix& w) {
   return std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
 }

@@ -57,6 +57,11 @@ const uint8_t* prepare_rows(GgmlType weight_type, const uint8_t* xq, int64_t n_r
                             std::vector<uint8_t>& scratch);
 void matmul_rows(const WeightMatrix& w, const uint8_t* xprep, int64_t n_rows, int64_t o_begin, int64_t o_end,
                  float* const* y_rows);
+// The activation layout function the current ISA's kernel for weight_type reads (null: the plain format),
+// and whether two weight types read their activations in one layout (so one prepared copy serves both).
+using PrepareRowFn = void (*)(const void* x, void* out, int64_t n);
+PrepareRowFn prepare_fn_for(GgmlType weight_type);
+bool prepare_layout_shared(GgmlType a, GgmlType b);
 // Weight rows per task that keep a tile of w in L2 while the activation rows pass over it.
 int64_t matmul_tile_rows(const WeightMatrix& w);
 
