@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libsqlite3-dev
   python3                            # test helpers
+  jq                                 # scripts/bench-vs-llama.sh (JSON of the comparison)
 )
 # The reference JS tokenizer test needs node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.
