@@ -57,7 +57,7 @@ run_essaim() {
   "$ESSAIM" bench -m "$1" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" --json |
     jq -c --arg p "pp$P" --arg n "tg$N" '{engine: "essaim", isa: .isa,
       pp: (.tests[] | select(.test == $p) | .avg_ts), tg: (.tests[] | select(.test == $n) | .avg_ts),
-      read_gb_per_s: .read_gb_per_s,
+      read_gb_per_s: .read_gb_per_s_best,
       fraction_of_read_bandwidth: (.tests[] | select(.test == $n) | .fraction_of_read_bandwidth)}'
 }
 run_llama() {  # engine name, binary, file, extra flags

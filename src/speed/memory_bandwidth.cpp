@@ -93,6 +93,7 @@ Bandwidth measure_bandwidth(const BandwidthOptions& o, ThreadPool* pool) {
   bw.buffer_bytes = int64_t(n * sizeof(float));
   bw.threads = pool != nullptr ? pool->size() : 1;
   bw.read_gb_per_s = gb / median(read_s);
+  bw.read_gb_per_s_best = gb / *std::min_element(read_s.begin(), read_s.end());
   bw.copy_gb_per_s = o.copy ? 2 * gb / median(copy_s) : 0.0;
   return bw;
 }

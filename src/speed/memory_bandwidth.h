@@ -22,7 +22,8 @@ struct BandwidthOptions {
 struct Bandwidth {
   int64_t buffer_bytes = 0;
   size_t threads = 0;
-  double read_gb_per_s = 0;  // bytes read / s, widest vector loads the CPU has
+  double read_gb_per_s = 0;  // bytes read / s, widest vector loads the CPU has (median of the repetitions)
+  double read_gb_per_s_best = 0;  // the fastest repetition: on a shared machine, the least disturbed one
   double copy_gb_per_s = 0;  // (read + written) / s, as STREAM counts them; 0 when not measured
 };
 
