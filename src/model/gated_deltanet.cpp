@@ -34,8 +34,9 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp
 //   s ← decay·s;  δ = (v − s·k)·β;  s ← s + k·δ;  returns (s·q)·scale.
 // Both dot products follow dot_f32's order (lane l sums indices ≡ l mod 8 in index order, then the fixed
 // pairwise fold), each product and sum rounded separately.
-inline float delta_rule_column(float* s, const float* k, const float* q, float decay, float v, float beta,
-                               float scale, int64_t n) {
+template <int kTag>
+__attribute__((always_inline)) inline float delta_rule_column(float* s, const float* k, const float* q, float decay,
+                                                              float v, float beta, float scale, int64_t n) {
   const int64_t n8 = n - n % 8;
   v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
   const v8f vd = {decay, decay, decay, decay, decay, decay, decay, decay};
@@ -111,6 +112,40 @@ void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, in
 
 // The gated delta rule for T tokens: u [T][C] (normalised q, k and v), decay / beta [T][Hv], o [T][Hv][Dv].
 // Work item = (value head, block of state columns); each column runs through the tokens in order.
+// One work item of delta_rule: every token over a block of state columns [c0, c1) of head h. The model
+// library is compiled for baseline x86-64, where each v8f operation is two SSE instructions; the AVX2
+// clone does it in one. Both perform the same IEEE operations on the same lanes in the same order
+// (-ffp-contract=off holds for every clone; "avx2" alone enables no FMA), so they give the same bits.
+struct DeltaRuleRun {
+  const float *u, *decay, *beta;
+  int64_t T, C, KD, Dk, Dv, Hv, h, j, c0, c1;
+  float scale;
+  float* st;
+  float* o;
+};
+
+template <int kTag>
+__attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r) {
+  for (int64_t t = 0; t < r.T; ++t) {
+    const float* q = r.u + t * r.C + r.j * r.Dk;
+    const float* k = r.u + t * r.C + r.KD + r.j * r.Dk;
+    const float* v = r.u + t * r.C + 2 * r.KD + r.h * r.Dv;
+    const float dec = r.decay[t * r.Hv + r.h], bt = r.beta[t * r.Hv + r.h];
+    float* ot = r.o + (t * r.Hv + r.h) * r.Dv;
+    for (int64_t c = r.c0; c < r.c1; ++c)
+      ot[c] = delta_rule_column<kTag>(r.st + (c - r.c0) * r.Dk, k, q, dec, v[c], bt, r.scale, r.Dk);
+  }
+}
+
+void delta_rule_run_baseline(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<1>(r); }
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+#else
+void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
+const bool kHaveAvx2 = false;
+#endif
+
 void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta, int64_t T,
                 const GdnStateIo& io, float* o, ThreadPool* pool) {
   const int64_t C = s.conv_channels(), KD = s.key_dim(), Dk = s.head_dim, Dv = s.head_dim;
@@ -124,15 +159,11 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
       const int64_t c0 = (int64_t(item) % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
       const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
       std::memcpy(st.data(), io.state_in + first, n * sizeof(float));
-      for (int64_t t = 0; t < T; ++t) {
-        const float* q = u + t * C + j * Dk;
-        const float* k = u + t * C + KD + j * Dk;
-        const float* v = u + t * C + 2 * KD + h * Dv;
-        const float dec = decay[t * Hv + h], bt = beta[t * Hv + h];
-        float* ot = o + (t * Hv + h) * Dv;
-        for (int64_t c = c0; c < c1; ++c)
-          ot[c] = delta_rule_column(st.data() + (c - c0) * Dk, k, q, dec, v[c], bt, scale, Dk);
-      }
+      const DeltaRuleRun run{u, decay, beta, T, C, KD, Dk, Dv, Hv, h, j, c0, c1, scale, st.data(), o};
+      if (kHaveAvx2)
+        delta_rule_run_avx2(run);
+      else
+        delta_rule_run_baseline(run);
       std::memcpy(io.state_out + first, st.data(), n * sizeof(float));
     }
   });
