@@ -65,6 +65,12 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
 #pragma GCC unroll 8
       for (int i = 0; i < 4; ++i)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
+      // Then the two 64-byte runs (sub-blocks 4h | 4h+2 and 4h+1 | 4h+3) interleaved by 16-bit words, as
+      // the kernel interleaves the matching weight bytes once per block: maddubs then yields the word
+      // pairs dpwssd needs directly, with no unpack per activation row.
+      const __m512i a = load512(dst), b = load512(dst + 64);
+      _mm512_storeu_si512(dst, _mm512_unpacklo_epi16(a, b));
+      _mm512_storeu_si512(dst + 64, _mm512_unpackhi_epi16(a, b));
     }
   }
 }
@@ -132,14 +138,16 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
       }
       const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
+      // Weight byte pairs of sub-blocks 4h|4h+2 and 4h+1|4h+3 interleaved by words, once per block: each
+      // maddubs word pair is then (lane l of sub-block a, lane l of sub-block b), which dpwssd scales by
+      // (sc_a, sc_b) and sums — the same integers the reference forms.
+      const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        // q45k_avx512 layout: the activation bytes of sub-blocks 4h | 4h+2, then 4h+1 | 4h+3.
+        // q45k_avx512 layout: the activation words interleaved the same way.
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
-        const __m512i pa = _mm512_maddubs_epi16(q_lo, load512(q8));
-        const __m512i pb = _mm512_maddubs_epi16(q_hi, load512(q8 + 64));
-        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(pa, pb), scale);
-        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(pa, pb), scale);
+        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
+        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
       }
     }
     // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
@@ -198,11 +206,10 @@ inline Q4kBlockSums q4k_block_sums(const BlockQ4K& a, const BlockQ8K& b, const _
     const __m512i q_lo = _mm512_and_si512(raw, low4);
     const __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
     const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
-    const int8_t* q8 = b.qs + 128 * half;
-    const __m512i pa = _mm512_maddubs_epi16(q_lo, load512(q8));
-    const __m512i pb = _mm512_maddubs_epi16(q_hi, load512(q8 + 64));
-    r.lo = _mm512_dpwssd_epi32(r.lo, _mm512_unpacklo_epi16(pa, pb), scale);
-    r.hi = _mm512_dpwssd_epi32(r.hi, _mm512_unpackhi_epi16(pa, pb), scale);
+    const int8_t* q8 = b.qs + 128 * half;  // q45k_avx512 layout, as in dot_q45k
+    const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
+    r.lo = _mm512_dpwssd_epi32(r.lo, _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
+    r.hi = _mm512_dpwssd_epi32(r.hi, _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
   }
   return r;
 }
