@@ -33,6 +33,8 @@ ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 //   scales are one load; blocks after the last full group of eight stay as they are.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
+//   q45k_avx2: pairs16, then per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
+void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);
 void prepare_q8_0_group8(const void* x, void* out, int64_t n);
 
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
