@@ -140,7 +140,11 @@ __attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r)
 void delta_rule_run_baseline(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<1>(r); }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+bool cpu_has_avx2() {
+  __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
+  return __builtin_cpu_supports("avx2");
+}
+const bool kHaveAvx2 = cpu_has_avx2();
 #else
 void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
 const bool kHaveAvx2 = false;

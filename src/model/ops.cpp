@@ -94,7 +94,11 @@ __attribute__((target("avx2"))) float dot_f32_avx2(const float* a, const float* 
 __attribute__((target("avx2"))) void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
   axpy_f32_body<1>(a, x, y, n);
 }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+bool cpu_has_avx2() {
+  __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
+  return __builtin_cpu_supports("avx2");
+}
+const bool kHaveAvx2 = cpu_has_avx2();
 #else
 const bool kHaveAvx2 = false;
 float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot_f32_body<0>(a, b, n); }
