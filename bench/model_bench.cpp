@@ -31,6 +31,8 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
+#include "speed/memory_bandwidth.h"
+#include "speed/model_speed.h"
 #include "synth/synth.h"
 
 namespace essaim {
@@ -59,84 +61,11 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-// Sum of n floats with the widest loads the CPU has: a plain read stream. Wide loads matter here — on the
-// machines measured, a baseline-SSE loop read about half as fast as an AVX-512 one.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) float read_sum_avx512(const float* a, size_t n) {
-  typedef float v16 __attribute__((vector_size(64)));
-  v16 s0 = {}, s1 = {};
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    v16 x0, x1;
-    std::memcpy(&x0, a + i, sizeof(x0));
-    std::memcpy(&x1, a + i + 16, sizeof(x1));
-    s0 += x0;
-    s1 += x1;
-  }
-  return (s0 + s1)[0];
-}
-__attribute__((target("avx2"))) float read_sum_avx2(const float* a, size_t n) {
-  typedef float v8 __attribute__((vector_size(32)));
-  v8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    v8 x0, x1, x2, x3;
-    std::memcpy(&x0, a + i, sizeof(x0));
-    std::memcpy(&x1, a + i + 8, sizeof(x1));
-    std::memcpy(&x2, a + i + 16, sizeof(x2));
-    std::memcpy(&x3, a + i + 24, sizeof(x3));
-    s0 += x0;
-    s1 += x1;
-    s2 += x2;
-    s3 += x3;
-  }
-  return ((s0 + s1) + (s2 + s3))[0];
-}
-#endif
-float read_sum(const float* a, size_t n) {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return read_sum_avx512(a, n);
-  if (__builtin_cpu_supports("avx2")) return read_sum_avx2(a, n);
-#endif
-  float s = 0;
-  for (size_t i = 0; i < n; i += 16) s += a[i];  // touches every cache line
-  return s;
-}
-
-// STREAM-like copy (bytes read + written per second, as STREAM counts them) and read bandwidth over a
-// buffer far larger than the caches, split over the pool's threads like the kernels split their rows.
+// STREAM-like copy and read bandwidth (speed/memory_bandwidth.h), as the JSON section this bench prints.
 json memory_bandwidth(int64_t bytes, int reps, ThreadPool* pool) {
-  const size_t n = size_t(bytes) / sizeof(float);
-  std::vector<float> a(n), b(n);
-  for (size_t i = 0; i < n; ++i) a[i] = float(i & 1023);
-  std::fill(b.begin(), b.end(), 1.0f);
-  constexpr size_t kParts = 64;
-  const size_t chunk = n / kParts;
-  std::vector<double> copy_s, read_s;
-  std::vector<float> partial(kParts);
-  for (int r = 0; r < reps + 1; ++r) {
-    auto t0 = Clock::now();
-    parallel_for(pool, kParts, [&](size_t begin, size_t end) {
-      std::memcpy(b.data() + begin * chunk, a.data() + begin * chunk, (end - begin) * chunk * sizeof(float));
-    });
-    if (r > 0) copy_s.push_back(since(t0));
-    t0 = Clock::now();
-    parallel_for(pool, kParts, [&](size_t begin, size_t end) {
-      for (size_t c = begin; c < end; ++c) partial[c] = read_sum(b.data() + c * chunk, chunk);
-    });
-    if (r > 0) read_s.push_back(since(t0));
-  }
-  volatile float sink = partial[0];
-  (void)sink;
-  const double gb = double(chunk * kParts * sizeof(float)) / 1e9;
-  return json{{"buffer_bytes", bytes}, {"threads", pool->size()},
-              {"copy_gb_per_s", 2 * gb / median(copy_s)}, {"read_gb_per_s", gb / median(read_s)}};
+  const Bandwidth bw = measure_bandwidth({.bytes = bytes, .reps = reps, .copy = true}, pool);
+  return json{{"buffer_bytes", bw.buffer_bytes}, {"threads", bw.threads},
+              {"copy_gb_per_s", bw.copy_gb_per_s}, {"read_gb_per_s", bw.read_gb_per_s}};
 }
 
 // Writes a synth model unless it is already there (synth is deterministic: same options, same bytes).
@@ -171,12 +100,7 @@ json bench_model(const std::string& path, const Options& o, ThreadPool& pool, do
   for (int32_t& t : prompt) t = pick(rng);
   std::vector<float> logits(size_t(info.n_vocab));
 
-  // Fault every page of the mapping in once, so the timings see RAM, not the disk.
-  {
-    const auto bytes = m.file().mapping().bytes();
-    volatile uint8_t sink = 0;
-    for (size_t i = 0; i < bytes.size(); i += 4096) sink = sink + bytes[i];
-  }
+  touch_model_pages(m);  // so the timings see RAM, not the disk
 
   std::vector<double> prefill_s, decode_s;
   for (int r = 0; r < o.reps + 1; ++r) {  // the first repetition warms up and is not counted
@@ -224,7 +148,7 @@ int run(const Options& o) {
   ThreadPool pool(size_t(o.threads > 0 ? o.threads : 0));
   json doc;
   doc["benchmark"] = "model";
-  doc["cpu"] = cpu_model();
+  doc["cpu"] = cpu_model_name();
   doc["threads"] = pool.size();
   doc["reps"] = o.reps;
   doc["memory_bandwidth"] = memory_bandwidth(o.stream_mb << 20, 5, &pool);

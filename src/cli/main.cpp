@@ -21,5 +21,6 @@ int main(int argc, char** argv) {
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);
   essaim::cli::register_serve(app, exit_code);
+  essaim::cli::register_bench(app, exit_code);
   return essaim::cli::parse_and_run(app, argc, argv, exit_code);
 }

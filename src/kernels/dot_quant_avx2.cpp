@@ -65,6 +65,21 @@ void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
   }
 }
 
+// Q4_K / Q5_K: pairs16, then per 64 bytes (sub-blocks 2p | 2p+1) the two 32-byte halves interleaved by
+// 16-bit words, as dot_q45k interleaves the matching weight bytes once per block (docs/kernels.md).
+void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8K*>(x);
+  auto* o = static_cast<BlockQ8K*>(out);
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    o[k] = in[k];
+    for (int i = 0; i < kQK_K; i += 64) {
+      const __m256i a = pairs(load256(in[k].qs + i)), b = pairs(load256(in[k].qs + i + 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), _mm256_unpacklo_epi16(a, b));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i + 32), _mm256_unpackhi_epi16(a, b));
+    }
+  }
+}
+
 namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
@@ -112,13 +127,15 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         hb = _mm256_srli_epi16(hb, 2);
       }
       const __m256i scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
+      // Weight byte pairs of sub-blocks 2p and 2p+1 interleaved by words once per block, so one maddubs per
+      // activation row yields the (2p, 2p+1) word pairs of one lane that madd scales and sums.
+      const __m256i w_lo = _mm256_unpacklo_epi16(q_lo, q_hi), w_hi = _mm256_unpackhi_epi16(q_lo, q_hi);
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;  // pairs16 layout
-        const __m256i p0 = _mm256_maddubs_epi16(q_lo, load256(q8));
-        const __m256i p1 = _mm256_maddubs_epi16(q_hi, load256(q8 + 32));
-        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_madd_epi16(_mm256_unpacklo_epi16(p0, p1), scale));
-        hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_unpackhi_epi16(p0, p1), scale));
+        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;  // q45k_avx2 layout
+        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo, load256(q8)), scale));
+        hi_lanes[j] =
+            _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi, load256(q8 + 32)), scale));
       }
     }
     // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).

@@ -65,6 +65,12 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
 #pragma GCC unroll 8
       for (int i = 0; i < 4; ++i)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
+      // Then the two 64-byte runs (sub-blocks 4h | 4h+2 and 4h+1 | 4h+3) interleaved by 16-bit words, as
+      // the kernel interleaves the matching weight bytes once per block: maddubs then yields the word
+      // pairs dpwssd needs directly, with no unpack per activation row.
+      const __m512i a = load512(dst), b = load512(dst + 64);
+      _mm512_storeu_si512(dst, _mm512_unpacklo_epi16(a, b));
+      _mm512_storeu_si512(dst + 64, _mm512_unpackhi_epi16(a, b));
     }
   }
 }
@@ -132,14 +138,16 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
         q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
       }
       const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
+      // Weight byte pairs of sub-blocks 4h|4h+2 and 4h+1|4h+3 interleaved by words, once per block: each
+      // maddubs word pair is then (lane l of sub-block a, lane l of sub-block b), which dpwssd scales by
+      // (sc_a, sc_b) and sums — the same integers the reference forms.
+      const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        // q45k_avx512 layout: the activation bytes of sub-blocks 4h | 4h+2, then 4h+1 | 4h+3.
+        // q45k_avx512 layout: the activation words interleaved the same way.
         const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
-        const __m512i pa = _mm512_maddubs_epi16(q_lo, load512(q8));
-        const __m512i pb = _mm512_maddubs_epi16(q_hi, load512(q8 + 64));
-        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(pa, pb), scale);
-        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(pa, pb), scale);
+        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
+        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
       }
     }
     // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
@@ -173,6 +181,74 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
     y[2 * i] = fold_lanes8(acc_rows[2 * i], lane);
     if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(acc_rows[2 * i + 1], lane + 8);
   }
+}
+
+// One activation row against one Q4_K weight row (decode): the same integer and f32 operations as
+// dot_q45k<BlockQ4K, 1>, but two super-blocks share one lane fold and one min-term reduction — the
+// per-block bookkeeping that, with a single row, costs more shuffles than the dot product itself. The f32
+// steps still run block by block in order: lane = fma(db_k, A_k, lane), then block k+1; acc likewise.
+struct Q4kBlockSums {
+  __m512i lo, hi;  // integer lanes 0..3 / 4..7 per quarter
+  __m256i mpart;   // bsums x mins, to be summed to M
+};
+
+inline Q4kBlockSums q4k_block_sums(const BlockQ4K& a, const BlockQ8K& b, const __m512i scale_idx[2]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  uint64_t sc64, m64;
+  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+  const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+  const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+  Q4kBlockSums r{_mm512_setzero_si512(), _mm512_setzero_si512(), _mm256_madd_epi16(load256(b.bsums), mins)};
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    const __m512i raw = pairs(load512(a.qs + 64 * half));
+    const __m512i q_lo = _mm512_and_si512(raw, low4);
+    const __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
+    const int8_t* q8 = b.qs + 128 * half;  // q45k_avx512 layout, as in dot_q45k
+    const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
+    r.lo = _mm512_dpwssd_epi32(r.lo, _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
+    r.hi = _mm512_dpwssd_epi32(r.hi, _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
+  }
+  return r;
+}
+
+void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
+  const auto* a = static_cast<const BlockQ4K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
+                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
+  __m256 lane = _mm256_setzero_ps();
+  float acc = 0.0f;
+  const int64_t nb = n / kQK_K;
+  int64_t k = 0;
+  for (; k + 2 <= nb; k += 2) {
+    const Q4kBlockSums s0 = q4k_block_sums(a[k], b[k], scale_idx);
+    const Q4kBlockSums s1 = q4k_block_sums(a[k + 1], b[k + 1], scale_idx);
+    const __m512 A = _mm512_cvtepi32_ps(fold_two_rows(s0.lo, s0.hi, s1.lo, s1.hi));  // [A_k | A_k+1]
+    const __m256i h = _mm256_hadd_epi32(s0.mpart, s1.mpart);  // per 128: [M_k parts x2 | M_k+1 parts x2]
+    const __m128i h2 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const __m128 M = _mm_cvtepi32_ps(_mm_hadd_epi32(h2, h2));  // [M_k, M_k+1, M_k, M_k+1]
+    const float db0 = _cvtsh_ss(a[k].d) * b[k].d, dmb0 = _cvtsh_ss(a[k].dmin) * b[k].d;
+    const float db1 = _cvtsh_ss(a[k + 1].d) * b[k + 1].d, dmb1 = _cvtsh_ss(a[k + 1].dmin) * b[k + 1].d;
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db0), _mm512_castps512_ps256(A), lane);
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A), 1)), lane);
+    acc = __builtin_fmaf(-dmb0, _mm_cvtss_f32(M), acc);
+    acc = __builtin_fmaf(-dmb1, _mm_cvtss_f32(_mm_shuffle_ps(M, M, 0x55)), acc);
+  }
+  for (; k < nb; ++k) {  // an odd last block
+    const Q4kBlockSums s0 = q4k_block_sums(a[k], b[k], scale_idx);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512 A = _mm512_cvtepi32_ps(fold_two_rows(s0.lo, s0.hi, zero, zero));
+    const float M = float(hsum_i32(s0.mpart));
+    const float db = _cvtsh_ss(a[k].d) * b[k].d, dmb = _cvtsh_ss(a[k].dmin) * b[k].d;
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm512_castps512_ps256(A), lane);
+    acc = __builtin_fmaf(-dmb, M, acc);
+  }
+  alignas(32) float l8[8];
+  _mm256_store_ps(l8, lane);
+  *y = fold_lanes8(acc, l8);
 }
 
 // ---- Q6_K ----------------------------------------------------------------------------------------------
@@ -317,6 +393,7 @@ void vec_dot_q8_0_q8_0_avx512(int64_t n, const void* w, const void* x, size_t xs
   ESSAIM_DISPATCH_NX(dot_q8_0)
 }
 void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  if (nx == 1) return dot_q4k_one_row(n, w, x, y);
   ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
 }
 void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {

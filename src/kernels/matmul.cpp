@@ -20,7 +20,6 @@ namespace {
 // Weight bytes per tile: a few hundred KiB stays in L2 on every core we target while the activation rows
 // (a handful of KiB per kernel call) stream through L1.
 constexpr uint64_t kTileBytes = 192 * 1024;
-constexpr int64_t kPrefetchRows = 4;
 
 const KernelTraits& weight_kernels(GgmlType type) {
   const KernelTraits* k = kernel_traits(type);
@@ -53,54 +52,88 @@ void quantize_activations(GgmlType weight_type, const float* x, int64_t n_rows, 
   for (int64_t t = 0; t < n_rows; ++t) a.from_float(x + t * cols, dst + uint64_t(t) * row_bytes, cols);
 }
 
-void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, ThreadPool* pool) {
-  const KernelTraits& k = weight_kernels(w.type);
-  ESSAIM_CHECK(w.cols % k.block_size == 0 && w.rows >= 0 && n_rows >= 0);
+namespace {
+
+void check_weights(const WeightMatrix& w, const KernelTraits& k) {
+  ESSAIM_CHECK(w.cols % k.block_size == 0 && w.rows >= 0);
   ESSAIM_CHECK(w.row_stride >= k.row_bytes(w.cols));
   // Blocks are read through their structs, so rows must keep the structs' alignment.
   ESSAIM_CHECK(reinterpret_cast<uintptr_t>(w.data) % k.alignment == 0 && w.row_stride % k.alignment == 0);
+}
+
+}  // namespace
+
+const uint8_t* prepare_rows(GgmlType weight_type, const uint8_t* xq, int64_t n_rows, int64_t cols,
+                            std::vector<uint8_t>& scratch) {
+  const KernelTraits& k = weight_kernels(weight_type);
+  const PrepareFn prepare = k.prepare_for(kernels_isa());
+  if (prepare == nullptr || n_rows == 0) return xq;
+  const uint64_t x_stride = activation_row_bytes(weight_type, cols);
+  scratch.resize(x_stride * uint64_t(n_rows));
+  for (int64_t t = 0; t < n_rows; ++t) prepare(xq + uint64_t(t) * x_stride, scratch.data() + uint64_t(t) * x_stride, cols);
+  return scratch.data();
+}
+
+PrepareRowFn prepare_fn_for(GgmlType weight_type) { return weight_kernels(weight_type).prepare_for(kernels_isa()); }
+
+bool prepare_layout_shared(GgmlType a, GgmlType b) {
+  return weight_kernels(a).vec_dot_type == weight_kernels(b).vec_dot_type && prepare_fn_for(a) == prepare_fn_for(b);
+}
+
+int64_t matmul_tile_rows(const WeightMatrix& w) {
+  return std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
+}
+
+void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64_t o_begin, int64_t o_end,
+                 float* const* y) {
+  const KernelTraits& k = weight_kernels(w.type);
+  const VecDotFn dot = k.dot(kernels_isa());
+  const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
+  for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
+    const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
+    const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      // No software prefetch: the first pass over a tile (decode's only one) is a sequential stream the
+      // hardware prefetchers follow. With the two-block one-row kernels, prefetching the row 4 ahead
+      // (27 prefetch instructions per 3072-wide Q4_K row) cost 10-40 % of the cold one-row rate on the
+      // AMD EPYC measured and ~12 % of tg64 (essaim bench, alternating, medians of 3).
+      float out[kDotMaxRows];
+      dot(w.cols, w.data + uint64_t(o) * w.row_stride, x_rows, x_stride, nx, out);
+      for (int j = 0; j < nx; ++j) y[t + j][o] = out[j];
+    }
+  }
+}
+
+void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, ThreadPool* pool) {
+  const KernelTraits& k = weight_kernels(w.type);
+  check_weights(w, k);
+  ESSAIM_CHECK(n_rows >= 0);
   ESSAIM_CHECK(reinterpret_cast<uintptr_t>(xq) % activation_kernels(w.type).alignment == 0);
   if (w.rows == 0 || n_rows == 0) return;
 
-  const Isa isa = kernels_isa();
-  const VecDotFn dot = k.dot(isa);
   const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
   // Kernels that read their own activation layout get it once here, not once per weight row.
   std::vector<uint8_t> prepared;
-  if (const PrepareFn prepare = k.prepare_for(isa)) {
+  if (const PrepareFn prepare = k.prepare_for(kernels_isa())) {
     prepared.resize(x_stride * uint64_t(n_rows));
     parallel_for(pool, size_t(n_rows), [&](size_t begin, size_t end) {
       for (size_t t = begin; t < end; ++t) prepare(xq + t * x_stride, prepared.data() + t * x_stride, w.cols);
     });
     xq = prepared.data();
   }
+  std::vector<float*> y_rows(static_cast<size_t>(n_rows));
+  for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y + t * w.rows;
   // At most kTileBytes of weights per tile, and at least four tiles per thread so contiguous chunks of
   // tiles balance across threads.
   const int64_t threads = pool != nullptr ? int64_t(pool->size()) : 1;
-  const int64_t by_cache = int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1));
   const int64_t by_threads = (w.rows + 4 * threads - 1) / (4 * threads);
-  const int64_t tile = std::clamp<int64_t>(std::min(by_cache, by_threads), 4, 512);
+  const int64_t tile = std::clamp<int64_t>(std::min(matmul_tile_rows(w), by_threads), 4, 512);
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
 
   parallel_for(pool, size_t(n_tiles), [&](size_t tile_begin, size_t tile_end) {
     for (int64_t ti = int64_t(tile_begin); ti < int64_t(tile_end); ++ti) {
       const int64_t o_begin = ti * tile, o_end = std::min(w.rows, o_begin + tile);
-      for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
-        const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
-        const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
-        for (int64_t o = o_begin; o < o_end; ++o) {
-          // The first pass over a tile streams its weights from DRAM (decode has only that pass); asking
-          // for the row kPrefetchRows ahead keeps more misses in flight than one row's kernel does
-          // (measured ~15 % more GB/s per core, cold). Later passes find the tile in cache.
-          if (t == 0 && o + kPrefetchRows < w.rows) {
-            const uint8_t* ahead = w.data + uint64_t(o + kPrefetchRows) * w.row_stride;
-            for (uint64_t b = 0; b < w.row_stride; b += 64) __builtin_prefetch(ahead + b);
-          }
-          float out[kDotMaxRows];
-          dot(w.cols, w.data + uint64_t(o) * w.row_stride, x_rows, x_stride, nx, out);
-          for (int j = 0; j < nx; ++j) y[(t + j) * w.rows + o] = out[j];
-        }
-      }
+      matmul_rows(w, xq, n_rows, o_begin, o_end, y_rows.data());
     }
   });
 }

@@ -42,6 +42,29 @@ void quantize_activations(GgmlType weight_type, const float* x, int64_t n_rows, 
 // y[n_rows][w.rows] = x[n_rows][w.cols] * w^T, activations already in w's vec_dot format.
 void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float* y, ThreadPool* pool);
 
+// The two halves of matmul_preq, for callers that schedule several products as one set of tasks (the
+// expert FFN runs every expert of a layer that way, with no barrier per matrix):
+//
+//   std::vector<uint8_t> scratch;
+//   const uint8_t* xp = prepare_rows(w.type, xq, n, w.cols, scratch);     // once per set of rows
+//   matmul_rows(w, xp, n, o_begin, o_end, y_rows);                         // any range, any thread
+//
+// prepare_rows returns the rows in the layout the current ISA's kernel reads (xq itself, or `scratch`
+// filled). matmul_rows computes weight rows [o_begin, o_end) for all n rows on the calling thread:
+// y_rows[t][o] = dot(w row o, row t), by exactly the code matmul_preq runs, so any split of the output
+// rows over tasks gives the same bits.
+const uint8_t* prepare_rows(GgmlType weight_type, const uint8_t* xq, int64_t n_rows, int64_t cols,
+                            std::vector<uint8_t>& scratch);
+void matmul_rows(const WeightMatrix& w, const uint8_t* xprep, int64_t n_rows, int64_t o_begin, int64_t o_end,
+                 float* const* y_rows);
+// The activation layout function the current ISA's kernel for weight_type reads (null: the plain format),
+// and whether two weight types read their activations in one layout (so one prepared copy serves both).
+using PrepareRowFn = void (*)(const void* x, void* out, int64_t n);
+PrepareRowFn prepare_fn_for(GgmlType weight_type);
+bool prepare_layout_shared(GgmlType a, GgmlType b);
+// Weight rows per task that keep a tile of w in L2 while the activation rows pass over it.
+int64_t matmul_tile_rows(const WeightMatrix& w);
+
 // Convenience: quantise_activations + matmul_preq.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);
 

@@ -34,8 +34,9 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp
 //   s ← decay·s;  δ = (v − s·k)·β;  s ← s + k·δ;  returns (s·q)·scale.
 // Both dot products follow dot_f32's order (lane l sums indices ≡ l mod 8 in index order, then the fixed
 // pairwise fold), each product and sum rounded separately.
-inline float delta_rule_column(float* s, const float* k, const float* q, float decay, float v, float beta,
-                               float scale, int64_t n) {
+template <int kTag>
+__attribute__((always_inline)) inline float delta_rule_column(float* s, const float* k, const float* q, float decay,
+                                                              float v, float beta, float scale, int64_t n) {
   const int64_t n8 = n - n % 8;
   v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
   const v8f vd = {decay, decay, decay, decay, decay, decay, decay, decay};
@@ -129,6 +130,45 @@ void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, in
 // The gated delta rule of each sequence over its rows: u [N][C] (normalised q, k and v), decay / beta
 // [N][Hv], o [N][Hv][Dv]. Work item = (sequence, value head, block of state columns); each column runs
 // through its sequence's tokens in order.
+// One work item of delta_rule: the rows [t0, t1) of one sequence over a block of state columns [c0, c1) of
+// head h. The model library is compiled for baseline x86-64, where each v8f operation is two SSE
+// instructions; the AVX2 clone does it in one. Both perform the same IEEE operations on the same lanes in
+// the same order (-ffp-contract=off holds for every clone; "avx2" alone enables no FMA), so they give the
+// same bits.
+struct DeltaRuleRun {
+  const float *u, *decay, *beta;
+  int64_t t0, t1, C, KD, Dk, Dv, Hv, h, j, c0, c1;
+  float scale;
+  float* st;
+  float* o;
+};
+
+template <int kTag>
+__attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r) {
+  for (int64_t t = r.t0; t < r.t1; ++t) {
+    const float* q = r.u + t * r.C + r.j * r.Dk;
+    const float* k = r.u + t * r.C + r.KD + r.j * r.Dk;
+    const float* v = r.u + t * r.C + 2 * r.KD + r.h * r.Dv;
+    const float dec = r.decay[t * r.Hv + r.h], bt = r.beta[t * r.Hv + r.h];
+    float* ot = r.o + (t * r.Hv + r.h) * r.Dv;
+    for (int64_t c = r.c0; c < r.c1; ++c)
+      ot[c] = delta_rule_column<kTag>(r.st + (c - r.c0) * r.Dk, k, q, dec, v[c], bt, r.scale, r.Dk);
+  }
+}
+
+void delta_rule_run_baseline(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<1>(r); }
+bool cpu_has_avx2() {
+  __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
+  return __builtin_cpu_supports("avx2");
+}
+const bool kHaveAvx2 = cpu_has_avx2();
+#else
+void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
+const bool kHaveAvx2 = false;
+#endif
+
 void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta,
                 std::span<const GdnSequence> seqs, float* o, ThreadPool* pool) {
   const int64_t C = s.conv_channels(), KD = s.key_dim(), Dk = s.head_dim, Dv = s.head_dim;
@@ -145,15 +185,12 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
       const int64_t c0 = (in_seq % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
       const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
       std::memcpy(st.data(), sq.io.state_in + first, n * sizeof(float));
-      for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
-        const float* q = u + t * C + j * Dk;
-        const float* k = u + t * C + KD + j * Dk;
-        const float* v = u + t * C + 2 * KD + h * Dv;
-        const float dec = decay[t * Hv + h], bt = beta[t * Hv + h];
-        float* ot = o + (t * Hv + h) * Dv;
-        for (int64_t c = c0; c < c1; ++c)
-          ot[c] = delta_rule_column(st.data() + (c - c0) * Dk, k, q, dec, v[c], bt, scale, Dk);
-      }
+      const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
+                             scale, st.data(), o};
+      if (kHaveAvx2)
+        delta_rule_run_avx2(run);
+      else
+        delta_rule_run_baseline(run);
       std::memcpy(sq.io.state_out + first, st.data(), n * sizeof(float));
     }
   });

@@ -1,6 +1,9 @@
 #include "moe/expert_ffn.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,30 +98,109 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
       if (ids[i] != -1) pairs[size_t(fill[size_t(ids[i] - layer.expert_begin)]++)] = i;
   }
 
+  // The active experts in ascending order, cut into groups of at most kGroupPairs (row, slot) pairs (an
+  // expert with more forms a group alone), which bounds the scratch memory: a worker's RSS is its slice
+  // plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU and
+  // quantisation of every pair, down of every expert — so a decode step has three barriers per layer, not
+  // three per expert. Tasks are (expert, tile of weight rows) taken in order from a shared counter, and
+  // each output element is computed by matmul_rows exactly as matmul_preq would: the split changes no bit.
+  constexpr int64_t kGroupPairs = 1024;
+  std::vector<int32_t> active;
+  for (int32_t j = 0; j < layer.n_experts; ++j)
+    if (count[size_t(j) + 1] > count[size_t(j)]) active.push_back(j);
+
   const uint64_t act_bytes = layer.activation_row_bytes();
   const uint64_t down_act_bytes = activation_row_bytes(layer.down.type, layer.n_ff);
   const size_t F = size_t(layer.n_ff), E = size_t(layer.n_embd);
-  std::vector<uint8_t> xq, aq;
-  std::vector<float> g, u, y;
-  for (int32_t j = 0; j < layer.n_experts; ++j) {
-    const int64_t begin = count[size_t(j)], m = count[size_t(j) + 1] - begin;
-    if (m == 0) continue;
+  const int64_t gu_tile = std::min(matmul_tile_rows(layer.gate.expert(0)), int64_t(F));
+  const int64_t down_tile = std::min(matmul_tile_rows(layer.down.expert(0)), int64_t(E));
+  const bool same_prepare = prepare_layout_shared(layer.gate.type, layer.up.type);
+  const size_t n_workers = pool != nullptr ? pool->size() : 1;
+
+  std::vector<uint8_t> xq, xg_scratch, xu_scratch, aq, ad_scratch;
+  std::vector<float> g, u;
+  std::vector<float*> g_rows, u_rows, out_rows;
+  struct Task {
+    int32_t j;           // expert (0-based in the layer)
+    int64_t first, m;    // its pairs: [first, first + m) of the group
+    int64_t o_begin, o_end;
+  };
+  std::vector<Task> tasks;
+  for (size_t a = 0; a < active.size();) {
+    // One group: experts active[a .. z).
+    size_t z = a;
+    int64_t n = 0;
+    while (z < active.size()) {
+      const int64_t m = count[size_t(active[z]) + 1] - count[size_t(active[z])];
+      if (z > a && n + m > kGroupPairs) break;
+      n += m;
+      ++z;
+    }
+    const int64_t pair_base = count[size_t(active[a])];  // the group's pairs are contiguous in `pairs`
     // Gather the selected activation rows (bytes, so the quantised form is used exactly as received).
-    xq.resize(size_t(m) * act_bytes);
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(xq.data() + size_t(i) * act_bytes, act + size_t(pairs[size_t(begin + i)] / k) * act_bytes,
+    xq.resize(size_t(n) * act_bytes);
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(xq.data() + size_t(i) * act_bytes, act + size_t(pairs[size_t(pair_base + i)] / k) * act_bytes,
                   act_bytes);
-    g.resize(size_t(m) * F);  // [m][F]
-    u.resize(size_t(m) * F);  // [m][F]
-    matmul_preq(layer.gate.expert(j), xq.data(), m, g.data(), pool);
-    matmul_preq(layer.up.expert(j), xq.data(), m, u.data(), pool);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];  // a = silu(gate) ⊙ up
-    aq.resize(size_t(m) * down_act_bytes);
-    quantize_activations(layer.down.type, g.data(), m, layer.n_ff, aq.data());
-    y.resize(size_t(m) * E);  // [m][E]
-    matmul_preq(layer.down.expert(j), aq.data(), m, y.data(), pool);
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(out + size_t(pairs[size_t(begin + i)]) * E, y.data() + size_t(i) * E, E * sizeof(float));
+    const uint8_t* xg = prepare_rows(layer.gate.type, xq.data(), n, layer.n_embd, xg_scratch);
+    const uint8_t* xu = same_prepare ? xg : prepare_rows(layer.up.type, xq.data(), n, layer.n_embd, xu_scratch);
+    g.resize(size_t(n) * F);  // [n][F]; becomes the SwiGLU output in place
+    u.resize(size_t(n) * F);
+    g_rows.resize(size_t(n));
+    u_rows.resize(size_t(n));
+    out_rows.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      g_rows[size_t(i)] = g.data() + size_t(i) * F;
+      u_rows[size_t(i)] = u.data() + size_t(i) * F;
+      out_rows[size_t(i)] = out + size_t(pairs[size_t(pair_base + i)]) * E;
+    }
+    auto make_tasks = [&](int64_t rows, int64_t tile) {
+      tasks.clear();
+      for (size_t e = a; e < z; ++e) {
+        const int32_t j = active[e];
+        const int64_t first = count[size_t(j)] - pair_base, m = count[size_t(j) + 1] - count[size_t(j)];
+        for (int64_t o = 0; o < rows; o += tile) tasks.push_back({j, first, m, o, std::min(rows, o + tile)});
+      }
+    };
+    auto run_tasks = [&](const std::function<void(const Task&)>& fn) {
+      std::atomic<size_t> next{0};
+      parallel_for(pool, n_workers, [&](size_t, size_t) {
+        for (size_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks.size();
+             t = next.fetch_add(1, std::memory_order_relaxed))
+          fn(tasks[t]);
+      });
+    };
+
+    // gate and up of every expert, tile by tile: the tile's activation rows are loaded once for both.
+    make_tasks(int64_t(F), gu_tile);
+    run_tasks([&](const Task& t) {
+      matmul_rows(layer.gate.expert(t.j), xg + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
+                  g_rows.data() + t.first);
+      matmul_rows(layer.up.expert(t.j), xu + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
+                  u_rows.data() + t.first);
+    });
+    // a = silu(gate) ⊙ up, quantised row by row for the down product, and put in the down kernel's layout.
+    aq.resize(size_t(n) * down_act_bytes);
+    ad_scratch.resize(size_t(n) * down_act_bytes);
+    const PrepareRowFn down_prepare = prepare_fn_for(layer.down.type);
+    parallel_for(pool, size_t(n), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        float* gi = g.data() + i * F;
+        const float* ui = u.data() + i * F;
+        for (size_t c = 0; c < F; ++c) gi[c] = silu(gi[c]) * ui[c];
+        uint8_t* row = aq.data() + i * down_act_bytes;
+        quantize_activations(layer.down.type, gi, 1, layer.n_ff, row);
+        if (down_prepare) down_prepare(row, ad_scratch.data() + i * down_act_bytes, layer.n_ff);
+      }
+    });
+    const uint8_t* ad = down_prepare ? ad_scratch.data() : aq.data();
+    // down of every expert, written straight into the pairs' output rows.
+    make_tasks(int64_t(E), down_tile);
+    run_tasks([&](const Task& t) {
+      matmul_rows(layer.down.expert(t.j), ad + uint64_t(t.first) * down_act_bytes, t.m, t.o_begin, t.o_end,
+                  out_rows.data() + t.first);
+    });
+    a = z;
   }
   return Status::ok();
 }
