@@ -1,6 +1,6 @@
 // What the backbone's dispatcher did: requests, (row, expert) pairs by where they were computed, fallbacks
 // by reason, bytes on the wire per layer, and the pairs each worker served — the backbone's own
-// observation of the work, which rewards are credited from (DESIGN.md "Coverage market"), never a
+// observation of the work, which rewards are credited from (docs/invariants.md "Coverage market"), never a
 // worker's claim.
 //
 //   DispatchStats s = executor.stats();

@@ -1,6 +1,6 @@
 // The backbone's dispatcher: an ExpertExecutor that sends each (row, expert) pair of a MoE layer to the
 // worker holding that expert, computes the rest from the backbone's resident replica meanwhile, and falls
-// back to the replica for every answer that does not come (DESIGN.md invariants 1 and 5; docs/dispatch.md).
+// back to the replica for every answer that does not come (docs/invariants.md invariants 1 and 5; docs/dispatch.md).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(ExpertMap map, expert_map_from_addresses({"127.0.0.1:9001", "127.0.0.1:9002"}));
 //   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteExpertExecutor> ex,

@@ -7,7 +7,7 @@
 //   essaim eval -m tiny.gguf -p "Hello" --batch 4 --logits-out /tmp/l.npy     # same logits, 4-token chunks
 //
 // The prompt is evaluated in chunks of --batch tokens (default: all at once); the result does not depend
-// on the chunking nor on --threads (DESIGN.md invariant 2), nor on which workers computed the experts
+// on the chunking nor on --threads (docs/invariants.md invariant 2), nor on which workers computed the experts
 // (invariant 1: `essaim npy-diff` of a monolithic and a sharded run shows max |Δ| = 0).
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// Exact scalar conversions between binary32 and binary16 / bfloat16 (REFERENCE.md 2.2).
+// Exact scalar conversions between binary32 and binary16 / bfloat16 (docs/reference.md 2.2).
 //
 //   uint16_t h = f32_to_f16(1.5f);  float f = f16_to_f32(h);   // f == 1.5f
 //

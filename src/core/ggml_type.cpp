@@ -8,7 +8,7 @@ namespace essaim {
 namespace {
 
 
-// One row per id (REFERENCE.md 2.1). computable marks the types essaim has kernels for.
+// One row per id (docs/reference.md 2.1). computable marks the types essaim has kernels for.
 constexpr std::array<TypeTraits, size_t(GgmlType::COUNT)> make_table() {
   std::array<TypeTraits, size_t(GgmlType::COUNT)> t{};
   auto set = [&](GgmlType g, std::string_view name, uint32_t bs, uint32_t ts, bool comp = false,

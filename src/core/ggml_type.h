@@ -1,4 +1,4 @@
-// ggml tensor types as GGUF stores them (REFERENCE.md 2.1) and the traits every layer above needs.
+// ggml tensor types as GGUF stores them (docs/reference.md 2.1) and the traits every layer above needs.
 //
 //   const TypeTraits& t = type_traits(GgmlType::Q4_K);   // t.block_size == 256, t.type_size == 144
 //   uint64_t bytes = t.row_bytes(3072);                   // 12 blocks * 144
@@ -27,7 +27,7 @@ struct TypeTraits {
   uint32_t block_size = 0;  // elements per block; 0 = removed id (reject)
   uint32_t type_size = 0;   // bytes per block
   bool computable = false;  // essaim has kernels for it (F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K; Q8_K as activation)
-  GgmlType vec_dot_type = GgmlType::F32;  // activation format it multiplies with (REFERENCE.md 2.5)
+  GgmlType vec_dot_type = GgmlType::F32;  // activation format it multiplies with (docs/reference.md 2.5)
 
   // Bytes of one row of n elements; n must be a multiple of block_size (callers validate first).
   uint64_t row_bytes(uint64_t n) const { return n / block_size * type_size; }

@@ -5,7 +5,7 @@
 //
 // parallel_for splits [0, n) into contiguous chunks, one per thread, runs them (the caller's thread takes
 // one chunk) and returns when all are done. Kernels must compute every output element the same way whatever
-// chunk it lands in, so results never depend on the thread count (DESIGN.md invariant 2).
+// chunk it lands in, so results never depend on the thread count (docs/invariants.md invariant 2).
 #pragma once
 
 #include <condition_variable>

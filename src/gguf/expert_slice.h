@@ -1,4 +1,4 @@
-// An expert slice opened for serving: the worker's only view of weights (DESIGN.md invariant 4). Validates
+// An expert slice opened for serving: the worker's only view of weights (docs/invariants.md invariant 4). Validates
 // the slice's metadata and tensors (untrusted input) and hands out zero-copy views of the local experts.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(ExpertSlice s, ExpertSlice::open("qwen3moe.L07.E032-063.gguf"));

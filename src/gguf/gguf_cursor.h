@@ -1,5 +1,5 @@
 // Internal to the GGUF reader: a bounds-checked little-endian cursor over untrusted bytes, and the metadata
-// value decoder built on it. Every read checks the bytes remaining *before* touching them (REFERENCE.md 1.8
+// value decoder built on it. Every read checks the bytes remaining *before* touching them (docs/reference.md 1.8
 // check 4) and fails with the field name and its absolute byte offset.
 //
 //   GgufCursor c(bytes);
@@ -18,7 +18,7 @@
 
 namespace essaim {
 
-// Limits of REFERENCE.md 1.8 checks 5, 7 and 21.
+// Limits of docs/reference.md 1.8 checks 5, 7 and 21.
 inline constexpr uint64_t kGgufMaxStringBytes = uint64_t(1) << 30;
 inline constexpr uint64_t kGgufMaxArrayCount = uint64_t(1) << 30;
 // Decoded metadata lives in RAM (widened to 8 bytes per element, 32 per std::string), unlike tensor data,

@@ -1,4 +1,4 @@
-// A GGUF v3 file opened for reading: hardened validation up front (REFERENCE.md 1.8), then zero-copy access.
+// A GGUF v3 file opened for reading: hardened validation up front (docs/reference.md 1.8), then zero-copy access.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open("model.gguf"));
 //   uint32_t n_layer = *f.get_u32("qwen3moe.block_count");     // nullopt when absent or of another type

@@ -33,7 +33,7 @@ struct GgufInspectOptions {
   size_t text_expert_preview = 4;  // slabs shown at each end of a long expert list
 };
 
-// A routed-expert tensor: 3-D with "_exps" in its name (ne = [in, out, n_expert], REFERENCE.md 1.6).
+// A routed-expert tensor: 3-D with "_exps" in its name (ne = [in, out, n_expert], docs/reference.md 1.6).
 bool gguf_is_expert_tensor(const GgufTensor& t);
 
 std::string gguf_inspect_text(const GgufFile& file, const GgufInspectOptions& options);

@@ -1,4 +1,4 @@
-// Overflow-safe layout arithmetic shared by the GGUF reader and writer (REFERENCE.md 1.5, 1.7, 1.8).
+// Overflow-safe layout arithmetic shared by the GGUF reader and writer (docs/reference.md 1.5, 1.7, 1.8).
 //
 //   TensorShapeCheck c = gguf_check_tensor_shape(type_id, ne, n_dims);
 //   if (!c.error.empty()) refuse(c.error, c.field);   // c.field says which field is wrong
@@ -40,7 +40,7 @@ struct TensorShapeCheck {
   uint32_t ne_index = 0;           // for TensorField::NE
 };
 
-// Checks 10-15 of REFERENCE.md 1.8 on one tensor: 1..4 dims, extents >= 1, element count and byte size
+// Checks 10-15 of docs/reference.md 1.8 on one tensor: 1..4 dims, extents >= 1, element count and byte size
 // representable, a live type id, ne[0] a whole number of blocks. `ne` holds n_dims extents.
 TensorShapeCheck gguf_check_tensor_shape(int64_t type_id, std::span<const int64_t> ne);
 

@@ -1,4 +1,4 @@
-// GGUF metadata: decoding values from untrusted bytes (REFERENCE.md 1.3, checks 5, 7, 21) and the strict
+// GGUF metadata: decoding values from untrusted bytes (docs/reference.md 1.3, checks 5, 7, 21) and the strict
 // typed getters.
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// GGUF v3 reader: every check of REFERENCE.md 1.8 (1-18, 21) is made once, up front, with overflow-safe
+// GGUF v3 reader: every check of docs/reference.md 1.8 (1-18, 21) is made once, up front, with overflow-safe
 // arithmetic, so that everything the rest of essaim touches afterwards (tensor views, expert slabs) is a
 // byte range known to lie inside the mapping.
 #include <limits>

@@ -1,4 +1,4 @@
-// Cutting a full MoE GGUF at the grain of one expert (DESIGN.md "Why experts", invariant 3): expert slices
+// Cutting a full MoE GGUF at the grain of one expert (docs/invariants.md "Why experts", invariant 3): expert slices
 // (mini-GGUFs holding a contiguous expert range of some layers), the backbone file (everything else), and a
 // whole-model plan with its manifest. Pure byte-range copies from the source mapping, no dequantisation.
 //

@@ -1,4 +1,4 @@
-// Streaming GGUF v3 writer. The layout is exactly REFERENCE.md 1.9, as llama.cpp's gguf_write_out emits it:
+// Streaming GGUF v3 writer. The layout is exactly docs/reference.md 1.9, as llama.cpp's gguf_write_out emits it:
 // header, KVs, tensor infos, zero padding to the alignment, then each tensor's data followed by zero padding
 // (the last tensor included). Offsets are the padded running sum, so llama.cpp's check 16 holds by
 // construction.

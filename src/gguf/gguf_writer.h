@@ -1,5 +1,5 @@
 // Streaming GGUF v3 writer: metadata and tensor infos first, then tensor data written in order, each
-// padded to the alignment, so multi-GB files never sit in memory (REFERENCE.md 1.9).
+// padded to the alignment, so multi-GB files never sit in memory (docs/reference.md 1.9).
 //
 //   GgufWriter w;
 //   w.set_string("general.architecture", "qwen3moe");

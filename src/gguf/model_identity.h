@@ -1,5 +1,5 @@
 // Who a file belongs to: the model identity (SHA-256 of a full GGUF's header and tensor table) and
-// streaming SHA-256 of files and byte ranges, for slice manifests (DESIGN.md invariant 3).
+// streaming SHA-256 of files and byte ranges, for slice manifests (docs/invariants.md invariant 3).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open("model.gguf"));
 //   ModelIdentity id = model_identity(f);                  // hash of bytes [0, data_start)

@@ -33,7 +33,7 @@ void put_string(std::string& out, const std::string& s) {
   out.append(s);
 }
 
-// One scalar of type t from the widened payloads of a GgufValue (REFERENCE.md 1.3).
+// One scalar of type t from the widened payloads of a GgufValue (docs/reference.md 1.3).
 void put_scalar(std::string& out, GgufValueType t, uint64_t u, int64_t i, double f) {
   switch (t) {
     case GgufValueType::UINT8: put<uint8_t>(out, uint8_t(u)); return;

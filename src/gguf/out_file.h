@@ -33,7 +33,7 @@ struct OutFile {
   std::vector<OutTensor> tensors = {};  // in file (= data) order
   const GgufFile* source = nullptr; // the mapping `bytes` point into, for read-ahead hints; may be null
 
-  // Exactly the bytes GgufWriter writes before the first tensor's data (REFERENCE.md 1.9): header, KVs,
+  // Exactly the bytes GgufWriter writes before the first tensor's data (docs/reference.md 1.9): header, KVs,
   // tensor infos with padded running-sum offsets, zero padding to the alignment.
   std::string header() const;
   uint64_t size() const;  // exact size of the file write_out_file produces

@@ -52,7 +52,7 @@ std::string expert_tensor_name(uint32_t layer, ExpertTensorKind kind);  // "blk.
 // expert tensors it cannot place rather than silently dropping them from both slice and backbone.
 bool is_routed_expert_tensor_name(std::string_view name);
 
-// What joins gate and up inside an expert. SWIGLU: silu(gate·x) ⊙ (up·x), then down (REFERENCE.md 4.3).
+// What joins gate and up inside an expert. SWIGLU: silu(gate·x) ⊙ (up·x), then down (docs/reference.md 4.3).
 enum class ExpertActivation : uint8_t { SWIGLU, COUNT };
 std::string_view expert_activation_name(ExpertActivation a);  // "swiglu"
 std::optional<ExpertActivation> expert_activation_from_name(std::string_view name);

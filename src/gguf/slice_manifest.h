@@ -1,6 +1,6 @@
 // The manifest of a sliced model (manifest.json, schema in docs/slicing.md): which files hold which
 // (layers, experts), their byte sizes and SHA-256, and the identity of the model they were cut from.
-// A worker or the coordinator checks every file against it before use (DESIGN.md invariant 3).
+// A worker or the coordinator checks every file against it before use (docs/invariants.md invariant 3).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(SliceManifest m, SliceManifest::load("out/manifest.json"));
 //   ESSAIM_RETURN_IF_ERROR(verify_manifest(m, "out"));     // every size and hash, or a list of failures

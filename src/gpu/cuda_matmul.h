@@ -9,7 +9,7 @@
 // up to four activation rows: gpu/dot_device_tiles.h for Q4_K, Q5_K, Q6_K and Q8_0 (dp4a, weights decoded
 // once per tile), gpu/dot_device.h for the float formats — each the scalar reference's canonical order with
 // explicitly rounded f32 operations — so no bit depends on the launch shape, the batch or the row's
-// position in it (DESIGN.md invariant 2). Q4_K and Q5_K read their activation rows in lanes4 order:
+// position in it (docs/invariants.md invariant 2). Q4_K and Q5_K read their activation rows in lanes4 order:
 // prepare_activations (expert_pipeline.h) rewrites rows into the layout the kernel reads (same size).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Block layouts of the ggml formats essaim computes with, byte-compatible with GGUF (REFERENCE.md 2.3, 2.4).
+// Block layouts of the ggml formats essaim computes with, byte-compatible with GGUF (docs/reference.md 2.3, 2.4).
 //
 //   const BlockQ4K* b = reinterpret_cast<const BlockQ4K*>(row);      // row of ne[0] / 256 blocks
 //   uint8_t sc, m;  q4k_scale_min(b->scales, 3, &sc, &m);              // sub-block 3's 6-bit scale and min
@@ -64,7 +64,7 @@ struct BlockQ8K {
 };
 static_assert(sizeof(BlockQ8K) == 292);
 
-// Sub-block j's 6-bit scale and min from the 12 packed bytes of a Q4_K / Q5_K block (REFERENCE.md 2.4).
+// Sub-block j's 6-bit scale and min from the 12 packed bytes of a Q4_K / Q5_K block (docs/reference.md 2.4).
 static inline void q4k_scale_min(const uint8_t* s, int j, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = s[j] & 63;

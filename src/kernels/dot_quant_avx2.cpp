@@ -2,7 +2,7 @@
 // Q5_K·Q8_K, Q6_K·Q8_K), bit-identical to dot_scalar.cpp.
 //
 // The integer parts are exact, so only their *grouping* has to follow the reference: K-quant lane l owns
-// the elements e ≡ l (mod 8) of a super-block (REFERENCE.md 2.7). One in-lane byte shuffle (pairs) puts
+// the elements e ≡ l (mod 8) of a super-block (docs/reference.md 2.7). One in-lane byte shuffle (pairs) puts
 // elements i and i+8 of every 16 side by side, so maddubs' pair sums never mix lanes; i16 lane i of a
 // 128-bit half is then lane i % 8. The weights are shuffled here, the activations once per row by
 // prepare_q8k_pairs16_avx2 (docs/kernels.md, "prepared activations"). Two sub-blocks are interleaved with

@@ -68,7 +68,7 @@ static inline int32_t mins_term(const int16_t* bsums, const uint8_t m[8]) {
 }
 
 // Decodes the 256 values of a Q4_K / Q5_K block into q[16]: q[2s], q[2s+1] = sub-block s, elements 0..15
-// and 16..31 (REFERENCE.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one;
+// and 16..31 (docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one;
 // Q5_K's bit s of qh[i] adds 16).
 template <bool kFiveBit, typename Block>
 static inline void decode_q45k(const Block& b, int8x16_t q[16]) {

@@ -3,10 +3,10 @@
 //   F32/F16/BF16  element i goes into f32 lane i % 16 as lane = fma(w_i, x_i, lane), lanes start at +0, in
 //                 increasing i (a partial last chunk follows the same rule); then reduce_lanes16.
 //   Q8_0          per 32-block in block order: acc = fma(f32(sumi), f32(dw) * f32(dx), acc).
-//   Q4_K/Q5_K     REFERENCE.md 2.7 eight-lane order: per super-block exact integer A[l] and M, then
+//   Q4_K/Q5_K     docs/reference.md 2.7 eight-lane order: per super-block exact integer A[l] and M, then
 //                 lane[l] = fma(db, f32(A[l]), lane[l]) and acc = fma(-dmb, f32(M), acc); fold_lanes8(acc).
 //   Q6_K          the same lanes without the min term, lane[l] = lane[l] + d * f32(A[l]) (multiply, then add).
-// The fused / unfused choices are those a native GCC build makes for llama.cpp's scalar kernels (REFERENCE.md
+// The fused / unfused choices are those a native GCC build makes for llama.cpp's scalar kernels (docs/reference.md
 // 2.7), so on the same quantised inputs these return llama.cpp's scalar results.
 #include <cmath>
 
@@ -55,7 +55,7 @@ float dot_q8_0(int64_t n, const void* w, const void* x) {
   return acc;
 }
 
-// The quantised value of element i (0..31) of sub-block s of a Q4_K / Q5_K block (REFERENCE.md 2.4):
+// The quantised value of element i (0..31) of sub-block s of a Q4_K / Q5_K block (docs/reference.md 2.4):
 // qs[32*(s/2) + i] holds it in its low (even s) or high (odd s) nibble; Q5_K adds bit s of qh[i] as 16.
 int32_t q4k_value(const BlockQ4K& b, int s, int i) { return (b.qs[32 * (s / 2) + i] >> (4 * (s % 2))) & 0xF; }
 
@@ -98,7 +98,7 @@ float dot_q5k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ5
 
 // Sub-block s (16 elements) of a Q6_K block, as pointers and shifts: element 16s + i has the low nibble
 // of ql[i] (high nibble when `nibble` is 4) and bits `pair`..`pair`+1 of qh[i], minus 32. With h = s/8,
-// c = (s%8)/2 and o = 16(s%2) this is REFERENCE.md 2.4's element 128h + 32c + o + i.
+// c = (s%8)/2 and o = 16(s%2) this is docs/reference.md 2.4's element 128h + 32c + o + i.
 struct Q6kRun {
   const uint8_t* ql;
   const uint8_t* qh;

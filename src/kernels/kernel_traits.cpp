@@ -36,7 +36,7 @@ namespace {
 #define ESSAIM_PREPARE(avx2, avx512, dotprod) {}
 #endif
 
-// One row per type (REFERENCE.md 2.1, 2.5). Activation-only Q8_K has conversions but no dot product.
+// One row per type (docs/reference.md 2.1, 2.5). Activation-only Q8_K has conversions but no dot product.
 const KernelTraits kTable[] = {
     {.type = GgmlType::F32, .block_size = 1, .type_size = 4, .alignment = 4, .vec_dot_type = GgmlType::F32,
      .dequantize = dequantize_row_f32, .quantize_ref = quantize_row_f32, .from_float = quantize_row_f32,

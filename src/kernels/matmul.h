@@ -4,10 +4,10 @@
 //   WeightMatrix w{.type = GgmlType::Q4_K, .cols = 3072, .rows = 1024, .data = bytes, .row_stride = rb};
 //   matmul(w, x /* [n_tok][3072] f32 */, n_tok, y /* [n_tok][1024] */, &pool);
 //
-// Semantics (REFERENCE.md 2.5 / 4.3): each activation row is converted to w's vec_dot type on its own
+// Semantics (docs/reference.md 2.5 / 4.3): each activation row is converted to w's vec_dot type on its own
 // (quantise_activations), then y[t][o] = dot(w row o, x row t). Every output element is computed by the same
 // code in the same order whatever the batch size, the row's position in the batch, the thread count or the
-// ISA chosen: results are bit-identical across all of them (DESIGN.md invariant 2).
+// ISA chosen: results are bit-identical across all of them (docs/invariants.md invariant 2).
 #pragma once
 
 #include <cstddef>

@@ -266,7 +266,7 @@ void quantize_row_q6k(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Dequantisation: the value shapes of REFERENCE.md 2.4 (products formed in f32, in that order).
+// Dequantisation: the value shapes of docs/reference.md 2.4 (products formed in f32, in that order).
 void dequantize_row_q4k(const void* src, float* dst, int64_t n) {
   ESSAIM_CHECK(n % kQK_K == 0);
   const auto* x = static_cast<const BlockQ4K*>(src);

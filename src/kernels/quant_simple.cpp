@@ -1,5 +1,5 @@
 // Element formats (F32, F16, BF16) and the 8-bit block formats (Q8_0, Q8_K): conversion to and from f32.
-// All scalar and ISA-independent, so every machine produces the same bytes (REFERENCE.md 2.2, 2.3, 2.6).
+// All scalar and ISA-independent, so every machine produces the same bytes (docs/reference.md 2.2, 2.3, 2.6).
 #include <cmath>
 #include <cstring>
 
@@ -79,7 +79,7 @@ void prepare_q8_0_group8(const void* x, void* out, int64_t n) {
   std::memcpy(o, in + k, size_t(nb - k) * sizeof(BlockQ8_0));
 }
 
-// REFERENCE.md 2.6. mx is the first element whose magnitude is strictly larger than every earlier one, so
+// docs/reference.md 2.6. mx is the first element whose magnitude is strictly larger than every earlier one, so
 // ties keep the earlier element; the minus sign makes mx quantise to -127 (d < 0 when mx > 0).
 void quantize_row_q8k(const float* src, void* dst, int64_t n) {
   ESSAIM_CHECK(n % kQK_K == 0);

@@ -27,7 +27,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 // to nearest even; Q8_K: the activation quantiser below). Used by tools that write files.
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 
-// Q8_K activation quantiser (REFERENCE.md 2.6): per 256 values, the first element of largest magnitude mx
+// Q8_K activation quantiser (docs/reference.md 2.6): per 256 values, the first element of largest magnitude mx
 // maps to -127, d = 1 / (-127 / mx), qs = min(127, rne(x * iscale)), bsums per 16; an all-zero block gets
 // d = 0, qs = 0 and bsums = 0. n must be a multiple of 256.
 void quantize_row_q8k(const float* src, void* dst, int64_t n);

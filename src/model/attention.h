@@ -1,4 +1,4 @@
-// Causal grouped-query attention over a KV cache (REFERENCE.md 4.3), batch-invariant by construction.
+// Causal grouped-query attention over a KV cache (docs/reference.md 4.3), batch-invariant by construction.
 //
 //   kv.store(pos, k_row, v_row);                       // every row of the batch first (rounded to f16)
 //   attention({.q = q, .pos = pos, .n_q = T, .n_head = H, .scale = 1 / sqrtf(D), .kv = &kv, .out = o}, &pool);

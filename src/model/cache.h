@@ -48,7 +48,7 @@ class KvCache {
   std::vector<uint8_t> k_, v_;  // [pos][n_kv_heads][head_dim] of f16 or f32
 };
 
-// A linear-attention layer's state (qwen35moe GDN, REFERENCE.md 5.6/5.8): the last Kc−1 convolution input
+// A linear-attention layer's state (qwen35moe GDN, docs/reference.md 5.6/5.8): the last Kc−1 convolution input
 // columns and the per-head delta-rule matrices, both f32 and zero for a new sequence. The architecture that
 // owns the layer sizes and interprets them.
 struct RecurrentState {

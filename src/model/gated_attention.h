@@ -1,4 +1,4 @@
-// The gated full-attention layer of qwen35moe (REFERENCE.md 5.5) and its IMRoPE (interleaved multi-section
+// The gated full-attention layer of qwen35moe (docs/reference.md 5.5) and its IMRoPE (interleaved multi-section
 // rotary embedding), for a run of tokens of one sequence over that sequence's KV cache.
 //
 //   GatedAttentionShape s{.n_head = 32, .n_head_kv = 2, .head_dim = 256, .n_rot = 64, .rope_base = 1e7f,
@@ -42,7 +42,7 @@ struct GatedAttentionWeights {
   WeightMatrix out;               // attn_output [H·D -> E]
 };
 
-// IMRoPE angles of one token with position components pos = (p_t, p_h, p_w, p_e) (REFERENCE.md 5.5):
+// IMRoPE angles of one token with position components pos = (p_t, p_h, p_w, p_e) (docs/reference.md 5.5):
 // pair i (< n_rot/2) takes the component chosen by σ = i mod (s0+s1+s2+s3):
 //   σ%3 == 1 and σ < 3·s1 → p_h;  σ%3 == 2 and σ < 3·s2 → p_w;  σ%3 == 0 and σ < 3·s0 → p_t;  else p_e,
 // with angle θ_c,i from the iterative f32 sequence θ_c,0 = f32(p_c), θ_c,i+1 = θ_c,i · powf(base, −2/n_rot).

@@ -27,10 +27,10 @@ inline float reduce8(const float lane[8]) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-// softplus as llama.cpp's ggml_softplus: the identity above 20, ln(1 + e^x) below (REFERENCE.md 4.3).
+// softplus as llama.cpp's ggml_softplus: the identity above 20, ln(1 + e^x) below (docs/reference.md 4.3).
 inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
-// One token's update of one state column s[0..n) (n = Dk), REFERENCE.md 5.6:
+// One token's update of one state column s[0..n) (n = Dk), docs/reference.md 5.6:
 //   s ← decay·s;  δ = (v − s·k)·β;  s ← s + k·δ;  returns (s·q)·scale.
 // Both dot products follow dot_f32's order (lane l sums indices ≡ l mod 8 in index order, then the fixed
 // pairwise fold), each product and sum rounded separately.
@@ -181,7 +181,7 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
     for (size_t item = b; item < e; ++item) {
       const GdnSequence& sq = seqs[item / size_t(per_seq)];
       const int64_t in_seq = int64_t(item % size_t(per_seq));
-      const int64_t h = in_seq / n_blocks, j = h % Hk;  // tiled head mapping (REFERENCE.md 10.15)
+      const int64_t h = in_seq / n_blocks, j = h % Hk;  // tiled head mapping (docs/reference.md 10.15)
       const int64_t c0 = (in_seq % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
       const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
       std::memcpy(st.data(), sq.io.state_in + first, n * sizeof(float));

@@ -1,4 +1,4 @@
-// The Gated DeltaNet linear-attention layer of qwen35moe (REFERENCE.md 5.6), one call for a run of tokens
+// The Gated DeltaNet linear-attention layer of qwen35moe (docs/reference.md 5.6), one call for a run of tokens
 // of one sequence, carrying the sequence's conv window and delta-rule state from call to call.
 //
 //   GdnShape s{.n_embd = E, .conv_kernel = 4, .n_k_heads = 16, .n_v_heads = 64, .head_dim = 128, .eps = 1e-6f};

@@ -1,5 +1,5 @@
 // Reading an architecture's hyperparameters from GGUF metadata with llama.cpp's strictness: a key must have
-// exactly the expected GGUF type (a u32 key stored as i32 is refused, not converted — REFERENCE.md 10.24),
+// exactly the expected GGUF type (a u32 key stored as i32 is refused, not converted — docs/reference.md 10.24),
 // required keys must be present, absent optional keys take llama.cpp's defaults. Every error names the key.
 //
 //   HparamReader keys(file, "qwen3moe");

@@ -13,7 +13,7 @@
 //
 // forward() appends the tokens at positions cache.n_past() onward and is const: all per-sequence state is
 // in the cache, so one model serves many sequences. Results are bit-identical whatever the chunking of a
-// prompt into forward() calls and whatever the thread count (DESIGN.md invariant 2).
+// prompt into forward() calls and whatever the thread count (docs/invariants.md invariant 2).
 // Every routed expert is computed through the ExpertExecutor passed in; the model never calls expert
 // kernels itself. expert_store() exposes views of all routed experts of the file (the local replica).
 #pragma once
@@ -103,7 +103,7 @@ class Model {
   // is left unchanged on error.
   virtual Status forward(const ForwardArgs& args) const = 0;
   // Several sequences in one step (continuous batching). Results are bit-identical to calling forward() on
-  // each item in turn (DESIGN.md invariant 2). An architecture that overrides it runs all rows of all
+  // each item in turn (docs/invariants.md invariant 2). An architecture that overrides it runs all rows of all
   // items through each layer together, so each MoE layer makes one ExpertExecutor call for the whole
   // batch (both architectures here do; their forward() is a one-item batch). This default runs the items
   // one after another: correct, but one executor call per item.

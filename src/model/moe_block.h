@@ -1,4 +1,4 @@
-// The routed MoE block as the backbone runs it (REFERENCE.md 4.3), shared by every MoE architecture:
+// The routed MoE block as the backbone runs it (docs/reference.md 4.3), shared by every MoE architecture:
 // route once (authoritative), quantise each row once to the experts' activation format, get the unweighted
 // expert outputs from an ExpertExecutor, combine them here in slot order.
 //
@@ -8,7 +8,7 @@
 //
 // The combine is a left fold in slot order, each term weighted first:
 //     out = ((y_0·w_0 + y_1·w_1) + y_2·w_2) + …       (element-wise, each product rounded)
-// It never happens in an executor, so where the experts ran cannot change the sum (DESIGN.md invariant 1).
+// It never happens in an executor, so where the experts ran cannot change the sum (docs/invariants.md invariant 1).
 #pragma once
 
 #include <cstdint>

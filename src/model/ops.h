@@ -1,6 +1,6 @@
-// Shared numeric primitives of the forward pass, exactly as REFERENCE.md 4.3 specifies them. Every
+// Shared numeric primitives of the forward pass, exactly as docs/reference.md 4.3 specifies them. Every
 // function computes each output from its own row with a fixed operation order, so results never depend
-// on batching or threads (DESIGN.md invariant 2). Architecture files call these; they never re-derive them.
+// on batching or threads (docs/invariants.md invariant 2). Architecture files call these; they never re-derive them.
 //
 //   rms_norm_rows(x, w, n_rows, n, eps, y);                 // y[r] = (x[r] * r) * w
 //   rope_cos_sin(pos, n_rot, base, cs.data());              // [n_rot/2 cos | n_rot/2 sin]

@@ -1,4 +1,4 @@
-// Architecture `qwen35moe` (Qwen3.5 / Qwen3.6 MoE, e.g. Qwen3.5-122B-A10B) exactly as REFERENCE.md section 5
+// Architecture `qwen35moe` (Qwen3.5 / Qwen3.6 MoE, e.g. Qwen3.5-122B-A10B) exactly as docs/reference.md section 5
 // describes llama.cpp running it: hparams (5.1, 5.2: qwen35moe_hparams.h), tensors (5.3), forward (5.4).
 //
 //   h = embed(tokens)                                           -- [T][E]

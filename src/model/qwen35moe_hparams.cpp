@@ -14,7 +14,7 @@ constexpr uint64_t kMaxRecurrentStateFloats = uint64_t(1) << 28;  // 1 GiB per l
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
-// Which executed layers are recurrent (REFERENCE.md 5.2): the per-layer flag array when present (BOOL,
+// Which executed layers are recurrent (docs/reference.md 5.2): the per-layer flag array when present (BOOL,
 // INT32 or UINT32, one entry per block), else every layer but each `interval`-th. MTP blocks are always
 // gated-attention blocks; their entries of the array, if any, are not consulted.
 Result<std::vector<bool>> read_recurrent_layers(const GgufFile& f, const HparamReader& keys, uint32_t n_block,
@@ -140,7 +140,7 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
       return Status::error("qwen35moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
   }
 
-  // Gated DeltaNet (REFERENCE.md 5.1: all five keys required, Dv = inner_size / Hv = state_size = Dk).
+  // Gated DeltaNet (docs/reference.md 5.1: all five keys required, Dv = inner_size / Hv = state_size = Dk).
   ESSAIM_ASSIGN_OR_RETURN(uint32_t kc, keys.u32("ssm.conv_kernel"));
   ESSAIM_RETURN_IF_ERROR(keys.check_range("ssm.conv_kernel", kc, 1, 64));
   ESSAIM_ASSIGN_OR_RETURN(uint32_t d_inner, keys.u32("ssm.inner_size"));
@@ -153,7 +153,7 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   if (uint64_t(n_v_heads) * d_state != d_inner)
     return Status::error("qwen35moe: ssm.inner_size (" + str(d_inner) + ") must equal ssm.time_step_rank (" +
                          str(n_v_heads) + ") x ssm.state_size (" + str(d_state) + ")");
-  // Value head h reads key head h mod Hk (tiled, REFERENCE.md 5.6); llama.cpp repeats the key heads Hv/Hk
+  // Value head h reads key head h mod Hk (tiled, docs/reference.md 5.6); llama.cpp repeats the key heads Hv/Hk
   // times, which needs a whole multiple.
   if (n_v_heads % n_k_heads != 0)
     return Status::error("qwen35moe: ssm.time_step_rank (" + str(n_v_heads) +

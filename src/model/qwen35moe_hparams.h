@@ -1,5 +1,5 @@
 // Hyperparameters of architecture `qwen35moe` (Qwen3.5 / Qwen3.6 MoE) read from GGUF metadata with
-// llama.cpp's rules (REFERENCE.md 5.1, 5.2): generic attention/MoE keys, the Gated DeltaNet `ssm.*` keys,
+// llama.cpp's rules (docs/reference.md 5.1, 5.2): generic attention/MoE keys, the Gated DeltaNet `ssm.*` keys,
 // which layers are recurrent, IMRoPE sections, the shared-expert width and the MTP (nextn) block count.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(Qwen35Hparams hp, qwen35moe_read_hparams(file));

@@ -1,4 +1,4 @@
-// Architecture `qwen3moe` (Qwen3-MoE: Qwen3-30B-A3B, Qwen3-235B-A22B) exactly as REFERENCE.md section 4
+// Architecture `qwen3moe` (Qwen3-MoE: Qwen3-30B-A3B, Qwen3-235B-A22B) exactly as docs/reference.md section 4
 // describes llama.cpp running it: hparams (4.1), tensors (4.2), forward pass (4.4).
 //
 //   h = embed(tokens)                                        -- [T][E]

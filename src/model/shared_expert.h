@@ -1,6 +1,6 @@
-// The sigmoid-gated shared expert of qwen35moe's MoE layers (REFERENCE.md 5.7), computed on the backbone:
+// The sigmoid-gated shared expert of qwen35moe's MoE layers (docs/reference.md 5.7), computed on the backbone:
 // it is dense (every token uses it), so it is never dispatched through the ExpertExecutor and workers never
-// see it — they hold routed experts only (DESIGN.md "Two roles").
+// see it — they hold routed experts only (docs/invariants.md "Two roles").
 //
 //   SharedExpert se{.gate_inp = f32_data(*gi), .gate = weight_matrix(*g), .up = weight_matrix(*u),
 //                   .down = weight_matrix(*d)};

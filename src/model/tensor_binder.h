@@ -1,6 +1,6 @@
 // Binding a GGUF file's tensors to an architecture's weights: names come from the TensorName table, shapes
 // and types are checked, and at the end every tensor of the file must have been claimed (llama.cpp refuses
-// extra tensors too — REFERENCE.md 9). Errors name the tensor.
+// extra tensors too — docs/reference.md 9). Errors name the tensor.
 //
 //   TensorBinder b(file);
 //   ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* q, b.require(TensorName::ATTN_Q, il, {E, H * D}));
@@ -28,7 +28,7 @@ namespace essaim {
 // What a tensor's element type may be.
 enum class TensorKind : int32_t {
   MATRIX,  // any type essaim has kernels for (multiplied through matmul)
-  F32,     // exactly F32 (norm weights, biases, 1-D parameters: REFERENCE.md 10.26)
+  F32,     // exactly F32 (norm weights, biases, 1-D parameters: docs/reference.md 10.26)
   ANY,     // not used in computation by this engine (e.g. MTP blocks): only the shape is checked
 };
 

@@ -12,7 +12,7 @@ struct Row {
   std::string_view format;
 };
 
-// The table (REFERENCE.md 4.2 and 5.3). Order must follow the enum; checked below.
+// The table (docs/reference.md 4.2 and 5.3). Order must follow the enum; checked below.
 constexpr std::array<Row, size_t(TensorName::COUNT)> kNames{{
     {TensorName::TOKEN_EMBD, "token_embd.weight"},
     {TensorName::OUTPUT_NORM, "output_norm.weight"},

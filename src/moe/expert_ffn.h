@@ -1,4 +1,4 @@
-// The routed expert FFN as a pure function — the cut point of the whole system (DESIGN.md "Two roles").
+// The routed expert FFN as a pure function — the cut point of the whole system (docs/invariants.md "Two roles").
 //
 //   ExpertLayer layer = ExpertLayer::separate({...gate view...}, {...up view...}, {...down view...});
 //   std::vector<uint8_t> fq(n * layer.activation_row_bytes());
@@ -7,10 +7,10 @@
 //
 // For every row r and slot s with e = ids[r][s]:
 //     out[r][s] = W_down[e] · q(silu(W_gate[e] · f_r) ⊙ (W_up[e] · f_r))            -- unweighted y_k
-// where f_r arrives already converted to the gate/up weights' vec_dot format (Q8_K for K-quants; REFERENCE.md
+// where f_r arrives already converted to the gate/up weights' vec_dot format (Q8_K for K-quants; docs/reference.md
 // 2.5/2.6) and q(·) converts each intermediate row to the down weights' vec_dot format on its own. Because the
 // function consumes the quantised bytes, a worker given the same bytes computes bit-identical rows to the
-// backbone's own (DESIGN.md invariant 1). The routing weights are not applied here: the weighted combine in
+// backbone's own (docs/invariants.md invariant 1). The routing weights are not applied here: the weighted combine in
 // slot order stays on the backbone.
 //
 // Work is grouped by expert: all (row, slot) pairs that selected expert e go through e's matrices together,

@@ -1,12 +1,12 @@
-// Element-wise numerics shared by the expert FFN (moe/) and the backbone (model/), exactly as REFERENCE.md
+// Element-wise numerics shared by the expert FFN (moe/) and the backbone (model/), exactly as docs/reference.md
 // 4.3 specifies them, so that every place computing a SiLU or a softmax rounds the same way.
 //
 //   float a = silu(g) * u;                       // SwiGLU
 //   softmax(scores.data(), scores.size(), p.data());
 //
 // silu and sigmoid use libm's expf (std::exp on a float), never a vector approximation: the results are
-// the same on every ISA, which the exactness invariant (DESIGN.md 1) needs. llama.cpp's SIMD lanes use an
-// approximate exp and differ from this by a few ulp (REFERENCE.md 10.25); that is within the fixtures'
+// the same on every ISA, which the exactness invariant (docs/invariants.md 1) needs. llama.cpp's SIMD lanes use an
+// approximate exp and differ from this by a few ulp (docs/reference.md 10.25); that is within the fixtures'
 // tolerances.
 #pragma once
 

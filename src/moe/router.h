@@ -1,4 +1,4 @@
-// The MoE router (REFERENCE.md 4.3): softmax over the router logits, top-k on the probabilities, weights
+// The MoE router (docs/reference.md 4.3): softmax over the router logits, top-k on the probabilities, weights
 // renormalised over the selected experts. It runs once per row on the backbone and is authoritative:
 // its ids decide which experts compute, its weights are applied by the backbone's combine.
 //

@@ -50,7 +50,7 @@ std::string_view role_name(Role r);
 
 // What a build computes with. Two peers must agree on kernel_abi for results to be bit-identical; the ISA
 // class ("avx2", "avx512", "neon", "scalar") is reported, and only compared under a strict policy, because
-// every SIMD kernel is tested bit-exact against the scalar reference (DESIGN.md invariant 1).
+// every SIMD kernel is tested bit-exact against the scalar reference (docs/invariants.md invariant 1).
 struct BuildFingerprint {
   uint32_t kernel_abi = 0;
   std::string isa_class;

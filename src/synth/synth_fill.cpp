@@ -1,6 +1,6 @@
-// Random rows for synthetic tensors. Quantised blocks are built field by field (REFERENCE.md 2.4) with
+// Random rows for synthetic tensors. Quantised blocks are built field by field (docs/reference.md 2.4) with
 // scales chosen so the dequantised values have the intended mean and standard deviation; any such bytes
-// are a valid block as long as the f16 fields are finite (REFERENCE.md 3, last paragraph).
+// are a valid block as long as the f16 fields are finite (docs/reference.md 3, last paragraph).
 #include "synth/synth_fill.h"
 
 #include <algorithm>

@@ -143,7 +143,7 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
     if (t.kind == SynthTensorKind::ATTN_V || t.kind == SynthTensorKind::ATTN_QKV) ++attn_v_ordinal;
     t.type = synth_tensor_type(options.types, q);
     const TypeTraits& tt = type_traits(t.type);
-    // The presets keep every quantised row a whole number of blocks (REFERENCE.md 3 fallbacks never apply).
+    // The presets keep every quantised row a whole number of blocks (docs/reference.md 3 fallbacks never apply).
     ESSAIM_CHECK(t.ne[0] % tt.block_size == 0);
     t.nbytes = tt.row_bytes(uint64_t(t.ne[0])) * t.rows();
   }

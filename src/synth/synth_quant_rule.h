@@ -1,5 +1,5 @@
 // The per-tensor type rule of a type mix: everything F32, or llama-quantize's Q4_K_M choices exactly as
-// REFERENCE.md 3 states them (without the n_expert == 8 special cases, which no preset triggers).
+// docs/reference.md 3 states them (without the n_expert == 8 special cases, which no preset triggers).
 //
 //   SynthTypeQuery q{.kind = SynthTensorKind::FFN_DOWN_EXPS, .n_dims = 3, .layer = 5, .block_count = 48};
 //   GgmlType t = synth_tensor_type(SynthTypeMix::Q4_K_M, q);   // Q6_K: more_bits(5, 48)

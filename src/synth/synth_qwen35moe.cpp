@@ -1,4 +1,4 @@
-// qwen35moe as data: presets, the tensor table of REFERENCE.md 5.3 (gated attention blocks, Gated DeltaNet
+// qwen35moe as data: presets, the tensor table of docs/reference.md 5.3 (gated attention blocks, Gated DeltaNet
 // blocks, shared expert, MTP blocks) and the metadata keys of 5.1 with the exact GGUF types of section 9.
 // Variants: per-layer recurrent flags instead of the interval, N appended MTP blocks, fused gate+up experts.
 #include "synth/synth_arch.h"
@@ -19,7 +19,7 @@ SynthHparams qwen35moe_preset(SynthPreset p) {
     // Four blocks = three Gated DeltaNet + one gated attention, the real 3:1 pattern. E, F, Fs, H*D and the
     // GDN value width are 256 so every K-quant tensor has ne[0] % 256 == 0; 6 experts (llama-quantize
     // special-cases n_expert == 8). n_rot = D/4 as in Qwen3.5, sections sum to n_rot/2 and map every pair
-    // to t/h/w (REFERENCE.md 5.5).
+    // to t/h/w (docs/reference.md 5.5).
     h.n_embd = 256;
     h.n_layer = 4;
     h.context_length = 4096;
@@ -36,7 +36,7 @@ SynthHparams qwen35moe_preset(SynthPreset p) {
     h.ssm_group_count = 2;
     h.ssm_time_step_rank = 4;
   } else {
-    // Qwen3.5-122B-A10B per-layer shapes (REFERENCE.md 6).
+    // Qwen3.5-122B-A10B per-layer shapes (docs/reference.md 6).
     h.n_embd = 3072;
     h.n_layer = 2;
     h.context_length = 262144;
@@ -56,7 +56,7 @@ SynthHparams qwen35moe_preset(SynthPreset p) {
   return h;
 }
 
-// REFERENCE.md 5.2: recurrent(i) = i < n_layer and (i + 1) mod interval != 0; MTP blocks are attention.
+// docs/reference.md 5.2: recurrent(i) = i < n_layer and (i + 1) mod interval != 0; MTP blocks are attention.
 SynthLayerKind qwen35moe_layer_kind(const SynthHparams& h, uint32_t block) {
   if (block >= h.n_layer) return SynthLayerKind::NEXTN;
   return (block + 1) % h.full_attention_interval != 0 ? SynthLayerKind::RECURRENT : SynthLayerKind::ATTENTION;
@@ -160,7 +160,7 @@ const SynthTensorRule kTensors[] = {
     {K::SSM_OUT, W::RECURRENT_BLOCKS, V::ALWAYS, [](const H& h) { return Shape{h.ssm_value_dim(), h.n_embd}; },
      {I::LINEAR, 0.5f}},
     // MTP blocks: the attention + MoE set above plus these (embed_tokens / shared_head_head are optional and
-    // Qwen3.5 files normally omit them, REFERENCE.md 5.3).
+    // Qwen3.5 files normally omit them, docs/reference.md 5.3).
     {K::NEXTN_EH_PROJ, W::NEXTN_BLOCKS, V::ALWAYS, [](const H& h) { return Shape{2 * int64_t(h.n_embd), h.n_embd}; },
      {I::LINEAR, 1.0f}},
     {K::NEXTN_ENORM, W::NEXTN_BLOCKS, V::ALWAYS, [](const H& h) { return Shape{h.n_embd}; }, {I::NORM, 0.02f}},

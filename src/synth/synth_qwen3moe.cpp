@@ -1,4 +1,4 @@
-// qwen3moe as data: presets, the tensor table of REFERENCE.md 4.2 (separate q/k/v, per-head q/k RMSNorm,
+// qwen3moe as data: presets, the tensor table of docs/reference.md 4.2 (separate q/k/v, per-head q/k RMSNorm,
 // routed experts only) and the metadata keys of 4.1 with the exact GGUF types of section 9.
 #include "synth/synth_arch.h"
 
@@ -13,7 +13,7 @@ SynthHparams qwen3moe_preset(SynthPreset p) {
   h.rms_eps = 1e-6f;
   if (p == SynthPreset::TINY) {
     // Every K-quant tensor needs ne[0] % 256 == 0, so E, F and H*D are 256; 6 experts (not 8: llama-quantize
-    // special-cases n_expert == 8, which REFERENCE.md 3 excludes) keep the f32 file near 10 MB.
+    // special-cases n_expert == 8, which docs/reference.md 3 excludes) keep the f32 file near 10 MB.
     h.n_embd = 256;
     h.n_layer = 2;
     h.context_length = 4096;
@@ -26,7 +26,7 @@ SynthHparams qwen3moe_preset(SynthPreset p) {
     h.n_expert_used = 2;
     h.expert_ff = 256;
   } else {
-    // The attention and expert shapes of Qwen3.5-122B-A10B (REFERENCE.md 6) in a plain qwen3moe stack.
+    // The attention and expert shapes of Qwen3.5-122B-A10B (docs/reference.md 6) in a plain qwen3moe stack.
     h.n_embd = 3072;
     h.n_layer = 2;
     h.context_length = 262144;

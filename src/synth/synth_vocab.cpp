@@ -36,7 +36,7 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' |
 bool is_newline(char c) { return c == '\n' || c == '\r'; }
 char lower(char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; }
 
-// Length of the qwen2 pattern's match at text[i], trying its alternatives in order (REFERENCE.md 7.4).
+// Length of the qwen2 pattern's match at text[i], trying its alternatives in order (docs/reference.md 7.4).
 size_t match_word(std::string_view t, size_t i) {
   const size_t n = t.size();
   // 1. contractions, case-insensitive, in the pattern's order
@@ -112,7 +112,7 @@ bool synth_token_is_plain_text(std::string_view t) {
     } else {
       return false;
     }
-    // The byte this code point stands for (REFERENCE.md 7.2), or -1.
+    // The byte this code point stands for (docs/reference.md 7.2), or -1.
     static const std::vector<int> kByteOf = [] {
       std::vector<int> t(0x144, -1);
       for (unsigned b = 0; b < 256; ++b) t[byte_code_point(b)] = int(b);

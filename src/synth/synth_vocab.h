@@ -4,7 +4,7 @@
 //   Vocab v = synth_default_vocab(kSynthDefaultMerges);        // 256 bytes + merges + 5 specials
 //   ESSAIM_ASSIGN_OR_RETURN(Vocab q, synth_vocab_for(synth_arch(SynthArch::QWEN35MOE), "tokenizer.json"));
 //
-// Token texts and merges use the byte-to-code-point map of REFERENCE.md 7.2. Ids 0..255 are the 256 byte
+// Token texts and merges use the byte-to-code-point map of docs/reference.md 7.2. Ids 0..255 are the 256 byte
 // tokens in GPT-2's order (printable bytes first), then one token per new merge result in merge order, then
 // <|endoftext|>, <|im_start|>, <|im_end|> (CONTROL) and <think>, </think> (USER_DEFINED).
 #pragma once
@@ -22,14 +22,14 @@ namespace essaim {
 
 inline constexpr uint32_t kSynthDefaultMerges = 320;
 
-// REFERENCE.md 7.2: each byte of `bytes` as its code point, UTF-8 encoded ("Ġ" for a space).
+// docs/reference.md 7.2: each byte of `bytes` as its code point, UTF-8 encoded ("Ġ" for a space).
 std::string synth_byte_encode(std::string_view bytes);
 
 // True when a byte-encoded token text decodes to printable ASCII, tab or newline only. The synthetic LM head
 // damps every other token so greedy text from random weights stays readable.
 bool synth_token_is_plain_text(std::string_view token_text);
 
-// Words of ASCII text exactly as the qwen2 pre-tokeniser regex (REFERENCE.md 7.4) splits it.
+// Words of ASCII text exactly as the qwen2 pre-tokeniser regex (docs/reference.md 7.4) splits it.
 std::vector<std::string> synth_pretokenize_ascii(std::string_view text);
 
 // The learned merges, at most n_merges (learning stops early when no pair occurs twice).

@@ -11,7 +11,7 @@ namespace {
 
 bool is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
 
-// The 256 byte images of REFERENCE.md 7.2: printable Latin-1 bytes map to themselves, the 68 others (controls,
+// The 256 byte images of docs/reference.md 7.2: printable Latin-1 bytes map to themselves, the 68 others (controls,
 // space, DEL, C1 controls, NBSP, soft hyphen) to U+0100.. in increasing byte order.
 struct ByteMap {
   std::array<uint32_t, 256> to_cp{};

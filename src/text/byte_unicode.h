@@ -1,4 +1,4 @@
-// UTF-8 handling and the GPT-2 byte <-> code point map (REFERENCE.md 7.2, 7.3a) that byte-level BPE is built on.
+// UTF-8 handling and the GPT-2 byte <-> code point map (docs/reference.md 7.2, 7.3a) that byte-level BPE is built on.
 //
 //   std::string clean = utf8_sanitize("caf\xC3");          // "caf\uFFFD": every bad byte becomes U+FFFD
 //   std::string word  = byte_level_encode(" hello");        // "Ġhello" (space 0x20 -> U+0120)

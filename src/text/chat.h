@@ -1,4 +1,4 @@
-// ChatML prompt formatting for Qwen3 and Qwen3.5 (REFERENCE.md 7.7): what their Jinja chat templates render
+// ChatML prompt formatting for Qwen3 and Qwen3.5 (docs/reference.md 7.7): what their Jinja chat templates render
 // for plain conversations (system / user / assistant / tool messages, no tool definitions), written out in C++
 // so no Jinja engine is needed.
 //

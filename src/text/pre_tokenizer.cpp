@@ -23,7 +23,7 @@ constexpr const char* GPT2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\
 // The same patterns as Hugging Face tokenizer.json files spell them, to recognise an imported tokenizer.
 constexpr const char* HF_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
 
-// `\s` in REFERENCE.md 7.4 is Unicode White_Space, which is what llama.cpp tests. PCRE2's UCP `\s` is \p{Z} plus
+// `\s` in docs/reference.md 7.4 is Unicode White_Space, which is what llama.cpp tests. PCRE2's UCP `\s` is \p{Z} plus
 // \h and \v, which also takes U+180E; spelling the set out keeps the two identical.
 constexpr const char* WHITE_SPACE =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";

@@ -1,4 +1,4 @@
-// The pre-tokeniser: splits text into the words that BPE then merges independently (REFERENCE.md 7.4), chosen
+// The pre-tokeniser: splits text into the words that BPE then merges independently (docs/reference.md 7.4), chosen
 // by the GGUF key `tokenizer.ggml.pre`. Regexes run in PCRE2 (UTF + Unicode properties, JIT when available).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create("qwen2"));

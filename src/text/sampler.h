@@ -1,4 +1,4 @@
-// Token sampling: llama.cpp's default chain (REFERENCE.md 8), deterministic for a seed on every platform.
+// Token sampling: llama.cpp's default chain (docs/reference.md 8), deterministic for a seed on every platform.
 //
 //   Sampler sampler({.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42});
 //   TokenId id = sampler.sample(logits);   // logits: (n_vocab)

@@ -1,4 +1,4 @@
-// GPT-2 byte-level BPE over a Vocab, exactly as llama.cpp runs it (REFERENCE.md 7.3-7.6): special-token split,
+// GPT-2 byte-level BPE over a Vocab, exactly as llama.cpp runs it (docs/reference.md 7.3-7.6): special-token split,
 // UTF-8 sanitising, pre-tokeniser regexes, per-word BPE by merge rank; and a streaming detokeniser that never
 // emits half a character.
 //

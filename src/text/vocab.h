@@ -1,10 +1,10 @@
-// A BPE vocabulary as GGUF stores it (REFERENCE.md 7.1), independent of where it came from: read from a GGUF
+// A BPE vocabulary as GGUF stores it (docs/reference.md 7.1), independent of where it came from: read from a GGUF
 // file, or imported from a Hugging Face tokenizer.json (so `essaim synth --tokenizer` can embed a real one).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(Vocab v, vocab_from_gguf(file));
 //   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(v)));   // text/tokenizer.h
 //
-// Token texts and merges are in the byte-level (GPT-2) encoding of REFERENCE.md 7.2 (NORMAL tokens; CONTROL and
+// Token texts and merges are in the byte-level (GPT-2) encoding of docs/reference.md 7.2 (NORMAL tokens; CONTROL and
 // USER_DEFINED texts are the raw text, as llama.cpp's converter writes them).
 #pragma once
 
@@ -42,7 +42,7 @@ struct Vocab {
   std::vector<std::string> warnings;      // non-fatal load notes (e.g. no tokenizer.ggml.pre), for the CLI to show
 };
 
-// Reads the tokenizer.ggml.* keys with llama.cpp's exact types (REFERENCE.md 7.1, 9); a missing required key or a
+// Reads the tokenizer.ggml.* keys with llama.cpp's exact types (docs/reference.md 7.1, 9); a missing required key or a
 // key of another type is an error naming it. Missing token_type means all NORMAL; out-of-range special ids are
 // dropped; a missing tokenizer.ggml.pre means "default" (with a warning). normalizer: NFC for qwen2 / qwen35.
 Result<Vocab> vocab_from_gguf(const GgufFile& file);

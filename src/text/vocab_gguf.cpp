@@ -1,5 +1,5 @@
 // vocab_from_gguf (text/vocab.h): the tokenizer.ggml.* keys with the exact types llama.cpp requires
-// (REFERENCE.md 7.1 and 9). Kept apart from the JSON import so code that never reads GGUF does not pull it in.
+// (docs/reference.md 7.1 and 9). Kept apart from the JSON import so code that never reads GGUF does not pull it in.
 #include "gguf/gguf_file.h"
 #include "text/vocab.h"
 

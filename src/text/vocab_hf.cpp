@@ -181,7 +181,7 @@ Result<Vocab> import(const json& j, const std::string& path) {
     const auto it = ids.find(text);
     return it == ids.end() ? std::nullopt : std::optional<uint32_t>(it->second);
   };
-  // Qwen conventions (REFERENCE.md 7.1); the config file below may override them.
+  // Qwen conventions (docs/reference.md 7.1); the config file below may override them.
   vocab.bos_id = special_id("<|endoftext|>");
   vocab.pad_id = special_id("<|endoftext|>");
   vocab.eos_id = special_id("<|im_end|>");

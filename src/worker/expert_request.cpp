@@ -109,7 +109,7 @@ Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, c
 
   // The request is CSR (a count of experts per row); the executor takes [rows][k]. One batch row per pair
   // with k = 1 makes the executor's output exactly the response's pair order. The expert FFN is batch
-  // invariant (DESIGN.md invariant 2), so repeating a row changes no bit of its outputs.
+  // invariant (docs/invariants.md invariant 2), so repeating a row changes no bit of its outputs.
   std::vector<int32_t> ids(r.expert_ids.begin(), r.expert_ids.end());  // [n_pairs]
   bool one_per_row = n_rows == n_pairs;
   for (uint32_t c : r.row_expert_counts) one_per_row = one_per_row && c == 1;

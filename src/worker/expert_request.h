@@ -1,6 +1,6 @@
 // One EXPERT_REQUEST against the experts a worker holds, as two pure functions: the worker's checks (each
 // failure a typed ERROR the backbone can act on, the connection staying up) and the computation itself,
-// which is moe's expert FFN on the slice's bytes and nothing else (DESIGN.md invariant 4).
+// which is moe's expert FFN on the slice's bytes and nothing else (docs/invariants.md invariant 4).
 //
 //   if (std::optional<proto::ExpertError> e = check_expert_request(store, req, peer_limit)) send(*e);
 //   else {

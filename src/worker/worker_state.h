@@ -1,5 +1,5 @@
 // What an expert worker serves: its expert slices, opened and validated, the expert store built from their
-// zero-copy views, and the HELLO that announces them (DESIGN.md "Two roles": the worker's memory is its
+// zero-copy views, and the HELLO that announces them (docs/invariants.md "Two roles": the worker's memory is its
 // slices plus a small constant; it never maps the full model).
 //
 //   ESSAIM_ASSIGN_OR_RETURN(WorkerState state, WorkerState::open({"m.L03.E00-15.gguf", "m.L04.E00-15.gguf"}));

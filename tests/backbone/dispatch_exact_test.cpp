@@ -1,4 +1,4 @@
-// Exactness of dispatch in-process (DESIGN.md invariants 1 and 2): the backbone with its experts on real
+// Exactness of dispatch in-process (docs/invariants.md invariants 1 and 2): the backbone with its experts on real
 // worker cores, reached over in-memory pipes, gives the monolithic logits bit for bit — all experts remote,
 // some remote, replicas, batches split to fit small frames, a worker going down and coming back — for
 // qwen3moe q4_k_m and f32 and qwen35moe q4_k_m.

@@ -1,4 +1,4 @@
-// The backbone never waits forever and never takes a wrong answer (DESIGN.md invariant 5): workers that
+// The backbone never waits forever and never takes a wrong answer (docs/invariants.md invariant 5): workers that
 // stall, close, answer garbage bytes, answer the wrong shape, answer typed errors, answer ids that were
 // never asked, or answer wrong numbers (caught by the audit), are all survived with the monolithic logits,
 // each layer call within the deadline plus the local compute. The misbehaving peer is a small server built

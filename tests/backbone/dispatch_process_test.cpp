@@ -1,4 +1,4 @@
-// Dispatch to worker PROCESSES over TCP on loopback (DESIGN.md invariants 1 and 5): three `essaim-worker`
+// Dispatch to worker PROCESSES over TCP on loopback (docs/invariants.md invariants 1 and 5): three `essaim-worker`
 // processes give the monolithic logits bit for bit for each test model; a worker killed with SIGKILL in
 // the middle of a generation changes no token and costs no layer call more than the deadline; and the
 // command line (`essaim eval/run --worker`, `essaim npy-diff`) shows the same.

@@ -1,4 +1,4 @@
-// A mixed swarm (DESIGN.md invariant 1 across instruction sets): this x86 backbone dispatches to ARM64
+// A mixed swarm (docs/invariants.md invariant 1 across instruction sets): this x86 backbone dispatches to ARM64
 // `essaim-worker` processes running under qemu-user on loopback TCP, and the logits equal the monolithic
 // x86 run bit for bit — with the workers' NEON + dotprod kernels and with plain NEON (ESSAIM_ISA=neon).
 //

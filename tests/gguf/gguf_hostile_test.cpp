@@ -116,7 +116,7 @@ std::vector<Case> cases() {
     poke<int64_t>(b, i.ne(0), -1);
     poke<int64_t>(b, i.ne(1), -1);
     return "tensor 0 'tok.weight': ne[0] = -1 is not a positive extent" + at(i.ne(0)); }});
-  c.push_back({"TENSORS_ZERO_DIM", [](Bytes& b) {  // llama.cpp accepts it; REFERENCE.md 1.8 check 11 refuses
+  c.push_back({"TENSORS_ZERO_DIM", [](Bytes& b) {  // llama.cpp accepts it; docs/reference.md 1.8 check 11 refuses
     const Info i = info(b, "tok.weight");
     poke<int64_t>(b, i.ne(1), 0);
     return "ne[1] = 0 is not a positive extent" + at(i.ne(1)); }});

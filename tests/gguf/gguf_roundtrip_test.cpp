@@ -1,5 +1,5 @@
 // Writer -> reader round trips: every metadata type, every array element type, tensor data and expert
-// slab views, alignment variants, and the exact byte layout llama.cpp expects (REFERENCE.md 1.2-1.9).
+// slab views, alignment variants, and the exact byte layout llama.cpp expects (docs/reference.md 1.2-1.9).
 #include <cmath>
 #include <limits>
 #include <random>
@@ -216,7 +216,7 @@ TEST(GgufRoundTrip, SplitWritesProduceIdenticalFiles) {
   EXPECT_EQ(write_moe_file(32).bytes, write_moe_file(32, /*split_writes=*/true).bytes);
 }
 
-// REFERENCE.md 1.9: infos, zero pad to alignment, then per tensor data + zero pad (the last one included),
+// docs/reference.md 1.9: infos, zero pad to alignment, then per tensor data + zero pad (the last one included),
 // offsets the padded running sum; general.alignment (UINT32) only when not 32.
 TEST(GgufRoundTrip, ExactLayoutForEveryAlignment) {
   for (uint32_t alignment : {1u, 8u, 32u, 64u, 4096u}) {
@@ -252,7 +252,7 @@ TEST(GgufRoundTrip, ExactLayoutForEveryAlignment) {
   }
 }
 
-// The header and one KV and one tensor info, encoded by hand from REFERENCE.md 1.2-1.4.
+// The header and one KV and one tensor info, encoded by hand from docs/reference.md 1.2-1.4.
 TEST(GgufRoundTrip, HeaderBytesMatchTheSpecByHand) {
   GgufWriter w;
   w.set_u32("k", 9);

@@ -1,5 +1,5 @@
 // Matrix products: a row's result never depends on the batch it came in, the thread count, or the
-// instruction set (DESIGN.md invariant 2) — checked bit for bit.
+// instruction set (docs/invariants.md invariant 2) — checked bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>

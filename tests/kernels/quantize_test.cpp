@@ -1,4 +1,4 @@
-// Quantisers and dequantisers: the Q8_K activation rules of REFERENCE.md 2.6, f16/bf16 rounding, the
+// Quantisers and dequantisers: the Q8_K activation rules of docs/reference.md 2.6, f16/bf16 rounding, the
 // packed-scale helpers, and error bounds of quantise -> dequantise.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The primitives of the forward pass against naive references written from REFERENCE.md 4.3:
+// The primitives of the forward pass against naive references written from docs/reference.md 4.3:
 // attention (causal GQA over the KV cache) vs a double-precision loop; RMSNorm, NEOX RoPE and the fixed-order
 // dot product vs their formulas; batch and thread invariance of attention.
 #include <gtest/gtest.h>
@@ -164,7 +164,7 @@ TEST(Ops, RopeNeoxPairsIWithIPlusHalfAndLeavesTheTail) {
 
 TEST(Ops, RopeAnglesAreIterativeF32Products) {
   // t_{i+1} = t_i · θs in f32 from f32(pos): at a large position this differs from pos · base^(-2i/n) in
-  // double (REFERENCE.md 10.2), so the test pins the iterative rule exactly.
+  // double (docs/reference.md 10.2), so the test pins the iterative rule exactly.
   const int32_t n_rot = 128, pos = 100000;
   const float base = 1e6f;
   std::vector<float> cs(static_cast<size_t>(n_rot));

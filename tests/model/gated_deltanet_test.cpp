@@ -1,4 +1,4 @@
-// qwen35moe's layer primitives against naive references written straight from REFERENCE.md 5.5-5.7:
+// qwen35moe's layer primitives against naive references written straight from docs/reference.md 5.5-5.7:
 // - Gated DeltaNet: a per-head, per-step double-precision loop of the formulas of 5.6 (projections, conv,
 //   SiLU, L2 norms, tiled head mapping, decay → delta → update → read-out, gated RMSNorm, ssm_out) for
 //   several sequence lengths, head sizes (with and without an 8-lane tail) and chunkings. The engine runs in
@@ -71,7 +71,7 @@ struct GdnProblem {
   }
 };
 
-// REFERENCE.md 5.6 in double precision, one token at a time, state S[h][r][c] (key-major, as the text
+// docs/reference.md 5.6 in double precision, one token at a time, state S[h][r][c] (key-major, as the text
 // writes it — the engine's value-major layout is a different memory order of the same numbers).
 struct NaiveGdn {
   const GdnProblem& p;

@@ -1,4 +1,4 @@
-// DESIGN.md invariant 2 on whole models: logits are bit-identical (memcmp) whether the prompt goes
+// docs/invariants.md invariant 2 on whole models: logits are bit-identical (memcmp) whether the prompt goes
 // through in one batch, in chunks of 1, 3 or 7 tokens, or one token at a time with the KV cache; whether
 // 1 or 2 threads run it; whether the last row comes from an ALL or a LAST pass; and a cached decode step
 // equals recomputing the whole prefix from scratch. Run on the llama.cpp fixtures (F32 and Q4_K/Q8_0

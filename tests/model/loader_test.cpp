@@ -196,7 +196,7 @@ TEST(Loader, AbsentOutputTiesTheLmHeadToTheEmbeddings) {
 }
 
 TEST(Loader, FusedQkvProjectionGivesTheSameLogits) {
-  // REFERENCE.md 4.2 accepts blk.i.attn_qkv instead of q/k/v: each output row is the same dot product, so
+  // docs/reference.md 4.2 accepts blk.i.attn_qkv instead of q/k/v: each output row is the same dot product, so
   // the logits must not change by a bit.
   const std::string path = rewrite("fused_qkv", {.fuse_qkv = true});
   std::unique_ptr<Model> fused = test::load_or_die(path);

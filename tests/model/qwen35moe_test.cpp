@@ -3,7 +3,7 @@
 //   position within the fixtures' README tolerances — F32: cosine ≥ 0.99999, same argmax everywhere (measured
 //   max |Δ| 2.3e-6); Q4_K: cosine ≥ 0.9999, same argmax (measured max |Δ| 9.5e-7). With the default F16 KV
 //   cache every argmax must still agree and cosine stay ≥ 0.9995.
-// - DESIGN.md invariant 2 on a hybrid model: prompt in one batch, in chunks of 1/3/7 tokens, 1 or 2 threads,
+// - docs/invariants.md invariant 2 on a hybrid model: prompt in one batch, in chunks of 1/3/7 tokens, 1 or 2 threads,
 //   F16 or F32 KV: logits bit-identical (memcmp). Recurrent layers make this a real test of the Gated
 //   DeltaNet state carried between calls.
 // - Golden greedy output of the tiny synth qwen35moe (F32 and Q4_K_M), the same with 1 and 2 threads.

@@ -1,5 +1,5 @@
 // Slices and manifests arrive over the network: malformed ones are refused with a message naming the
-// problem, never a crash (DESIGN.md invariant 6). Run under ASan/UBSan (label sanitize).
+// problem, never a crash (docs/invariants.md invariant 6). Run under ASan/UBSan (label sanitize).
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// Expert slices are byte-identical copies of the source's expert slabs (DESIGN.md invariant 3), load alone,
+// Expert slices are byte-identical copies of the source's expert slabs (docs/invariants.md invariant 3), load alone,
 // and the backbone file holds everything else unchanged.
 #include <gtest/gtest.h>
 

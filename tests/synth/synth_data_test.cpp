@@ -58,7 +58,7 @@ TEST(SynthData, SameSeedSameBytesAnyThreadCountOtherSeedDiffers) {
   }
 }
 
-// Every Q4_K block's d and dmin and every Q6_K block's d are finite f16 (REFERENCE.md 1.8 check 20).
+// Every Q4_K block's d and dmin and every Q6_K block's d are finite f16 (docs/reference.md 1.8 check 20).
 TEST(SynthData, QuantisedScaleFieldsAreFinite) {
   const std::string path = scratch_file("finite.gguf");
   write_model({.arch = SynthArch::QWEN35MOE, .types = SynthTypeMix::Q4_K_M, .seed = 3, .router_skew = 3.0f,

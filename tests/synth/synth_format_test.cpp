@@ -1,4 +1,4 @@
-// The files synth writes, checked against expectations written here straight from REFERENCE.md (4.1/4.2
+// The files synth writes, checked against expectations written here straight from docs/reference.md (4.1/4.2
 // qwen3moe, 5.1/5.3 qwen35moe, 3 Q4_K_M types, 6 the 122B shapes, 9 key types) — not derived from synth's
 // own tables: every key and its GGUF type, every tensor name, shape and type, llama-quantize's order, and
 // data offsets that re-read with GgufFile.
@@ -31,7 +31,7 @@ struct ExpTensor {
   GgmlType q4km;  // its type in the Q4_K_M mix (F32 mix: always F32)
 };
 
-// REFERENCE.md 3's use_more_bits, written here independently of synth.
+// docs/reference.md 3's use_more_bits, written here independently of synth.
 bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 GgmlType q6_if_more_bits(int i, int n) { return more_bits(i, n) ? Q6K : Q4K; }
 
@@ -41,7 +41,7 @@ std::vector<ExpTensor> globals(int64_t E, int64_t V) {
   return {{"output.weight", {E, V}, Q6K}, {"output_norm.weight", {E}, F32}, {"token_embd.weight", {E, V}, Q4K}};
 }
 
-// REFERENCE.md 4.2, each block in name order.
+// docs/reference.md 4.2, each block in name order.
 std::vector<ExpTensor> expected_qwen3moe(int L, int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t X, int64_t F,
                                          int64_t V) {
   std::vector<ExpTensor> t = globals(E, V);
@@ -71,7 +71,7 @@ struct Q35Shape {
   int64_t E, H, Hkv, D, X, F, Fs, Kc, Dk, Hk, Hv, V;
 };
 
-// REFERENCE.md 5.3: attention blocks every 4th layer, GDN otherwise, MTP blocks after; each block in name
+// docs/reference.md 5.3: attention blocks every 4th layer, GDN otherwise, MTP blocks after; each block in name
 // order (attn_*, ffn_*, nextn.*, post_attention_norm, ssm_*). attn_v and attn_qkv are one per block, so
 // their ordinal is the block index; block_count includes the MTP blocks.
 std::vector<ExpTensor> expected_qwen35moe(const Q35Shape& s) {
@@ -156,7 +156,7 @@ void expect_file_tensors(const GgufFile& f, const std::vector<ExpTensor>& want, 
   EXPECT_EQ(f.data_start() + offset, f.file_size());  // the writer pads after the last tensor too
 }
 
-// Every key present has exactly the listed type, and every listed key is present (REFERENCE.md 9).
+// Every key present has exactly the listed type, and every listed key is present (docs/reference.md 9).
 void expect_key_types(const GgufFile& f, const std::map<std::string, VT>& want) {
   std::map<std::string, VT> got;
   for (const GgufKv& kv : f.kvs()) got[kv.key] = kv.value.type;
@@ -351,7 +351,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, SynthQwen35MoeTiny,
                                            Q35Case{SynthTypeMix::F32, false, 0, true},
                                            Q35Case{SynthTypeMix::Q4_K_M, true, 2, true}));
 
-// The 122B preset's tensor table, without writing 1.4 GB per layer: REFERENCE.md 6's derived shapes as
+// The 122B preset's tensor table, without writing 1.4 GB per layer: docs/reference.md 6's derived shapes as
 // literal numbers, 48 executed layers + 1 MTP block as the real checkpoint has, Q4_K_M types.
 TEST(SynthQ35_122b, Qwen35MoeTableHasTheRealShapes) {
   Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN35MOE, .preset = SynthPreset::Q35_122B, .layers = 48,
@@ -381,7 +381,7 @@ TEST(SynthQ35_122b, Qwen35MoeTableHasTheRealShapes) {
   EXPECT_EQ(shape["blk.0.ffn_down_exps.weight"], (S{1024, 3072, 256}));
   EXPECT_EQ(shape["blk.0.ffn_gate_inp_shexp.weight"], (S{3072}));
   EXPECT_EQ(shape["blk.48.nextn.eh_proj.weight"], (S{6144, 3072}));
-  // One expert's gate slab at Q4_K and down slab at Q6_K, as REFERENCE.md 3 sizes them.
+  // One expert's gate slab at Q4_K and down slab at Q6_K, as docs/reference.md 3 sizes them.
   for (const SynthTensor& t : plan->tensors) {
     if (t.name == "blk.0.ffn_gate_exps.weight") {
       EXPECT_EQ(t.nbytes / 256, 1769472u);

@@ -1,4 +1,4 @@
-// The Q4_K_M per-tensor rule against REFERENCE.md 3's own worked numbers: the more_bits layer sets for 48
+// The Q4_K_M per-tensor rule against docs/reference.md 3's own worked numbers: the more_bits layer sets for 48
 // and 49 blocks written out literally, and the rule applied to a 48 + 1 MTP block Qwen3.5-122B plan.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 namespace essaim {
 namespace {
 
-// REFERENCE.md 3: "For n = 48 this selects layers {0–5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42–47}
+// docs/reference.md 3: "For n = 48 this selects layers {0–5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42–47}
 // (24 of 48). For n = 49 (48 + one MTP block) the same set plus 48."
 const std::set<int> kMoreBits48 = {0,  1,  2,  3,  4,  5,  8,  11, 14, 17, 20, 23,
                                    26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47};

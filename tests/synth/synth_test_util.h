@@ -1,5 +1,5 @@
 // Helpers shared by the synth tests: a scratch directory, writing a synthetic file, reading files back, and
-// dequantisers written straight from REFERENCE.md 2.4 (independent of the kernels layer and of synth).
+// dequantisers written straight from docs/reference.md 2.4 (independent of the kernels layer and of synth).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -48,7 +48,7 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-// REFERENCE.md 2.4, Q4_K: 144-byte blocks of 256 values.
+// docs/reference.md 2.4, Q4_K: 144-byte blocks of 256 values.
 inline void dequant_q4_k(const uint8_t* b, float* out) {
   uint16_t dh, mh;
   std::memcpy(&dh, b, 2);
@@ -72,7 +72,7 @@ inline void dequant_q4_k(const uint8_t* b, float* out) {
   }
 }
 
-// REFERENCE.md 2.4, Q6_K: 210-byte blocks, d last.
+// docs/reference.md 2.4, Q6_K: 210-byte blocks, d last.
 inline void dequant_q6_k(const uint8_t* b, float* out) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;

@@ -1,6 +1,6 @@
 // The synthetic tokenizer: GPT-2's byte map, the qwen2 word split on ASCII, merges that form a valid BPE
 // (every merge joins two existing tokens into an existing token), determinism, a BPE encode of the corpus
-// (REFERENCE.md 7.5, written here) that compresses it, and the import of a tokenizer.json.
+// (docs/reference.md 7.5, written here) that compresses it, and the import of a tokenizer.json.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -71,7 +71,7 @@ TEST(SynthVocab, MergesFormAValidDeterministicBpe) {
   EXPECT_EQ(again.merges, v.merges);
 }
 
-// REFERENCE.md 7.5: per word, repeatedly merge the adjacent pair of lowest rank (leftmost on ties).
+// docs/reference.md 7.5: per word, repeatedly merge the adjacent pair of lowest rank (leftmost on ties).
 using MergeRanks = std::map<std::pair<std::string, std::string>, size_t>;
 
 std::vector<std::string> bpe(const std::string& word, const MergeRanks& rank) {

@@ -21,7 +21,7 @@ Words split(const std::string& name, const std::string& text) {
   return out;
 }
 
-// The rows of REFERENCE.md 7.4's table, one case (or more) each, for qwen2.
+// The rows of docs/reference.md 7.4's table, one case (or more) each, for qwen2.
 TEST(PreTokenizerQwen2, Contractions) {
   EXPECT_EQ(split("qwen2", "I'm"), (Words{"I", "'m"}));
   EXPECT_EQ(split("qwen2", "they're we've you'll he'd it's don't"),

@@ -1,5 +1,5 @@
 // The worker's answers are bit-identical to the backbone's own LocalExpertExecutor over the full model
-// (DESIGN.md invariant 1), for random batches, several slices, F32 and Q4_K_M experts, qwen3moe and
+// (docs/invariants.md invariant 1), for random batches, several slices, F32 and Q4_K_M experts, qwen3moe and
 // qwen35moe (separate and fused gate_up), Q8_K and F32 activations, many requests in flight.
 #include <gtest/gtest.h>
 
@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
                            {.arch = SynthArch::QWEN35MOE, .types = SynthTypeMix::Q4_K_M, .fused_gate_up = true}}),
     [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
-// A backbone that quantises its own rows and a worker given those bytes: the pure function of DESIGN.md.
+// A backbone that quantises its own rows and a worker given those bytes: the pure function of docs/invariants.md.
 TEST(WorkerExact, DirectComputeEqualsTheBackboneForEveryExpert) {
   const TestModel& m = TestModel::get({.types = SynthTypeMix::Q4_K_M});
   const uint32_t layer = m.moe.layers.front().layer;

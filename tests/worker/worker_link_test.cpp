@@ -1,4 +1,4 @@
-// DESIGN.md invariant 4, checked on the binary: essaim-worker defines none of the functions that the model
+// docs/invariants.md invariant 4, checked on the binary: essaim-worker defines none of the functions that the model
 // library (architectures, attention, caches) or the text library (tokenizer, chat template, sampler) define.
 // The configure step checks the same on the library graph (src/worker/CMakeLists.txt); this checks what
 // actually got linked. The main essaim binary, which does link them, is the control: the same check on it

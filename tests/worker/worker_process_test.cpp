@@ -216,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(Binaries, WorkerProcessTest,
                                            std::vector<std::string>{kEssaimBinary, "worker"}),
                          [](const auto& p) { return p.param.size() == 1 ? std::string("EssaimWorker") : std::string("EssaimSubcommand"); });
 
-// DESIGN.md invariant 4: resident memory within the slices' bytes + 32 MiB after every expert has computed,
+// docs/invariants.md invariant 4: resident memory within the slices' bytes + 32 MiB after every expert has computed,
 // and the full model never mapped. F32 experts, so that the slices (~9 MiB) dominate what is measured.
 TEST(WorkerProcess, ResidentMemoryStaysWithinSlicesPlus32MiB) {
   const TestModel& m = TestModel::get({.types = SynthTypeMix::F32});
