@@ -16,6 +16,7 @@
 #include "core/fp16.h"
 #include "kernels/blocks.h"
 #include "kernels/dot_kernels.h"
+#include "kernels/dot_neon_q45k.h"
 
 namespace essaim {
 namespace {
@@ -55,86 +56,39 @@ static inline int16x8_t lanes32(int8x16_t q0, int8x16_t q1, int8x16_t x0, int8x1
   return vmlal_high_s8(p, q1, x1);
 }
 
-// M = Σ_g bsums[g]·m[g/2] over the 16 groups of 16 (exact in i32).
-static inline int32_t mins_term(const int16_t* bsums, const uint8_t m[8]) {
-  const uint8x8_t mv = vld1_u8(m);
-  const int16x8_t m_lo = vreinterpretq_s16_u16(vmovl_u8(vzip1_u8(mv, mv)));  // m0 m0 m1 m1 .. m3 m3
-  const int16x8_t m_hi = vreinterpretq_s16_u16(vmovl_u8(vzip2_u8(mv, mv)));  // m4 m4 .. m7 m7
-  int32x4_t s = vmull_s16(vget_low_s16(vld1q_s16(bsums)), vget_low_s16(m_lo));
-  s = vmlal_high_s16(s, vld1q_s16(bsums), m_lo);
-  s = vmlal_s16(s, vget_low_s16(vld1q_s16(bsums + 8)), vget_low_s16(m_hi));
-  s = vmlal_high_s16(s, vld1q_s16(bsums + 8), m_hi);
-  return vaddvq_s32(s);
-}
-
-// Decodes the 256 values of a Q4_K / Q5_K block into q[16]: q[2s], q[2s+1] = sub-block s, elements 0..15
-// and 16..31 (docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one;
-// Q5_K's bit s of qh[i] adds 16).
-template <bool kFiveBit, typename Block>
-static inline void decode_q45k(const Block& b, int8x16_t q[16]) {
-  const uint8x16_t low4 = vdupq_n_u8(0x0F);
-  for (int j = 0; j < 4; ++j) {
-    const uint8x16_t b0 = vld1q_u8(b.qs + 32 * j), b1 = vld1q_u8(b.qs + 32 * j + 16);
-    uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
-    if constexpr (kFiveBit) {
-      const uint8x16_t h0 = vld1q_u8(b.qh), h1 = vld1q_u8(b.qh + 16), sixteen = vdupq_n_u8(16);
-      const uint8x16_t bit_lo = vdupq_n_u8(uint8_t(1u << (2 * j))), bit_hi = vdupq_n_u8(uint8_t(2u << (2 * j)));
-      v[0] = vorrq_u8(v[0], vandq_u8(vtstq_u8(h0, bit_lo), sixteen));
-      v[1] = vorrq_u8(v[1], vandq_u8(vtstq_u8(h1, bit_lo), sixteen));
-      v[2] = vorrq_u8(v[2], vandq_u8(vtstq_u8(h0, bit_hi), sixteen));
-      v[3] = vorrq_u8(v[3], vandq_u8(vtstq_u8(h1, bit_hi), sixteen));
-    }
-    for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
-  }
-}
-
-template <bool kFiveBit, typename Block, int NX>
-void q45k_rows(int64_t n, const void* wv, const void* xv, size_t xs, float* y) {
-  const auto* w = static_cast<const Block*>(wv);
-  const BlockQ8K* x[NX];
-  for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(xv) + j * xs);
-  float32x4_t lane_lo[NX], lane_hi[NX];
-  float acc[NX];
-  for (int j = 0; j < NX; ++j) {
-    lane_lo[j] = lane_hi[j] = vdupq_n_f32(0.0f);
-    acc[j] = 0.0f;
-  }
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
-    uint8_t sc[8], m[8];
-    q4k_unpack_scales(w[k].scales, sc, m);
-    int8x16_t q[16];
-    decode_q45k<kFiveBit>(w[k], q);
-    const float dw = f16_to_f32(w[k].d), dminw = f16_to_f32(w[k].dmin);
-    for (int j = 0; j < NX; ++j) {
-      const BlockQ8K& b = x[j][k];
-      int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
-      for (int s = 0; s < 8; ++s) {
-        const int16x8_t p = lanes32(q[2 * s], q[2 * s + 1], vld1q_s8(b.qs + 32 * s), vld1q_s8(b.qs + 32 * s + 16));
-        a_lo = vmlal_n_s16(a_lo, vget_low_s16(p), int16_t(sc[s]));
-        a_hi = vmlal_high_n_s16(a_hi, p, int16_t(sc[s]));
-      }
-      const int32_t M = mins_term(b.bsums, m);
-      const float db = dw * b.d, dmb = dminw * b.d;
-      lane_lo[j] = vfmaq_n_f32(lane_lo[j], vcvtq_f32_s32(a_lo), db);  // fma(db, A[l], lane[l])
-      lane_hi[j] = vfmaq_n_f32(lane_hi[j], vcvtq_f32_s32(a_hi), db);
-      acc[j] = __builtin_fmaf(-dmb, float(M), acc[j]);
+// Plain NEON: the 256 values decoded to bytes in natural order (q[2s], q[2s+1] = sub-block s, elements
+// 0..15 and 16..31; docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one), and
+// a sub-block's lane sums by vmull_s8 / vmlal_s8 of its four 8-element groups.
+struct NeonQ45k {
+  template <bool kFiveBit, typename Block>
+  static void decode(const Block& b, int8x16_t q[16]) {
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const uint8x16_t b0 = vld1q_u8(b.qs + 32 * j), b1 = vld1q_u8(b.qs + 32 * j + 16);
+      uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
+      if constexpr (kFiveBit) neon_q5k_add_high_bits(v, vld1q_u8(b.qh), vld1q_u8(b.qh + 16), j);
+      for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
     }
   }
-  for (int j = 0; j < NX; ++j) {
-    float lane[8];
-    vst1q_f32(lane, lane_lo[j]);
-    vst1q_f32(lane + 4, lane_hi[j]);
-    y[j] = fold_lanes8(acc[j], lane);
+  static void sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8], int32x4_t* lo, int32x4_t* hi) {
+    int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
+    for (int s = 0; s < 8; ++s) {
+      const int16x8_t p = lanes32(q[2 * s], q[2 * s + 1], vld1q_s8(x.qs + 32 * s), vld1q_s8(x.qs + 32 * s + 16));
+      a_lo = vmlal_n_s16(a_lo, vget_low_s16(p), int16_t(sc[s]));
+      a_hi = vmlal_high_n_s16(a_hi, p, int16_t(sc[s]));
+    }
+    *lo = a_lo;
+    *hi = a_hi;
   }
-}
+};
 
 template <int NX>
 void q4k_rows(int64_t n, const void* w, const void* x, size_t xs, float* y) {
-  q45k_rows<false, BlockQ4K, NX>(n, w, x, xs, y);
+  q45k_rows_neon<NeonQ45k, false, BlockQ4K, NX>(n, w, x, xs, y);
 }
 template <int NX>
 void q5k_rows(int64_t n, const void* w, const void* x, size_t xs, float* y) {
-  q45k_rows<true, BlockQ5K, NX>(n, w, x, xs, y);
+  q45k_rows_neon<NeonQ45k, true, BlockQ5K, NX>(n, w, x, xs, y);
 }
 
 // Sub-block s (16 elements) of a Q6_K block as signed values: the low nibble of ql (high nibble for

@@ -18,13 +18,10 @@
 
 #include "kernels/blocks.h"
 #include "kernels/dot_kernels.h"
+#include "kernels/dot_neon_q45k.h"
 
 namespace essaim {
 namespace {
-
-static inline float f16_value(uint16_t h) {
-  return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
 
 // TBL indices of lanes4: output byte 4l + c takes input byte 8c + l.
 alignas(16) const uint8_t kLanes4[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
@@ -44,98 +41,53 @@ void q8_0_rows(int64_t n, const void* wv, const void* xv, size_t xs, float* y) {
   float acc[NX] = {};
   for (int64_t k = 0; k < n / kQK8_0; ++k) {
     const int8x16_t w0 = vld1q_s8(w[k].qs), w1 = vld1q_s8(w[k].qs + 16);
-    const float dw = f16_value(w[k].d);
+    const float dw = neon_f16_value(w[k].d);
     for (int j = 0; j < NX; ++j) {
       int32x4_t s = vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(x[j][k].qs));
       s = vdotq_s32(s, w1, vld1q_s8(x[j][k].qs + 16));
-      acc[j] = __builtin_fmaf(float(vaddvq_s32(s)), dw * f16_value(x[j][k].d), acc[j]);
+      acc[j] = __builtin_fmaf(float(vaddvq_s32(s)), dw * neon_f16_value(x[j][k].d), acc[j]);
     }
   }
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 
-static inline int32_t mins_term(const int16_t* bsums, const uint8_t m[8]) {
-  const uint8x8_t mv = vld1_u8(m);
-  const int16x8_t m_lo = vreinterpretq_s16_u16(vmovl_u8(vzip1_u8(mv, mv)));
-  const int16x8_t m_hi = vreinterpretq_s16_u16(vmovl_u8(vzip2_u8(mv, mv)));
-  int32x4_t s = vmull_s16(vget_low_s16(vld1q_s16(bsums)), vget_low_s16(m_lo));
-  s = vmlal_high_s16(s, vld1q_s16(bsums), m_lo);
-  s = vmlal_s16(s, vget_low_s16(vld1q_s16(bsums + 8)), vget_low_s16(m_hi));
-  s = vmlal_high_s16(s, vld1q_s16(bsums + 8), m_hi);
-  return vaddvq_s32(s);
-}
-
-// The 256 values of a Q4_K / Q5_K block in lanes4 order: q[2s], q[2s+1] = lanes 0..3 and 4..7 of
-// sub-block s. The permutation is applied to the packed bytes, so one TBL pair serves both nibbles.
-template <bool kFiveBit, typename Block>
-static inline void decode_q45k_lanes4(const Block& b, int8x16_t q[16]) {
-  const uint8x16_t low4 = vdupq_n_u8(0x0F);
-  uint8x16_t h0 = vdupq_n_u8(0), h1 = vdupq_n_u8(0);
-  if constexpr (kFiveBit) lanes4(vld1q_u8(b.qh), vld1q_u8(b.qh + 16), &h0, &h1);
-  for (int j = 0; j < 4; ++j) {
-    uint8x16_t b0, b1;
-    lanes4(vld1q_u8(b.qs + 32 * j), vld1q_u8(b.qs + 32 * j + 16), &b0, &b1);
-    uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
-    if constexpr (kFiveBit) {
-      const uint8x16_t sixteen = vdupq_n_u8(16);
-      const uint8x16_t bit_lo = vdupq_n_u8(uint8_t(1u << (2 * j))), bit_hi = vdupq_n_u8(uint8_t(2u << (2 * j)));
-      v[0] = vorrq_u8(v[0], vandq_u8(vtstq_u8(h0, bit_lo), sixteen));
-      v[1] = vorrq_u8(v[1], vandq_u8(vtstq_u8(h1, bit_lo), sixteen));
-      v[2] = vorrq_u8(v[2], vandq_u8(vtstq_u8(h0, bit_hi), sixteen));
-      v[3] = vorrq_u8(v[3], vandq_u8(vtstq_u8(h1, bit_hi), sixteen));
-    }
-    for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
-  }
-}
-
-template <bool kFiveBit, typename Block, int NX>
-void q45k_rows(int64_t n, const void* wv, const void* xv, size_t xs, float* y) {
-  const auto* w = static_cast<const Block*>(wv);
-  const BlockQ8K* x[NX];  // prepared: every sub-block's qs in lanes4 order
-  for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(xv) + j * xs);
-  float32x4_t lane_lo[NX], lane_hi[NX];
-  float acc[NX];
-  for (int j = 0; j < NX; ++j) {
-    lane_lo[j] = lane_hi[j] = vdupq_n_f32(0.0f);
-    acc[j] = 0.0f;
-  }
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
-    uint8_t sc[8], m[8];
-    q4k_unpack_scales(w[k].scales, sc, m);
-    int8x16_t q[16];
-    decode_q45k_lanes4<kFiveBit>(w[k], q);
-    const float dw = f16_value(w[k].d), dminw = f16_value(w[k].dmin);
-    for (int j = 0; j < NX; ++j) {
-      const BlockQ8K& b = x[j][k];
-      int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
-      for (int s = 0; s < 8; ++s) {
-        const int32x4_t d_lo = vdotq_s32(vdupq_n_s32(0), q[2 * s], vld1q_s8(b.qs + 32 * s));
-        const int32x4_t d_hi = vdotq_s32(vdupq_n_s32(0), q[2 * s + 1], vld1q_s8(b.qs + 32 * s + 16));
-        a_lo = vmlaq_n_s32(a_lo, d_lo, int32_t(sc[s]));
-        a_hi = vmlaq_n_s32(a_hi, d_hi, int32_t(sc[s]));
-      }
-      const int32_t M = mins_term(b.bsums, m);
-      const float db = dw * b.d, dmb = dminw * b.d;
-      lane_lo[j] = vfmaq_n_f32(lane_lo[j], vcvtq_f32_s32(a_lo), db);
-      lane_hi[j] = vfmaq_n_f32(lane_hi[j], vcvtq_f32_s32(a_hi), db);
-      acc[j] = __builtin_fmaf(-dmb, float(M), acc[j]);
+// SDOT: the 256 values in lanes4 order (q[2s], q[2s+1] = lanes 0..3 and 4..7 of sub-block s; the
+// permutation is applied to the packed bytes, so one TBL pair serves both nibbles), and a sub-block's lane
+// sums by one SDOT per 16 bytes against the prepared (lanes4) activations.
+struct DotprodQ45k {
+  template <bool kFiveBit, typename Block>
+  static void decode(const Block& b, int8x16_t q[16]) {
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    uint8x16_t h0 = vdupq_n_u8(0), h1 = vdupq_n_u8(0);
+    if constexpr (kFiveBit) lanes4(vld1q_u8(b.qh), vld1q_u8(b.qh + 16), &h0, &h1);
+    for (int j = 0; j < 4; ++j) {
+      uint8x16_t b0, b1;
+      lanes4(vld1q_u8(b.qs + 32 * j), vld1q_u8(b.qs + 32 * j + 16), &b0, &b1);
+      uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
+      if constexpr (kFiveBit) neon_q5k_add_high_bits(v, h0, h1, j);
+      for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
     }
   }
-  for (int j = 0; j < NX; ++j) {
-    float lane[8];
-    vst1q_f32(lane, lane_lo[j]);
-    vst1q_f32(lane + 4, lane_hi[j]);
-    y[j] = fold_lanes8(acc[j], lane);
+  static void sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8], int32x4_t* lo, int32x4_t* hi) {
+    int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
+    for (int s = 0; s < 8; ++s) {
+      const int32x4_t d_lo = vdotq_s32(vdupq_n_s32(0), q[2 * s], vld1q_s8(x.qs + 32 * s));
+      const int32x4_t d_hi = vdotq_s32(vdupq_n_s32(0), q[2 * s + 1], vld1q_s8(x.qs + 32 * s + 16));
+      a_lo = vmlaq_n_s32(a_lo, d_lo, int32_t(sc[s]));
+      a_hi = vmlaq_n_s32(a_hi, d_hi, int32_t(sc[s]));
+    }
+    *lo = a_lo;
+    *hi = a_hi;
   }
-}
+};
 
 template <int NX>
 void q4k_rows(int64_t n, const void* w, const void* x, size_t xs, float* y) {
-  q45k_rows<false, BlockQ4K, NX>(n, w, x, xs, y);
+  q45k_rows_neon<DotprodQ45k, false, BlockQ4K, NX>(n, w, x, xs, y);
 }
 template <int NX>
 void q5k_rows(int64_t n, const void* w, const void* x, size_t xs, float* y) {
-  q45k_rows<true, BlockQ5K, NX>(n, w, x, xs, y);
+  q45k_rows_neon<DotprodQ45k, true, BlockQ5K, NX>(n, w, x, xs, y);
 }
 
 }  // namespace
