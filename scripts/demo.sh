@@ -2,8 +2,9 @@
 # The main job, from a fresh machine: install dependencies, build, then run essaim on an embedded default —
 # a synthetic model written by `essaim synth` (no weights can be downloaded here) — as a local swarm: the
 # model cut into expert slices, three `essaim worker` processes each holding a third of every layer's
-# experts, a backbone generating text through them, and the sharded logits compared with the monolithic
-# ones (max |Δ| must be 0; docs/dispatch.md).
+# experts, a backbone generating text through them, the sharded logits compared with the monolithic
+# ones (max |Δ| must be 0; docs/dispatch.md), and `essaim serve` on the same swarm answering one
+# OpenAI-style chat request (docs/serve.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
