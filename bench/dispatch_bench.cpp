@@ -239,9 +239,7 @@ int run(Options o) {
 
 int main(int argc, char** argv) {
   essaim::Options o;
-  const std::filesystem::path self = std::filesystem::absolute(argv[0]).parent_path();
-  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / "essaim-worker";
-  if (std::filesystem::exists(sibling)) o.worker_bin = sibling.string();
+  o.worker_bin = essaim::bench::default_worker_binary(argv[0]);
   CLI::App app{"essaim dispatch benchmark: decode tok/s monolithic vs sharded over loopback workers"};
   app.add_option("--model", o.model, "GGUF file (default: the 122B-shaped synth model, written once)");
   app.add_option("--data-dir", o.data_dir, "Where the synth model and its slices are written once (default ./bench-data)");

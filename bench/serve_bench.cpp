@@ -287,9 +287,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   essaim::Options o;
-  const std::filesystem::path self = std::filesystem::absolute(argv[0]).parent_path();
-  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / "essaim-worker";
-  if (std::filesystem::exists(sibling)) o.worker_bin = sibling.string();
+  o.worker_bin = essaim::bench::default_worker_binary(argv[0]);
   CLI::App app{"essaim serving benchmark: continuous batched decode, monolithic vs workers behind an injected RTT"};
   app.add_option("--model", o.model, "GGUF file (default: a synth qwen3moe, written once)");
   app.add_option("--preset", o.preset, "Synth preset when no --model: tiny (default) or q35-122b");

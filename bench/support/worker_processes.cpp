@@ -122,4 +122,10 @@ double workers_cpu_seconds(const std::vector<WorkerProcess>& procs) {
   return t;
 }
 
+std::string default_worker_binary(const char* argv0) {
+  const std::filesystem::path self = std::filesystem::absolute(argv0).parent_path();
+  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / "essaim-worker";
+  return std::filesystem::exists(sibling) ? sibling.string() : std::string();
+}
+
 }  // namespace essaim::bench

@@ -30,6 +30,8 @@ struct WorkerProcess {
 
 // Starts `essaim-worker --listen 127.0.0.1:0 --quiet --threads T --slice …` and waits (at most 120 s) for
 // its "listening on" line.
+// <build>/src/cli/essaim-worker beside the benchmark binary `argv0` (<build>/bench/X), or "" when absent.
+std::string default_worker_binary(const char* argv0);
 Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, const std::vector<std::string>& slices);
 void stop_workers(const std::vector<WorkerProcess>& procs);  // SIGTERM, then waits for each
 

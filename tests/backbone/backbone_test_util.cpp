@@ -219,14 +219,13 @@ std::string WorkerProcess::worker_binary() { return std::string(ESSAIM_BINARY_DI
 
 WorkerProcess::WorkerProcess(const std::vector<std::string>& slices, const std::string& binary,
                              const std::vector<std::string>& launcher) {
-  start(slices, binary, launcher);
-}
-
-void WorkerProcess::start(const std::vector<std::string>& slices, const std::string& binary,
-                          const std::vector<std::string>& launcher) {
   std::vector<std::string> args = launcher;
   args.insert(args.end(), {binary, "--listen", "127.0.0.1:0", "--threads", "1", "--quiet"});
   for (const std::string& s : slices) args.insert(args.end(), {"--slice", s});
+  start(std::move(args));
+}
+
+void ListeningProcess::start(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -243,7 +242,6 @@ void WorkerProcess::start(const std::vector<std::string>& slices, const std::str
     pid_ = -1;
     FAIL() << "cannot start " << args[0] << ": " << std::strerror(rc);
   }
-  // The worker prints "listening on 127.0.0.1:PORT" once it accepts connections.
   std::string line;
   const auto give_up = std::chrono::steady_clock::now() + 60s;
   while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
@@ -256,11 +254,11 @@ void WorkerProcess::start(const std::vector<std::string>& slices, const std::str
   }
   ::close(fds[0]);  // nothing else is printed on stdout
   const size_t colon = line.rfind(':');
-  ASSERT_TRUE(line.rfind("listening on ", 0) == 0 && colon != std::string::npos) << "worker said: " << line;
+  ASSERT_TRUE(line.rfind("listening on ", 0) == 0 && colon != std::string::npos) << args[0] << " said: " << line;
   port_ = uint16_t(std::stoul(line.substr(colon + 1)));
 }
 
-WorkerProcess::~WorkerProcess() {
+ListeningProcess::~ListeningProcess() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);
   for (int i = 0; i < 100; ++i) {
@@ -270,7 +268,7 @@ WorkerProcess::~WorkerProcess() {
   kill_hard();
 }
 
-void WorkerProcess::kill_hard() {
+void ListeningProcess::kill_hard() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
   ::waitpid(pid_, nullptr, 0);

@@ -97,29 +97,37 @@ class PipeWorker {
   std::shared_ptr<Slot> slot_;  // shared with the connectors handed out
 };
 
-// An `essaim-worker` process on 127.0.0.1 with port 0; the constructor waits for its "listening on" line.
-class WorkerProcess {
+// A child process that prints "listening on HOST:PORT" on stdout once it accepts connections (`essaim
+// worker`, `essaim-worker`, `essaim serve`); the constructor waits for that line (60 s at most).
+class ListeningProcess {
  public:
-  // `launcher` goes in front of the binary (e.g. {"env", "ESSAIM_ISA=neon", "qemu-aarch64"} for an ARM64
-  // worker under emulation); its first word is looked up on PATH.
-  explicit WorkerProcess(const std::vector<std::string>& slices, const std::string& binary = worker_binary(),
-                         const std::vector<std::string>& launcher = {});
-  ~WorkerProcess();  // SIGTERM if still running, then waits for it
-  WorkerProcess(const WorkerProcess&) = delete;
-  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  explicit ListeningProcess(std::vector<std::string> args) { start(std::move(args)); }  // args[0] on PATH
+  ~ListeningProcess();  // SIGTERM if still running, then waits for it (SIGKILL after 5 s)
+  ListeningProcess(const ListeningProcess&) = delete;
+  ListeningProcess& operator=(const ListeningProcess&) = delete;
 
-  static std::string worker_binary();  // <build>/src/cli/essaim-worker
   uint16_t port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   void kill_hard();  // SIGKILL and reap
   bool ok() const { return port_ != 0; }
 
- private:
-  // gtest ASSERTs need a void function
-  void start(const std::vector<std::string>& slices, const std::string& binary, const std::vector<std::string>& launcher);
+ protected:
+  ListeningProcess() = default;
+  void start(std::vector<std::string> args);  // gtest ASSERTs need a void function
 
+ private:
   pid_t pid_ = -1;
   uint16_t port_ = 0;
+};
+
+// An `essaim-worker` process on 127.0.0.1 with port 0, serving `slices`.
+class WorkerProcess : public ListeningProcess {
+ public:
+  // `launcher` goes in front of the binary (e.g. {"env", "ESSAIM_ISA=neon", "qemu-aarch64"} for an ARM64
+  // worker under emulation); its first word is looked up on PATH.
+  explicit WorkerProcess(const std::vector<std::string>& slices, const std::string& binary = worker_binary(),
+                         const std::vector<std::string>& launcher = {});
+  static std::string worker_binary();  // <build>/src/cli/essaim-worker
 };
 
 // Dispatch options for exactness tests: a deadline long enough that a loaded CI machine never falls back.

@@ -3,25 +3,16 @@
 // port the OS chose. This test first asks the same server with its own HTTP client, then the JS client must
 // see the same answers (greedy) in the shapes the OpenAI API defines. Without node/npm or the registry the test
 // fails with the reason, unless ESSAIM_SKIP_NPM=1 asks to skip it.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
+#include "backbone_test_util.h"
 #include "serve_test_util.h"
-
-extern char** environ;
 
 namespace essaim::serve::testing {
 namespace {
@@ -33,63 +24,11 @@ bool skip_npm() {
   return skip != nullptr && std::string(skip) == "1";
 }
 
-// `essaim serve` as a child process; the constructor waits for its "listening on" line.
-class ServeProcess {
- public:
-  explicit ServeProcess(std::vector<std::string> args) { start(std::move(args)); }
-  ~ServeProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(50ms);
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  void start(std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (rc != 0) {
-      ::close(fds[0]);
-      pid_ = -1;
-      FAIL() << "cannot start " << argv[0] << ": " << std::strerror(rc);
-    }
-    std::string line;
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
-      pollfd p{.fd = fds[0], .events = POLLIN, .revents = 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      line.append(buf, size_t(n));
-    }
-    ::close(fds[0]);  // nothing else is printed on stdout
-    const size_t colon = line.rfind(':');
-    ASSERT_TRUE(line.rfind("listening on 127.0.0.1:", 0) == 0 && colon != std::string::npos) << "essaim serve said: " << line;
-    port_ = uint16_t(std::stoul(line.substr(colon + 1)));
-  }
-
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
-};
+using backbone::testing::ListeningProcess;  // `essaim serve` as a child process
 
 TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
   if (skip_npm()) GTEST_SKIP() << "ESSAIM_SKIP_NPM=1";
-  ServeProcess serve({ESSAIM_CLI, "serve", "-m", tiny_model_path(), "--host", "127.0.0.1", "--port", "0", "-np", "2",
+  ListeningProcess serve({ESSAIM_CLI, "serve", "-m", tiny_model_path(), "--host", "127.0.0.1", "--port", "0", "-np", "2",
                       "-c", "512", "-t", "1", "--api-key", kApiKey, "--alias", "tiny-swarm"});
   ASSERT_NE(serve.port(), 0);
   ASSERT_TRUE(wait_until([&] { return http_call(serve.port(), "GET", "/health").status == 200; }, 60s));
