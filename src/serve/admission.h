@@ -27,9 +27,11 @@ struct AdmissionLimits {
   std::string api_key;                     // empty: no key needed
   // Connections that have not yet sent a complete request with a valid key: capped per source address and
   // in all; past a cap the oldest such connection is evicted (503, closed). Authenticated connections are
-  // capped by max_connections.
-  size_t max_unauthenticated = 64;
-  size_t max_unauthenticated_per_address = 16;
+  // capped by max_connections. HTTP clients open a connection per concurrent request (64 at once from one
+  // host is a normal load test), and a request takes a moment to arrive on a busy server, so the caps are
+  // wider than the expert worker's (16 / 64), whose peers are a few backbones.
+  size_t max_unauthenticated = 128;
+  size_t max_unauthenticated_per_address = 64;
 };
 
 // True when no key is configured, or `authorization` is "Bearer <key>" (compared in constant time).

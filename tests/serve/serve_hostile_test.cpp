@@ -177,7 +177,7 @@ TEST(ServeHostileHttp, GarbageTruncatedSlowAndHugeRequests) {
 
 // The shared admission layer (net::Admission): 120 connections from one address that never send a complete
 // request (idle, or dribbling almost-full headers) cannot lock out a real client. Past 16 unauthenticated
-// connections of the address, the oldest are evicted with a 503; a real request is still answered at once,
+// connections of the address (the cap this test sets), the oldest are evicted with a 503; a real request is still answered at once,
 // the evictions are counted in /metrics, and the flood costs little memory.
 long rss_kib() {
   std::FILE* f = std::fopen("/proc/self/status", "r");
@@ -192,7 +192,7 @@ long rss_kib() {
 
 TEST(ServeHostileHttp, AFloodOfUnauthenticatedConnectionsCannotLockOutAClient) {
   // A connection cap below the flood: without eviction the flood alone would fill it.
-  auto server = start_server({.parallel = 1, .api_key = "k", .max_connections = 64});
+  auto server = start_server({.parallel = 1, .api_key = "k", .max_connections = 64, .max_unauthenticated_per_address = 16});
   ASSERT_TRUE(server);
   const uint16_t port = server->port();
   const std::map<std::string, std::string> key = {{"Authorization", "Bearer k"}};
