@@ -3,8 +3,11 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -228,14 +231,19 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Readable while waiting for our own answer means the peer closed (or pipelined, which we leave in the
-  // socket for the next read).
+  // socket for the next read). The peek must not block: the reactor can report a readiness that an earlier
+  // read already consumed, and a blocking peek would then hold this session's strand (and the answer
+  // posted to it) until the client gives up. Nothing to read yet: watch again.
   void watch(uint64_t generation) {
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
-      if (generation != self->generation_ || self->complete_ || ec == asio::error::operation_aborted) return;
+      if (generation != self->generation_ || self->complete_ || self->closed_ || ec == asio::error::operation_aborted)
+        return;
+      if (ec) return self->client_gone();
       char byte;
-      beast::error_code peek_ec;
-      const size_t n = self->stream_.socket().receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-      if (ec || peek_ec || n == 0) self->client_gone();
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;  // pipelined bytes: read with the next request
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch(generation);
+      self->client_gone();  // 0: orderly close; < 0: reset or another error
     });
   }
 
