@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/api_request.h"
-#include "serve/metrics_text.h"
+#include "net/metrics_text.h"
 #include "serve/stop_strings.h"
 
 namespace essaim::serve {
@@ -24,7 +24,7 @@ int64_t unix_now() {
 // by the scheduler thread (events) and once by the I/O thread (begin), hence the mutex.
 struct Generation {
   ServeApi* api = nullptr;
-  std::shared_ptr<HttpResponder> out;
+  std::shared_ptr<net::HttpResponder> out;
   std::shared_ptr<SequenceHandle> handle;
   bool chat = true;
   bool stream = false;
@@ -173,12 +173,12 @@ uint64_t ServeApi::outcome_count(const std::string& outcome) const {
   return it == outcomes_.end() ? 0 : it->second;
 }
 
-void ServeApi::error_reply(HttpResponder& out, int status, std::string message, std::string code, std::string type,
+void ServeApi::error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type,
                            std::string outcome, std::string retry_after) {
   if (type.empty()) type = status >= 500 ? "server_error" : "invalid_request_error";
   if (status == 401) type = "authentication_error";
   count_outcome(outcome);
-  HttpReply r{.status = status, .content_type = "application/json",
+  net::HttpReply r{.status = status, .content_type = "application/json",
               .body = api_error_json({.status = status, .message = std::move(message), .type = std::move(type),
                                       .code = std::move(code), .param = {}}),
               .headers = {}};
@@ -186,7 +186,7 @@ void ServeApi::error_reply(HttpResponder& out, int status, std::string message, 
   out.reply(std::move(r));
 }
 
-void ServeApi::handle(const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
+void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
   const std::string path = path_of(req.target);
   if (path == "/health") {  // no key: load balancers and orchestrators probe it
     if (ready_.load()) return out->reply({.status = 200, .content_type = "application/json", .body = R"({"status":"ok"})", .headers = {}});
@@ -198,7 +198,7 @@ void ServeApi::handle(const HttpRequestView& req, std::shared_ptr<HttpResponder>
     if (!failure.empty()) return error_reply(*out, 500, "the model failed to load: " + failure, "load_failed", {}, "error");
     return error_reply(*out, 503, "Loading model", "loading", "unavailable_error", "loading", "1");
   }
-  if (!api_key_ok(options_.api_key, req.authorization)) {
+  if (!net::api_key_ok(options_.api_key, req.authorization)) {
     return error_reply(*out, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "invalid_api_key",
                        {}, "unauthorized");
   }
@@ -222,7 +222,7 @@ void ServeApi::handle(const HttpRequestView& req, std::shared_ptr<HttpResponder>
   generate(req, std::move(out), path.ends_with("/chat/completions"));
 }
 
-void ServeApi::generate(const HttpRequestView& req, std::shared_ptr<HttpResponder> out, bool chat) {
+void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out, bool chat) {
   ApiParse parsed = parse_api_request(chat ? ApiEndpoint::CHAT : ApiEndpoint::COMPLETION, req.body);
   if (parsed.error) {
     count_outcome("invalid");
@@ -272,7 +272,7 @@ void ServeApi::generate(const HttpRequestView& req, std::shared_ptr<HttpResponde
 }
 
 std::string ServeApi::metrics_text() const {
-  MetricsText m;
+  net::MetricsText m;
   m.family("essaim_serve_ready", "gauge", "1 once the model is loaded and requests are served");
   m.sample("essaim_serve_ready", {}, ready_.load() ? 1 : 0);
   m.family("essaim_serve_requests_total", "counter", "Requests answered, by outcome");
@@ -281,7 +281,7 @@ std::string ServeApi::metrics_text() const {
     for (const auto& [outcome, n] : outcomes_) m.sample("essaim_serve_requests_total", {{"outcome", outcome}}, double(n));
   }
   if (options_.http_stats) {
-    const HttpServerStats h = options_.http_stats();
+    const net::HttpServerStats h = options_.http_stats();
     m.family("essaim_serve_connections", "gauge", "Open HTTP connections");
     m.sample("essaim_serve_connections", {}, h.connections);
     m.family("essaim_serve_connections_refused_total", "counter", "Connections refused over the connection cap");

@@ -3,7 +3,7 @@
 // Field-by-field behaviour: docs/serve.md.
 //
 //   ServeApi api({.api_key = "k"});
-//   auto http = HttpServer::listen(host, port, limits, [&](auto& req, auto out) { api.handle(req, out); });
+//   auto http = net::HttpServer::listen(host, port, limits, [&](auto& req, auto out) { api.handle(req, out); });
 //   ...load the model...
 //   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_format = fmt, .scheduler = &sched, .id = "tiny"});
 #pragma once
@@ -19,7 +19,7 @@
 
 #include "backbone/dispatch_stats.h"
 #include "model/model.h"
-#include "serve/http_server.h"
+#include "net/http_server.h"
 #include "serve/scheduler.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
@@ -39,7 +39,7 @@ struct ServeModel {
 
 struct ServeApiOptions {
   std::string api_key;  // empty: none needed
-  std::function<HttpServerStats()> http_stats;  // for /metrics, may be empty
+  std::function<net::HttpServerStats()> http_stats;  // for /metrics, may be empty
 };
 
 class ServeApi {
@@ -49,7 +49,7 @@ class ServeApi {
   void set_failed(std::string why);  // loading failed: /health answers 500 with why
   bool ready() const { return ready_.load(); }
 
-  void handle(const HttpRequestView& request, std::shared_ptr<HttpResponder> out);
+  void handle(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out);
   std::string metrics_text() const;
 
   // Requests answered, by outcome ("stop", "length", "cancelled", "error", "invalid", "unauthorized",
@@ -58,8 +58,8 @@ class ServeApi {
   void count_outcome(const std::string& outcome);
 
  private:
-  void generate(const HttpRequestView& request, std::shared_ptr<HttpResponder> out, bool chat);
-  void error_reply(HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
+  void generate(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out, bool chat);
+  void error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
                    std::string outcome = "invalid", std::string retry_after = {});
 
   ServeApiOptions options_;

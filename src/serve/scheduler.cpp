@@ -68,8 +68,8 @@ Scheduler::Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* po
   n_ctx_ = model_.new_cache(options_.cache).n_ctx();
   stats_.parallel = options_.parallel;
   stats_.queue_capacity = options_.queue_capacity;
-  stats_.batch_rows = Histogram(pow2_bounds(4096));
-  stats_.batch_sequences = Histogram(pow2_bounds(256));
+  stats_.batch_rows = net::Histogram(pow2_bounds(4096));
+  stats_.batch_sequences = net::Histogram(pow2_bounds(256));
   thread_ = std::thread([this] { run(); });
 }
 

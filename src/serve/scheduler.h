@@ -30,7 +30,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
-#include "serve/metrics_text.h"
+#include "net/metrics_text.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -112,8 +112,8 @@ struct SchedulerStats {
   uint64_t generated_tokens = 0;  // tokens sampled and emitted
   uint64_t finished[5] = {};      // sequences by FinishReason (index = enum value)
   double tokens_per_second = 0;   // generated tokens over the last few seconds
-  Histogram batch_rows;           // rows per step
-  Histogram batch_sequences;      // sequences per step
+  net::Histogram batch_rows;           // rows per step
+  net::Histogram batch_sequences;      // sequences per step
 };
 
 class Scheduler {

@@ -12,9 +12,9 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   Server* raw = s.get();
   s->api_ = std::make_unique<ServeApi>(ServeApiOptions{
       .api_key = s->options_.limits.api_key,
-      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : HttpServerStats{}; }});
-  ESSAIM_ASSIGN_OR_RETURN(s->http_, HttpServer::listen(s->options_.host, s->options_.port, s->options_.limits,
-                                                       [raw](const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
+      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : net::HttpServerStats{}; }});
+  ESSAIM_ASSIGN_OR_RETURN(s->http_, net::HttpServer::listen(s->options_.host, s->options_.port, s->options_.limits,
+                                                       [raw](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
                                                          raw->api_->handle(req, std::move(out));
                                                        },
                                                        s->options_.io_threads));

@@ -22,8 +22,8 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
-#include "serve/admission.h"
-#include "serve/http_server.h"
+#include "net/http_limits.h"
+#include "net/http_server.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
 #include "text/tokenizer.h"
@@ -48,7 +48,7 @@ struct ServerOptions {
   int32_t threads = 0;           // compute threads; 0: all cores
   int io_threads = 2;
   std::string model_id;          // /v1/models id; empty: the file's name
-  AdmissionLimits limits;
+  net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
 };
 
@@ -71,7 +71,7 @@ class Server {
 
   ServerOptions options_;
   std::unique_ptr<ServeApi> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<net::HttpServer> http_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;

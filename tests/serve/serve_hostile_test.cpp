@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <map>
 
-#include "serve/admission.h"
+#include "net/http_limits.h"
 #include "serve/api_request.h"
-#include "serve/metrics_text.h"
+#include "net/metrics_text.h"
 #include "serve/stop_strings.h"
 #include "serve_test_util.h"
 
@@ -117,10 +117,10 @@ TEST(ServeStopStrings, HoldsBackOnlyWhatCouldStillMatch) {
 }
 
 TEST(ServeMetricsText, ExpositionFormat) {
-  MetricsText m;
+  net::MetricsText m;
   m.family("a_total", "counter", "Things\nseen");
   m.sample("a_total", {{"k", "q\"u\\o\nte"}}, 3);
-  Histogram h({1, 4});
+  net::Histogram h({1, 4});
   h.observe(0.5);
   h.observe(4);
   h.observe(9);
@@ -132,13 +132,13 @@ TEST(ServeMetricsText, ExpositionFormat) {
 }
 
 TEST(ServeAdmission, ApiKey) {
-  EXPECT_TRUE(api_key_ok("", ""));
-  EXPECT_TRUE(api_key_ok("k1", "Bearer k1"));
-  EXPECT_FALSE(api_key_ok("k1", "Bearer k2"));
-  EXPECT_FALSE(api_key_ok("k1", "Bearer k1x"));
-  EXPECT_FALSE(api_key_ok("k1", "Bearer "));
-  EXPECT_FALSE(api_key_ok("k1", "k1"));
-  EXPECT_FALSE(api_key_ok("k1", ""));
+  EXPECT_TRUE(net::api_key_ok("", ""));
+  EXPECT_TRUE(net::api_key_ok("k1", "Bearer k1"));
+  EXPECT_FALSE(net::api_key_ok("k1", "Bearer k2"));
+  EXPECT_FALSE(net::api_key_ok("k1", "Bearer k1x"));
+  EXPECT_FALSE(net::api_key_ok("k1", "Bearer "));
+  EXPECT_FALSE(net::api_key_ok("k1", "k1"));
+  EXPECT_FALSE(net::api_key_ok("k1", ""));
 }
 
 TEST(ServeHostileHttp, GarbageTruncatedSlowAndHugeRequests) {

@@ -1,4 +1,4 @@
-#include "serve/http_server.h"
+#include "net/http_server.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -14,9 +14,9 @@
 #include <optional>
 #include <thread>
 
-#include "serve/api_request.h"
+#include <nlohmann/json.hpp>
 
-namespace essaim::serve {
+namespace essaim::net {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -47,20 +47,23 @@ std::string serialize(const HttpReply& r, bool streaming, bool keep_alive) {
   return out;
 }
 
+// The error object of the OpenAI API (and of every essaim HTTP service): {"error": {"message", "type", "code"}}.
 HttpReply error_reply(int status, std::string message, std::string code) {
-  ApiError e{.status = status, .message = std::move(message),
-             .type = status >= 500 ? "server_error" : "invalid_request_error", .code = std::move(code), .param = {}};
-  return {.status = status, .content_type = "application/json", .body = api_error_json(e), .headers = {}};
+  nlohmann::json err = {{"message", std::move(message)}, {"type", status >= 500 ? "server_error" : "invalid_request_error"},
+                        {"code", std::move(code)}, {"param", nullptr}};
+  return {.status = status, .content_type = "application/json",
+          .body = nlohmann::json{{"error", err}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+          .headers = {}};
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
   // Declared before the io_context: sessions (destroyed with its pending handlers) hold tickets of it.
-  std::unique_ptr<net::Admission> admission;
+  std::unique_ptr<Admission> admission;
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
-  AdmissionLimits limits;
+  HttpLimits limits;
   HttpHandler handler;
   std::vector<std::thread> threads;
   std::atomic<int32_t> connections{0};
@@ -296,7 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   HttpServer::Impl& server_;
-  std::unique_ptr<net::Admission::Ticket> ticket_;  // released with the session
+  std::unique_ptr<Admission::Ticket> ticket_;  // released with the session
   bool authenticated_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -362,12 +365,12 @@ void HttpServer::Impl::accept() {
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, AdmissionLimits limits,
+Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, HttpLimits limits,
                                                        HttpHandler handler, int io_threads) {
   auto impl = std::make_unique<Impl>();
   const size_t cap = size_t(std::max<int32_t>(limits.max_connections, 1));
-  impl->admission = std::make_unique<net::Admission>(
-      net::AdmissionLimits{.max_unauthenticated = limits.max_unauthenticated,
+  impl->admission = std::make_unique<Admission>(
+      AdmissionLimits{.max_unauthenticated = limits.max_unauthenticated,
                            .max_unauthenticated_per_address = limits.max_unauthenticated_per_address,
                            .max_authenticated = cap,
                            .max_authenticated_per_address = cap},
@@ -412,4 +415,4 @@ HttpServerStats HttpServer::stats() const {
           .disconnects = impl_->disconnects.load(), .admission = impl_->admission->counters()};
 }
 
-}  // namespace essaim::serve
+}  // namespace essaim::net

@@ -1,6 +1,6 @@
-#include "serve/admission.h"
+#include "net/http_limits.h"
 
-namespace essaim::serve {
+namespace essaim::net {
 
 bool api_key_ok(std::string_view configured, std::string_view authorization) {
   if (configured.empty()) return true;
@@ -16,4 +16,4 @@ bool api_key_ok(std::string_view configured, std::string_view authorization) {
   return diff == 0;
 }
 
-}  // namespace essaim::serve
+}  // namespace essaim::net

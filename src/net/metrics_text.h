@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace essaim::serve {
+namespace essaim::net {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
@@ -58,4 +58,4 @@ std::string metrics_escape_label(std::string_view value);
 // A sample value: integers without exponent, +Inf/-Inf/NaN spelled as the format wants.
 std::string metrics_format_value(double value);
 
-}  // namespace essaim::serve
+}  // namespace essaim::net

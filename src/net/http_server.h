@@ -1,8 +1,9 @@
 // A small HTTP/1.1 server on Boost.Beast (async, a few I/O threads): reads one request at a time per
-// connection under the admission limits (serve/admission.h), hands it to a handler, and writes either a
+// connection under the admission limits (net/http_limits.h), hands it to a handler, and writes either a
 // whole response or a stream (server-sent events) that ends by closing the connection. Refusals the
 // listener decides itself — body too large (413), headers too large (431), unreadable request (400),
-// connection cap (503) — carry an OpenAI error object.
+// connection cap (503) — carry the OpenAI API's error object, which every essaim HTTP service uses.
+// Shared by `essaim serve` and the coordinator; it links no model code.
 //
 //   auto server = HttpServer::listen("127.0.0.1", 0, limits,
 //       [](const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
@@ -24,9 +25,9 @@
 
 #include "core/status.h"
 #include "net/admission.h"
-#include "serve/admission.h"
+#include "net/http_limits.h"
 
-namespace essaim::serve {
+namespace essaim::net {
 
 struct HttpRequestView {
   std::string method;         // "GET", "POST", ...
@@ -62,13 +63,13 @@ struct HttpServerStats {
   uint64_t refused_connections = 0;   // over the cap
   uint64_t refused_requests = 0;      // 400/413/431 decided by the listener
   uint64_t disconnects = 0;           // clients gone before their response was complete
-  net::AdmissionCounters admission;   // the shared admission layer's counters (evictions, refusals, live)
+  AdmissionCounters admission;   // the shared admission layer's counters (evictions, refusals, live)
 };
 
 class HttpServer {
  public:
   // Binds host:port (port 0: the OS chooses) and starts accepting on `io_threads` threads.
-  static Result<std::unique_ptr<HttpServer>> listen(const std::string& host, uint16_t port, AdmissionLimits limits,
+  static Result<std::unique_ptr<HttpServer>> listen(const std::string& host, uint16_t port, HttpLimits limits,
                                                     HttpHandler handler, int io_threads = 2);
   ~HttpServer();  // stop()
   uint16_t port() const;
@@ -83,4 +84,4 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace essaim::serve
+}  // namespace essaim::net

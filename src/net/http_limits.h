@@ -5,7 +5,7 @@
 // as authenticated once it sends a complete request with a valid key (any complete request when no key
 // is configured). Values and the status each refusal gets: docs/serve.md "Limits".
 //
-//   AdmissionLimits limits;                       // defaults below
+//   HttpLimits limits;                       // defaults below
 //   if (!api_key_ok(limits.api_key, req[http::field::authorization])) reply 401
 #pragma once
 
@@ -15,9 +15,9 @@
 #include <string>
 #include <string_view>
 
-namespace essaim::serve {
+namespace essaim::net {
 
-struct AdmissionLimits {
+struct HttpLimits {
   size_t max_body_bytes = 1 << 20;         // 413 beyond
   size_t max_header_bytes = 16 << 10;      // 431 beyond (request line + headers)
   int32_t max_connections = 256;           // further connections get 503 and are closed
@@ -37,4 +37,4 @@ struct AdmissionLimits {
 // True when no key is configured, or `authorization` is "Bearer <key>" (compared in constant time).
 bool api_key_ok(std::string_view configured, std::string_view authorization);
 
-}  // namespace essaim::serve
+}  // namespace essaim::net

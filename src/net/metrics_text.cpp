@@ -1,10 +1,10 @@
-#include "serve/metrics_text.h"
+#include "net/metrics_text.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-namespace essaim::serve {
+namespace essaim::net {
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
   std::sort(bounds_.begin(), bounds_.end());
@@ -86,4 +86,4 @@ void MetricsText::histogram(std::string_view name, std::string_view help, const 
   sample(std::string(name) + "_count", labels, double(h.count()));
 }
 
-}  // namespace essaim::serve
+}  // namespace essaim::net
