@@ -46,14 +46,34 @@ void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);
 void prepare_q8_0_group8(const void* x, void* out, int64_t n);
 void prepare_q8k_lanes4_neon(const void* x, void* out, int64_t n);
 
-// Body of an exported kernel: runs template fn<args..., NX> for the nx it was given (1..kDotMaxRows), so
-// each row count gets its own register allocation.
-#define ESSAIM_DISPATCH_NX(fn, ...)                                   \
+// Body of an exported kernel: runs template fn<args..., NX> for the nx it was given, so each row count
+// gets its own register allocation. ESSAIM_DISPATCH_NX serves kernels whose widest form takes 4 rows:
+// 5..kDotMaxRows rows run as the first four, then the rest (each row is computed exactly as alone, so the
+// split changes no bit). ESSAIM_DISPATCH_NX8 serves kernels with a native form for every nx up to 8.
+#define ESSAIM_DISPATCH_UPTO4_(fn, xx, yy, cnt, ...)                          \
+  switch (cnt) {                                                            \
+    case 1: fn<__VA_ARGS__ __VA_OPT__(, ) 1>(n, w, xx, xs, yy); break;      \
+    case 2: fn<__VA_ARGS__ __VA_OPT__(, ) 2>(n, w, xx, xs, yy); break;      \
+    case 3: fn<__VA_ARGS__ __VA_OPT__(, ) 3>(n, w, xx, xs, yy); break;      \
+    default: fn<__VA_ARGS__ __VA_OPT__(, ) 4>(n, w, xx, xs, yy); break;     \
+  }
+#define ESSAIM_DISPATCH_NX(fn, ...)                                                                   \
+  if (nx > 4) {                                                                                     \
+    fn<__VA_ARGS__ __VA_OPT__(, ) 4>(n, w, x, xs, y);                                                \
+    ESSAIM_DISPATCH_UPTO4_(fn, static_cast<const uint8_t*>(x) + 4 * xs, y + 4, nx - 4, __VA_ARGS__) \
+  } else {                                                                                          \
+    ESSAIM_DISPATCH_UPTO4_(fn, x, y, nx, __VA_ARGS__)                                                \
+  }
+#define ESSAIM_DISPATCH_NX8(fn, ...)                                  \
   switch (nx) {                                                     \
     case 1: fn<__VA_ARGS__ __VA_OPT__(, ) 1>(n, w, x, xs, y); break; \
     case 2: fn<__VA_ARGS__ __VA_OPT__(, ) 2>(n, w, x, xs, y); break; \
     case 3: fn<__VA_ARGS__ __VA_OPT__(, ) 3>(n, w, x, xs, y); break; \
-    default: fn<__VA_ARGS__ __VA_OPT__(, ) 4>(n, w, x, xs, y); break; \
+    case 4: fn<__VA_ARGS__ __VA_OPT__(, ) 4>(n, w, x, xs, y); break; \
+    case 5: fn<__VA_ARGS__ __VA_OPT__(, ) 5>(n, w, x, xs, y); break; \
+    case 6: fn<__VA_ARGS__ __VA_OPT__(, ) 6>(n, w, x, xs, y); break; \
+    case 7: fn<__VA_ARGS__ __VA_OPT__(, ) 7>(n, w, x, xs, y); break; \
+    default: fn<__VA_ARGS__ __VA_OPT__(, ) 8>(n, w, x, xs, y); break; \
   }
 
 // Canonical final reductions, shared verbatim by every variant (SIMD kernels store their lanes and call

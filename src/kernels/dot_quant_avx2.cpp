@@ -43,6 +43,14 @@ int32_t scale_pair(int a, int b) {
   return int32_t(uint32_t(uint16_t(int16_t(a))) | (uint32_t(uint16_t(int16_t(b))) << 16));
 }
 
+// [S_0 .. S_7]: the full sums of eight partial vectors (eight blocks, or eight rows).
+__m256i hsum8_i32(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
 // [lanes 0..3 | lanes 0..3] + [lanes 4..7 | lanes 4..7] -> lanes 0..7.
 __m256i fold_lane_halves(__m256i a, __m256i b) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
@@ -167,6 +175,80 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   }
 }
 
+// Five to eight activation rows (prefill, experts with many rows): the weight block is decoded once —
+// the four sub-block pairs' interleaved nibble words (eight ymm) and their scales — and each row then runs
+// its integer sums, lane fold and f32 step on its own, so only two integer accumulators are live at a
+// time. The per-row operations are dot_q45k's, in the same order, so every row gets the reference's bits.
+template <typename Block, int NX>
+void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 8);
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const auto* blocks = static_cast<const Block*>(w);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  __m256 lanes[NX];
+#pragma GCC unroll 8
+  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();  // acc of row j in element j
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block* a = &blocks[k];
+    uint64_t sc64, m64;
+    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    __m256i hb = _mm256_setzero_si256();
+    if constexpr (kQ5) hb = pairs(load256(a->qh));
+    __m256i w_lo[4], w_hi[4], scale[4];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {  // as in dot_q45k
+      const __m256i raw = pairs(load256(a->qs + 32 * p));
+      __m256i q_lo = _mm256_and_si256(raw, low4);
+      __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kQ5) {
+        q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+        q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      scale[p] = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
+      w_lo[p] = _mm256_unpacklo_epi16(q_lo, q_hi);
+      w_hi[p] = _mm256_unpackhi_epi16(q_lo, q_hi);
+    }
+    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
+    __m256i mpart[8] = {};
+    alignas(32) float yd_rows[8] = {};
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) {
+      const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      yd_rows[j] = b.d;
+    }
+    const __m256 yd = _mm256_load_ps(yd_rows);
+    const __m256 M = _mm256_cvtepi32_ps(hsum8_i32(mpart));
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
+    const float d = _cvtsh_ss(a->d);
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) {
+      const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs;  // q45k_avx2 layout
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo[p], load256(q8 + 64 * p)), scale[p]));
+        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi[p], load256(q8 + 64 * p + 32)), scale[p]));
+      }
+      const __m256i A = fold_lane_halves(lo, hi);
+      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd_rows[j]), _mm256_cvtepi32_ps(A), lanes[j]);
+    }
+  }
+  alignas(32) float acc_rows[8];
+  _mm256_store_ps(acc_rows, acc);
+#pragma GCC unroll 8
+  for (int j = 0; j < NX; ++j) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes[j]);
+    y[j] = fold_lanes8(acc_rows[j], lane);
+  }
+}
+
 // ---- Q6_K ----------------------------------------------------------------------------------------------
 
 template <int NX>
@@ -245,14 +327,6 @@ __m256i q8_0_partials(__m256i w_abs, __m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-// [S_0 .. S_7]: the full sums of eight blocks' partial vectors.
-__m256i hsum8_i32(const __m256i v[8]) {
-  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
-                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
-}
-
 // The reference is one f32 FMA chain in block order, so only the integer sums and the scale products are
 // vectorised, eight blocks at a time; the chain then runs through them one by one. Activations come in
 // the q8_0_group8 layout (prepare_q8_0_group8), whose eight scales are one load.
@@ -311,14 +385,23 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
 void vec_dot_q8_0_q8_0_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   ESSAIM_DISPATCH_NX(dot_q8_0)
 }
+// Up to four rows the register-resident form (all accumulators live); more rows the wide form.
 void vec_dot_q4k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+  if (nx > 4) {
+    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ4K)
+  } else {
+    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+  }
 }
 void vec_dot_q5k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+  if (nx > 4) {
+    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ5K)
+  } else {
+    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+  }
 }
 void vec_dot_q6k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  ESSAIM_DISPATCH_NX(dot_q6k)
+  ESSAIM_DISPATCH_NX8(dot_q6k)
 }
 
 }  // namespace essaim

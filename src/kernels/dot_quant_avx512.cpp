@@ -42,6 +42,14 @@ int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// [S_0 .. S_7]: the full sums of eight partial vectors (eight blocks, or eight rows).
+__m256i hsum8_i32(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
 // Two 256-bit halves of a zmm: lower from lo, upper from hi.
 __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
@@ -174,6 +182,92 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   }
   alignas(16) float acc_rows[4];
   _mm_store_ps(acc_rows, acc);
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) {
+    alignas(64) float lane[16];
+    _mm512_store_ps(lane, lanes[i]);
+    y[2 * i] = fold_lanes8(acc_rows[2 * i], lane);
+    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(acc_rows[2 * i + 1], lane + 8);
+  }
+}
+
+// Five to eight activation rows (prefill, experts with many rows): the weight block is decoded once into
+// registers — both halves' interleaved nibble words and scales — and each pair of rows then runs its
+// integer sums, lane fold and f32 steps on its own, so only four integer accumulators are live at a time
+// whatever NX is. The per-row operations are those of dot_q45k, in the same order (min term, then lanes,
+// block after block), so every row's result is the reference's.
+template <typename Block, int NX>
+void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 8);
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  constexpr int kPairs = (NX + 1) / 2;
+  const auto* blocks = static_cast<const Block*>(w);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
+                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
+  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();  // acc of row j in element j
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block* a = &blocks[k];
+    uint64_t sc64, m64;
+    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
+    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kQ5) qh = pairs256(load256(a->qh));
+    __m512i w_lo[2], w_hi[2], scale[2];
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {  // as in dot_q45k
+      const __m512i raw = pairs(load512(a->qs + 64 * half));
+      __m512i q_lo = _mm512_and_si512(raw, low4);
+      __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      if constexpr (kQ5) {
+        const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
+        q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+        q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
+      }
+      scale[half] = _mm512_permutexvar_epi32(scale_idx[half], sc16);
+      w_lo[half] = _mm512_unpacklo_epi16(q_lo, q_hi);
+      w_hi[half] = _mm512_unpackhi_epi16(q_lo, q_hi);
+    }
+    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
+    __m256i mpart[8] = {};
+    alignas(32) float yd_rows[8] = {};
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) {
+      const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      yd_rows[j] = b.d;
+    }
+    const __m256 yd = _mm256_load_ps(yd_rows);
+    const __m256 M = _mm256_cvtepi32_ps(hsum8_i32(mpart));
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
+    const __m512 db = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->d)), yd));
+#pragma GCC unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      __m512i lo[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      __m512i hi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 2
+      for (int r = 0; r < 2; ++r) {
+        if (2 * i + r >= NX) break;
+        const int8_t* q8 = q8k_row(x, x_stride, 2 * i + r)[k].qs;  // q45k_avx512 layout
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+          lo[r] = _mm512_dpwssd_epi32(lo[r], _mm512_maddubs_epi16(w_lo[half], load512(q8 + 128 * half)), scale[half]);
+          hi[r] = _mm512_dpwssd_epi32(hi[r], _mm512_maddubs_epi16(w_hi[half], load512(q8 + 128 * half + 64)),
+                                      scale[half]);
+        }
+      }
+      const __m512i A = fold_two_rows(lo[0], hi[0], lo[1], hi[1]);
+      const __m512i spread = join(_mm256_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1));
+      lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread, db), _mm512_cvtepi32_ps(A), lanes[i]);
+    }
+  }
+  alignas(32) float acc_rows[8];
+  _mm256_store_ps(acc_rows, acc);
 #pragma GCC unroll 8
   for (int i = 0; i < kPairs; ++i) {
     alignas(64) float lane[16];
@@ -319,19 +413,83 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   }
 }
 
+// Five to eight rows: as dot_q45k_wide, the block's 6-bit magnitudes, sign masks and scales of both
+// halves are decoded once into registers, then each pair of rows runs dot_q6k's per-row steps.
+template <int NX>
+void dot_q6k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 8);
+  constexpr int kPairs = (NX + 1) / 2;
+  const auto* blocks = static_cast<const BlockQ6K*>(w);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
+  const __m512i shift01 = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+  const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+  const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const BlockQ6K& a = blocks[k];
+    __m512i m01[2], m23[2], scale[2];
+    __mmask64 neg01[2], neg23[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {  // as in dot_q6k
+      const __m512i ql = pairs(load512(a.ql + 64 * h));
+      const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
+      const __m512i hi01 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45);
+      const __m512i hi23 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45);
+      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
+      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
+      const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);
+      m01[h] = _mm512_abs_epi8(s01);
+      m23[h] = _mm512_abs_epi8(s23);
+      neg01[h] = _mm512_movepi8_mask(s01);
+      neg23[h] = _mm512_movepi8_mask(s23);
+      const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
+      const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
+      scale[h] = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
+    }
+    alignas(32) float yd_rows[8] = {};
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; ++j) yd_rows[j] = q8k_row(x, x_stride, j)[k].d;
+    const __m512 dd =
+        _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), _mm256_load_ps(yd_rows)));
+    const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int i = 0; i < kPairs; ++i) {
+      __m512i lo[2] = {zero, zero}, hi[2] = {zero, zero};
+#pragma GCC unroll 2
+      for (int r = 0; r < 2; ++r) {
+        if (2 * i + r >= NX) break;
+        const int8_t* q8 = q8k_row(x, x_stride, 2 * i + r)[k].qs;  // pairs16 layout
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i y01 = load512(q8 + 128 * h), y23 = load512(q8 + 128 * h + 64);
+          const __m512i p01 = _mm512_maddubs_epi16(m01[h], _mm512_mask_sub_epi8(y01, neg01[h], zero, y01));
+          const __m512i p23 = _mm512_maddubs_epi16(m23[h], _mm512_mask_sub_epi8(y23, neg23[h], zero, y23));
+          lo[r] = _mm512_dpwssd_epi32(lo[r], _mm512_unpacklo_epi16(p01, p23), scale[h]);
+          hi[r] = _mm512_dpwssd_epi32(hi[r], _mm512_unpackhi_epi16(p01, p23), scale[h]);
+        }
+      }
+      const __m512i A = fold_two_rows(lo[0], hi[0], lo[1], hi[1]);
+      const __m512i spread = join(_mm256_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1));
+      const __m512 scaled = _mm512_mul_ps(_mm512_permutexvar_ps(spread, dd), _mm512_cvtepi32_ps(A));
+      lanes[i] = _mm512_add_ps(lanes[i], scaled);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kPairs; ++i) {
+    alignas(64) float lane[16];
+    _mm512_store_ps(lane, lanes[i]);
+    y[2 * i] = fold_lanes8(0.0f, lane);
+    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(0.0f, lane + 8);
+  }
+}
+
 // ---- Q8_0 ----------------------------------------------------------------------------------------------
 
 // One block's Σ w_i·x_i as 8 partial i32 sums, by vpdpbusd on |w| and x carrying w's sign.
 __m256i q8_0_partials(__m256i w_abs, __m256i w, __m256i x) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(x, w));
-}
-
-// [S_0 .. S_7]: the full sums of eight blocks' partial vectors.
-__m256i hsum8_i32(const __m256i v[8]) {
-  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
-                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
 // The reference is one f32 FMA chain in block order, so only the integer sums and the scale products are
@@ -392,15 +550,28 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
 void vec_dot_q8_0_q8_0_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   ESSAIM_DISPATCH_NX(dot_q8_0)
 }
+// Up to four rows the register-resident form (all accumulators live); more rows the wide form.
 void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   if (nx == 1) return dot_q4k_one_row(n, w, x, y);
-  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+  if (nx > 4) {
+    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ4K)
+  } else {
+    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
+  }
 }
 void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+  if (nx > 4) {
+    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ5K)
+  } else {
+    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
+  }
 }
 void vec_dot_q6k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  ESSAIM_DISPATCH_NX(dot_q6k)
+  if (nx > 4) {
+    ESSAIM_DISPATCH_NX8(dot_q6k_wide)
+  } else {
+    ESSAIM_DISPATCH_NX(dot_q6k)
+  }
 }
 
 }  // namespace essaim

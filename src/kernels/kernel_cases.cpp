@@ -127,7 +127,7 @@ std::vector<KernelCase> kernel_cases_correctness() {
                                                 : std::vector<int64_t>{bs, 3 * bs, 7 * bs, (bs == 32 ? 96 : 12) * bs};
     for (int64_t cols : widths)
       for (WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
-        cases.push_back(make_case(t, cols, 13, 7, fill));
+        cases.push_back(make_case(t, cols, 13, 9, fill));  // 9 rows: every nx up to kDotMaxRows at two starts
   }
   return cases;
 }

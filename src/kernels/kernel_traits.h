@@ -48,8 +48,10 @@ inline constexpr uint32_t kKernelAbiVersion = 1;
 
 // Rows a dot kernel takes at once: y[j] = dot(w, x + j * x_stride) for j < nx, 1 <= nx <= kDotMaxRows.
 // Several activation rows per call let a kernel decode a weight block once and use it nx times; each y[j]
-// is computed exactly as a one-row call would compute it.
-inline constexpr int kDotMaxRows = 4;
+// is computed exactly as a one-row call would compute it. Prefill batches and experts with many rows run
+// eight at a time (the Q4_K/Q5_K/Q6_K x86 kernels decode a weight block once for all eight; the others
+// run 8 as 4 + 4).
+inline constexpr int kDotMaxRows = 8;
 using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 // A SIMD kernel may want its activation bytes in another order than the vec_dot format (e.g. shuffled so
 // that its integer pair sums never mix canonical lanes). Its prepare function rewrites one row of n
