@@ -59,11 +59,17 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
 
 }  // namespace
 
-// Pair shuffle of every 16 bytes, and per 128 elements the sub-blocks in the order 0, 2, 1, 3: the order
-// of the low and high nibbles of 64 weight bytes, so the kernel needs no cross-lane shuffle.
+// q45k_avx512: pair shuffle of every 16 bytes; per 128 elements the sub-blocks in the order 0, 2, 1, 3
+// (the order of the low and high nibbles of 64 weight bytes); the two 64-byte runs interleaved by 16-bit
+// words (L = unpacklo, H = unpackhi); and finally the 16-byte quarters regrouped as [L0 H0 L1 H1] and
+// [L2 H2 L3 H3]. The kernel builds the same arrangement of the weight bytes once per super-block, so one
+// maddubs + vpdpwssd per 64 activation bytes leaves lane l of the canonical order in i32 element l and
+// l + 8 of a single accumulator (docs/kernels.md).
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
+  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     o[k] = in[k];
     for (int half = 0; half < 2; ++half) {
@@ -73,12 +79,10 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
 #pragma GCC unroll 8
       for (int i = 0; i < 4; ++i)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
-      // Then the two 64-byte runs (sub-blocks 4h | 4h+2 and 4h+1 | 4h+3) interleaved by 16-bit words, as
-      // the kernel interleaves the matching weight bytes once per block: maddubs then yields the word
-      // pairs dpwssd needs directly, with no unpack per activation row.
       const __m512i a = load512(dst), b = load512(dst + 64);
-      _mm512_storeu_si512(dst, _mm512_unpacklo_epi16(a, b));
-      _mm512_storeu_si512(dst + 64, _mm512_unpackhi_epi16(a, b));
+      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+      _mm512_storeu_si512(dst, _mm512_permutex2var_epi64(lo, quarters_a, hi));
+      _mm512_storeu_si512(dst + 64, _mm512_permutex2var_epi64(lo, quarters_b, hi));
     }
   }
 }
@@ -87,181 +91,112 @@ namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
 
-// [M_0 .. M_3] from the first nx of four rows' partial vectors (the others are zero); one row takes the
-// cheaper single reduction, which is what decoding runs.
+// One weight super-block decoded into the q45k_avx512 arrangement: w[i] pairs with activation bytes
+// 64i .. 64i+63; its words alternate two sub-blocks (a, b) of one lane, scale[i] holds (sc_a, sc_b).
+// The min scales as the bsums madd operand (each m[g/2] twice).
+struct Q45kWeights {
+  __m512i w[4], scale[4];
+  __m256i mins;
+};
+
+template <typename Block>
+inline Q45kWeights q45k_decode(const Block& a) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  uint64_t sc64, m64;
+  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+  // i32 p of sc16 is the (sc[2p], sc[2p+1]) word pair; broadcast from memory (a load, not a shuffle).
+  alignas(16) int32_t sc16[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(sc16), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+  Q45kWeights r;
+  r.mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+  __m256i qh = _mm256_setzero_si256();
+  if constexpr (kQ5) qh = pairs256(load256(a.qh));
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
+    const __m512i raw = pairs(load512(a.qs + 64 * half));
+    __m512i q_lo = _mm512_and_si512(raw, low4);                          // sub-blocks 4h | 4h+2
+    __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // sub-blocks 4h+1 | 4h+3
+    if constexpr (kQ5) {  // bits 4h, 4h+1 (lower half) and 4h+2, 4h+3 (upper half) down to bits 0, 1
+      const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
+      q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+      q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
+    }
+    // Word pairs (lane l of sub-block 4h|4h+2, lane l of 4h+1|4h+3), then the quarters regrouped so that
+    // w[2h] holds sub-blocks (4h, 4h+1) lanes 0..3, 4..7, 0..3, 4..7 and w[2h+1] sub-blocks (4h+2, 4h+3).
+    const __m512i lo = _mm512_unpacklo_epi16(q_lo, q_hi), hi = _mm512_unpackhi_epi16(q_lo, q_hi);
+    r.w[2 * half] = _mm512_permutex2var_epi64(lo, quarters_a, hi);
+    r.w[2 * half + 1] = _mm512_permutex2var_epi64(lo, quarters_b, hi);
+    r.scale[2 * half] = _mm512_set1_epi32(sc16[2 * half]);
+    r.scale[2 * half + 1] = _mm512_set1_epi32(sc16[2 * half + 1]);
+  }
+  return r;
+}
+
+// Σ_s sc[s]·Σ_c q·q8 of one activation super-block (q45k_avx512 layout): lane l in i32 elements l and l+8.
+inline __m512i q45k_row_sums(const Q45kWeights& wt, const int8_t* q8) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(wt.w[0], load512(q8)), wt.scale[0]);
+  s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(wt.w[1], load512(q8 + 64)), wt.scale[1]);
+  s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(wt.w[2], load512(q8 + 128)), wt.scale[2]);
+  s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(wt.w[3], load512(q8 + 192)), wt.scale[3]);
+  return _mm512_add_epi32(s0, s1);
+}
+
+// [A_a (lanes 0..7) | A_b (lanes 0..7)] from two such sums.
+inline __m512i fold_halves_two(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+}
+
+// [M_0 .. M_7] from the first NX rows' bsums·mins partial vectors (the others are zero).
 template <int NX>
-__m128i hsum4_i32(const __m256i v[4]) {
-  if constexpr (NX == 1) return _mm_cvtsi32_si128(hsum_i32(v[0]));
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+__m256i hsum_rows_i32(const __m256i v[8]) {
+  if constexpr (NX == 1) return _mm256_castsi128_si256(_mm_cvtsi32_si128(hsum_i32(v[0])));
+  if constexpr (NX <= 4) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm256_castsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+  }
+  return hsum8_i32(v);
 }
 
-// Two rows' integer lanes at once: lo_r / hi_r hold lanes 0..3 / 4..7 in each quarter; the result is
-// [A_a (lanes 0..7) | A_b (lanes 0..7)].
-__m512i fold_two_rows(__m512i lo_a, __m512i hi_a, __m512i lo_b, __m512i hi_b) {
-  const __m512i ta = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_a, hi_a, 0x44), _mm512_shuffle_i64x2(lo_a, hi_a, 0xEE));
-  const __m512i tb = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_b, hi_b, 0x44), _mm512_shuffle_i64x2(lo_b, hi_b, 0xEE));
-  return _mm512_add_epi32(_mm512_shuffle_i64x2(ta, tb, 0x88), _mm512_shuffle_i64x2(ta, tb, 0xDD));
-}
-
-
+// NX (1..8) activation rows: the weight block is decoded once; each pair of rows then forms its integer
+// sums, folds its lanes, and runs the reference's f32 steps — lane = fma(db, f32(A), lane) on eight lanes
+// per row, acc = fma(-dmb, f32(M), acc) — block after block. Only integers are regrouped, so every row's
+// result is the scalar reference's.
 template <typename Block, int NX>
 void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
-  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
-  constexpr int kPairs = (NX + 1) / 2;
-  const auto* blocks = static_cast<const Block*>(w);
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  // vpermd indices spreading the scale pairs of half h to the quarters: quarters 0-1 get
-  // (sc[4h], sc[4h+1]), quarters 2-3 (sc[4h+2], sc[4h+3]).
-  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
-                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
-  // vpermps indices spreading per-row floats x_0..x_3 of rows (2i, 2i+1) to [x_2i x 8 | x_2i+1 x 8].
-  const __m512i spread_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
-                                 join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
-  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
-#pragma GCC unroll 8
-  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
-  __m128 acc = _mm_setzero_ps();  // acc of row j in element j
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
-    const Block* a = &blocks[k];
-    uint64_t sc64, m64;
-    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
-    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-    __m256i qh = _mm256_setzero_si256();
-    if constexpr (kQ5) qh = pairs256(load256(a->qh));
-
-    __m512i lo_lanes[2 * kPairs], hi_lanes[2 * kPairs];
-  #pragma GCC unroll 8
-    for (int j = 0; j < 2 * kPairs; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
-      const __m512i raw = pairs(load512(a->qs + 64 * half));
-      __m512i q_lo = _mm512_and_si512(raw, low4);                          // sub-blocks 4h | 4h+2
-      __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // sub-blocks 4h+1 | 4h+3
-      if constexpr (kQ5) {  // bits 4h, 4h+1 (lower half) and 4h+2, 4h+3 (upper half) down to bits 0, 1
-        const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
-        q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
-        q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
-      }
-      const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
-      // Weight byte pairs of sub-blocks 4h|4h+2 and 4h+1|4h+3 interleaved by words, once per block: each
-      // maddubs word pair is then (lane l of sub-block a, lane l of sub-block b), which dpwssd scales by
-      // (sc_a, sc_b) and sums — the same integers the reference forms.
-      const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
-#pragma GCC unroll 8
-      for (int j = 0; j < NX; ++j) {
-        // q45k_avx512 layout: the activation words interleaved the same way.
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * half;
-        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
-        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
-      }
-    }
-    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
-    __m256i mpart[4] = {};
-    alignas(16) float yd_rows[4] = {};
-  #pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) {
-      const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
-      yd_rows[j] = b.d;
-    }
-    const __m128 yd = _mm_load_ps(yd_rows);
-    uint32_t d_dmin;
-    std::memcpy(&d_dmin, &a->d, 4);  // d and dmin are adjacent f16 fields
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(d_dmin)));  // [d, dmin, 0, 0]
-    const __m128 M = _mm_cvtepi32_ps(hsum4_i32<NX>(mpart));
-    acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_shuffle_ps(dd, dd, 0x55), yd), M, acc);
-    const __m512 db = _mm512_mul_ps(_mm512_broadcastss_ps(dd), _mm512_castps128_ps512(yd));
-  #pragma GCC unroll 8
-    for (int i = 0; i < kPairs; ++i) {
-      const __m512i A = fold_two_rows(lo_lanes[2 * i], hi_lanes[2 * i], lo_lanes[2 * i + 1], hi_lanes[2 * i + 1]);
-      lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread_idx[i], db), _mm512_cvtepi32_ps(A), lanes[i]);
-    }
-  }
-  alignas(16) float acc_rows[4];
-  _mm_store_ps(acc_rows, acc);
-#pragma GCC unroll 8
-  for (int i = 0; i < kPairs; ++i) {
-    alignas(64) float lane[16];
-    _mm512_store_ps(lane, lanes[i]);
-    y[2 * i] = fold_lanes8(acc_rows[2 * i], lane);
-    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(acc_rows[2 * i + 1], lane + 8);
-  }
-}
-
-// Five to eight activation rows (prefill, experts with many rows): the weight block is decoded once into
-// registers — both halves' interleaved nibble words and scales — and each pair of rows then runs its
-// integer sums, lane fold and f32 steps on its own, so only four integer accumulators are live at a time
-// whatever NX is. The per-row operations are those of dot_q45k, in the same order (min term, then lanes,
-// block after block), so every row's result is the reference's.
-template <typename Block, int NX>
-void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);
-  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   constexpr int kPairs = (NX + 1) / 2;
   const auto* blocks = static_cast<const Block*>(w);
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
-                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
   __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
 #pragma GCC unroll 8
   for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
   __m256 acc = _mm256_setzero_ps();  // acc of row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
-    const Block* a = &blocks[k];
-    uint64_t sc64, m64;
-    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
-    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-    __m256i qh = _mm256_setzero_si256();
-    if constexpr (kQ5) qh = pairs256(load256(a->qh));
-    __m512i w_lo[2], w_hi[2], scale[2];
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {  // as in dot_q45k
-      const __m512i raw = pairs(load512(a->qs + 64 * half));
-      __m512i q_lo = _mm512_and_si512(raw, low4);
-      __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-      if constexpr (kQ5) {
-        const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
-        q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
-        q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
-      }
-      scale[half] = _mm512_permutexvar_epi32(scale_idx[half], sc16);
-      w_lo[half] = _mm512_unpacklo_epi16(q_lo, q_hi);
-      w_hi[half] = _mm512_unpackhi_epi16(q_lo, q_hi);
-    }
+    const Block& a = blocks[k];
+    const Q45kWeights wt = q45k_decode(a);
     // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
     __m256i mpart[8] = {};
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      mpart[j] = _mm256_madd_epi16(load256(b.bsums), wt.mins);
       yd_rows[j] = b.d;
     }
     const __m256 yd = _mm256_load_ps(yd_rows);
-    const __m256 M = _mm256_cvtepi32_ps(hsum8_i32(mpart));
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
-    const __m512 db = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->d)), yd));
+    const __m256 M = _mm256_cvtepi32_ps(hsum_rows_i32<NX>(mpart));
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.dmin)), yd), M, acc);
+    const __m512 db = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), yd));
 #pragma GCC unroll 8
     for (int i = 0; i < kPairs; ++i) {
-      __m512i lo[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      __m512i hi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 2
-      for (int r = 0; r < 2; ++r) {
-        if (2 * i + r >= NX) break;
-        const int8_t* q8 = q8k_row(x, x_stride, 2 * i + r)[k].qs;  // q45k_avx512 layout
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; ++half) {
-          lo[r] = _mm512_dpwssd_epi32(lo[r], _mm512_maddubs_epi16(w_lo[half], load512(q8 + 128 * half)), scale[half]);
-          hi[r] = _mm512_dpwssd_epi32(hi[r], _mm512_maddubs_epi16(w_hi[half], load512(q8 + 128 * half + 64)),
-                                      scale[half]);
-        }
-      }
-      const __m512i A = fold_two_rows(lo[0], hi[0], lo[1], hi[1]);
+      const __m512i s_a = q45k_row_sums(wt, q8k_row(x, x_stride, 2 * i)[k].qs);
+      const __m512i s_b = 2 * i + 1 < NX ? q45k_row_sums(wt, q8k_row(x, x_stride, 2 * i + 1)[k].qs)
+                                         : _mm512_setzero_si512();
+      const __m512i A = fold_halves_two(s_a, s_b);
       const __m512i spread = join(_mm256_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1));
       lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread, db), _mm512_cvtepi32_ps(A), lanes[i]);
     }
@@ -277,51 +212,21 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
   }
 }
 
-// One activation row against one Q4_K weight row (decode): the same integer and f32 operations as
-// dot_q45k<BlockQ4K, 1>, but two super-blocks share one lane fold and one min-term reduction — the
-// per-block bookkeeping that, with a single row, costs more shuffles than the dot product itself. The f32
+// One activation row against one Q4_K weight row (decode): nothing amortises the per-block bookkeeping,
+// so two consecutive super-blocks share one lane fold ([A_k | A_k+1]) and one min-term reduction. The f32
 // steps still run block by block in order: lane = fma(db_k, A_k, lane), then block k+1; acc likewise.
-struct Q4kBlockSums {
-  __m512i lo, hi;  // integer lanes 0..3 / 4..7 per quarter
-  __m256i mpart;   // bsums x mins, to be summed to M
-};
-
-inline Q4kBlockSums q4k_block_sums(const BlockQ4K& a, const BlockQ8K& b, const __m512i scale_idx[2]) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  uint64_t sc64, m64;
-  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
-  const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-  const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-  Q4kBlockSums r{_mm512_setzero_si512(), _mm512_setzero_si512(), _mm256_madd_epi16(load256(b.bsums), mins)};
-#pragma GCC unroll 2
-  for (int half = 0; half < 2; ++half) {
-    const __m512i raw = pairs(load512(a.qs + 64 * half));
-    const __m512i q_lo = _mm512_and_si512(raw, low4);
-    const __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-    const __m512i scale = _mm512_permutexvar_epi32(scale_idx[half], sc16);
-    const int8_t* q8 = b.qs + 128 * half;  // q45k_avx512 layout, as in dot_q45k
-    const __m512i w_lo = _mm512_unpacklo_epi16(q_lo, q_hi), w_hi = _mm512_unpackhi_epi16(q_lo, q_hi);
-    r.lo = _mm512_dpwssd_epi32(r.lo, _mm512_maddubs_epi16(w_lo, load512(q8)), scale);
-    r.hi = _mm512_dpwssd_epi32(r.hi, _mm512_maddubs_epi16(w_hi, load512(q8 + 64)), scale);
-  }
-  return r;
-}
-
 void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   const auto* a = static_cast<const BlockQ4K*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
-  const __m512i scale_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
-                                join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
   __m256 lane = _mm256_setzero_ps();
   float acc = 0.0f;
   const int64_t nb = n / kQK_K;
   int64_t k = 0;
   for (; k + 2 <= nb; k += 2) {
-    const Q4kBlockSums s0 = q4k_block_sums(a[k], b[k], scale_idx);
-    const Q4kBlockSums s1 = q4k_block_sums(a[k + 1], b[k + 1], scale_idx);
-    const __m512 A = _mm512_cvtepi32_ps(fold_two_rows(s0.lo, s0.hi, s1.lo, s1.hi));  // [A_k | A_k+1]
-    const __m256i h = _mm256_hadd_epi32(s0.mpart, s1.mpart);  // per 128: [M_k parts x2 | M_k+1 parts x2]
+    const Q45kWeights w0 = q45k_decode(a[k]), w1 = q45k_decode(a[k + 1]);
+    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q45k_row_sums(w0, b[k].qs), q45k_row_sums(w1, b[k + 1].qs)));
+    const __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins),
+                                        _mm256_madd_epi16(load256(b[k + 1].bsums), w1.mins));
     const __m128i h2 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     const __m128 M = _mm_cvtepi32_ps(_mm_hadd_epi32(h2, h2));  // [M_k, M_k+1, M_k, M_k+1]
     const float db0 = _cvtsh_ss(a[k].d) * b[k].d, dmb0 = _cvtsh_ss(a[k].dmin) * b[k].d;
@@ -332,10 +237,9 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
     acc = __builtin_fmaf(-dmb1, _mm_cvtss_f32(_mm_shuffle_ps(M, M, 0x55)), acc);
   }
   for (; k < nb; ++k) {  // an odd last block
-    const Q4kBlockSums s0 = q4k_block_sums(a[k], b[k], scale_idx);
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512 A = _mm512_cvtepi32_ps(fold_two_rows(s0.lo, s0.hi, zero, zero));
-    const float M = float(hsum_i32(s0.mpart));
+    const Q45kWeights w0 = q45k_decode(a[k]);
+    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q45k_row_sums(w0, b[k].qs), _mm512_setzero_si512()));
+    const float M = float(hsum_i32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins)));
     const float db = _cvtsh_ss(a[k].d) * b[k].d, dmb = _cvtsh_ss(a[k].dmin) * b[k].d;
     lane = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm512_castps512_ps256(A), lane);
     acc = __builtin_fmaf(-dmb, M, acc);
@@ -344,6 +248,15 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   _mm256_store_ps(l8, lane);
   *y = fold_lanes8(acc, l8);
 }
+
+// Two rows' integer lanes of the Q6_K kernels: lo_r / hi_r hold lanes 0..3 / 4..7 in each quarter; the
+// result is [A_a (lanes 0..7) | A_b (lanes 0..7)].
+__m512i fold_two_rows(__m512i lo_a, __m512i hi_a, __m512i lo_b, __m512i hi_b) {
+  const __m512i ta = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_a, hi_a, 0x44), _mm512_shuffle_i64x2(lo_a, hi_a, 0xEE));
+  const __m512i tb = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_b, hi_b, 0x44), _mm512_shuffle_i64x2(lo_b, hi_b, 0xEE));
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(ta, tb, 0x88), _mm512_shuffle_i64x2(ta, tb, 0xDD));
+}
+
 
 // ---- Q6_K ----------------------------------------------------------------------------------------------
 
@@ -553,18 +466,10 @@ void vec_dot_q8_0_q8_0_avx512(int64_t n, const void* w, const void* x, size_t xs
 // Up to four rows the register-resident form (all accumulators live); more rows the wide form.
 void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   if (nx == 1) return dot_q4k_one_row(n, w, x, y);
-  if (nx > 4) {
-    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ4K)
-  } else {
-    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
-  }
+  ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ4K)
 }
 void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  if (nx > 4) {
-    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ5K)
-  } else {
-    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
-  }
+  ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ5K)
 }
 void vec_dot_q6k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   if (nx > 4) {
