@@ -87,6 +87,26 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
   }
 }
 
+// q6k_avx512: pair shuffle of every 16 bytes, then per 128 elements the words of the two 64-byte groups
+// (sub-blocks 8h+t and 8h+4+t in quarter t) interleaved, L = unpacklo and H = unpackhi, and regrouped as
+// [L0 H0 L1 H1] [L2 H2 L3 H3], the arrangement q6k_decode gives the weights.
+void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8K*>(x);
+  auto* o = static_cast<BlockQ8K*>(out);
+  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    o[k] = in[k];
+    for (int half = 0; half < 2; ++half) {
+      const int8_t* src = in[k].qs + 128 * half;
+      const __m512i a = pairs(load512(src)), b = pairs(load512(src + 64));
+      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+      _mm512_storeu_si512(o[k].qs + 128 * half, _mm512_permutex2var_epi64(lo, quarters_a, hi));
+      _mm512_storeu_si512(o[k].qs + 128 * half + 64, _mm512_permutex2var_epi64(lo, quarters_b, hi));
+    }
+  }
+}
+
 namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
@@ -249,141 +269,93 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   *y = fold_lanes8(acc, l8);
 }
 
-// Two rows' integer lanes of the Q6_K kernels: lo_r / hi_r hold lanes 0..3 / 4..7 in each quarter; the
-// result is [A_a (lanes 0..7) | A_b (lanes 0..7)].
-__m512i fold_two_rows(__m512i lo_a, __m512i hi_a, __m512i lo_b, __m512i hi_b) {
-  const __m512i ta = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_a, hi_a, 0x44), _mm512_shuffle_i64x2(lo_a, hi_a, 0xEE));
-  const __m512i tb = _mm512_add_epi32(_mm512_shuffle_i64x2(lo_b, hi_b, 0x44), _mm512_shuffle_i64x2(lo_b, hi_b, 0xEE));
-  return _mm512_add_epi32(_mm512_shuffle_i64x2(ta, tb, 0x88), _mm512_shuffle_i64x2(ta, tb, 0xDD));
-}
-
-
 // ---- Q6_K ----------------------------------------------------------------------------------------------
 
-template <int NX>
-void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
-  constexpr int kPairs = (NX + 1) / 2;
-  const auto* blocks = static_cast<const BlockQ6K*>(w);
+// One Q6_K weight super-block decoded into the q6k_avx512 arrangement: per 128 elements the signed
+// 6-bit values of sub-blocks 8h+t and 8h+4+t interleaved by words (L = unpacklo, H = unpackhi of the
+// two 64-byte groups) and regrouped as [L0 H0 L1 H1], [L2 H2 L3 H3] — as prepare_q8k_q6k_avx512
+// arranges the activations — kept as magnitudes plus sign masks (maddubs wants an unsigned operand);
+// scale[i] holds each quarter's (sc_a, sc_b) word pair.
+struct Q6kWeights {
+  __m512i mag[4], scale[4];
+  __mmask64 neg[4];
+};
+
+inline Q6kWeights q6k_decode(const BlockQ6K& a) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
-  // Per 16-bit word: which qh bit pair the lower (group c) and upper (group c+1) half of a vector needs.
-  const __m512i shift01 = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-  const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
-  const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i spread_idx[2] = {join(_mm256_set1_epi32(0), _mm256_set1_epi32(1)),
-                                 join(_mm256_set1_epi32(2), _mm256_set1_epi32(3))};
-  __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
-#pragma GCC unroll 8
-  for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
-    const BlockQ6K& a = blocks[k];
-    __m512i lo_lanes[2 * kPairs], hi_lanes[2 * kPairs];
-#pragma GCC unroll 8
-    for (int j = 0; j < 2 * kPairs; ++j) lo_lanes[j] = hi_lanes[j] = _mm512_setzero_si512();
+  // 32-bit rotations bringing qh bits 2c, 2c+1 of each byte to bits 4, 5 of the same byte, for the lower
+  // (group c) and upper (group c+1) half of a vector; the mask drops what other bits move in.
+  const __m512i rot01 = join(_mm256_set1_epi32(4), _mm256_set1_epi32(2));
+  const __m512i rot23 = join(_mm256_set1_epi32(0), _mm256_set1_epi32(30));
+  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  const __m512i pair_a = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i pair_b = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  Q6kWeights r;
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h+127: groups c = 0 | 1 and c = 2 | 3
-      const __m512i ql = pairs(load512(a.ql + 64 * h));
-      const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
-      const __m512i hi01 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45);
-      const __m512i hi23 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45);
-      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
-      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
-      const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);  // q - 32
-      const __m512i m01 = _mm512_abs_epi8(s01), m23 = _mm512_abs_epi8(s23);
-      const __mmask64 neg01 = _mm512_movepi8_mask(s01), neg23 = _mm512_movepi8_mask(s23);
-      // Quarter t of g01 is sub-block 8h+t, of g23 8h+4+t: scale pair (sc[8h+t], sc[8h+4+t]) per quarter.
-      const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
-      const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
-      const __m512i scale = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
-      const __m512i zero = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
-        const __m512i y01 = load512(q8), y23 = load512(q8 + 64);
-        // |q| times y with q's sign: the unsigned x signed form maddubs needs.
-        const __m512i p01 = _mm512_maddubs_epi16(m01, _mm512_mask_sub_epi8(y01, neg01, zero, y01));
-        const __m512i p23 = _mm512_maddubs_epi16(m23, _mm512_mask_sub_epi8(y23, neg23, zero, y23));
-        lo_lanes[j] = _mm512_dpwssd_epi32(lo_lanes[j], _mm512_unpacklo_epi16(p01, p23), scale);
-        hi_lanes[j] = _mm512_dpwssd_epi32(hi_lanes[j], _mm512_unpackhi_epi16(p01, p23), scale);
-      }
-    }
-    alignas(16) float yd_rows[4] = {};
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) yd_rows[j] = q8k_row(x, x_stride, j)[k].d;
-    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(a.d)), _mm512_castps128_ps512(_mm_load_ps(yd_rows)));
-#pragma GCC unroll 8
-    for (int i = 0; i < kPairs; ++i) {
-      const __m512i A = fold_two_rows(lo_lanes[2 * i], hi_lanes[2 * i], lo_lanes[2 * i + 1], hi_lanes[2 * i + 1]);
-      const __m512 scaled = _mm512_mul_ps(_mm512_permutexvar_ps(spread_idx[i], dd), _mm512_cvtepi32_ps(A));
-      lanes[i] = _mm512_add_ps(lanes[i], scaled);
-    }
+  for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h+127: groups c = 0 | 1 and c = 2 | 3
+    const __m512i ql = pairs(load512(a.ql + 64 * h));
+    const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
+    const __m512i hi01 = _mm512_and_si512(_mm512_rolv_epi32(qh, rot01), bits45);
+    const __m512i hi23 = _mm512_and_si512(_mm512_rolv_epi32(qh, rot23), bits45);
+    const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);  // quarter t: sub-block 8h+t
+    const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);  // 8h+4+t
+    const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);  // q - 32
+    const __m512i lo = _mm512_unpacklo_epi16(s01, s23), hi = _mm512_unpackhi_epi16(s01, s23);
+    const __m512i sa = _mm512_permutex2var_epi64(lo, quarters_a, hi);
+    const __m512i sb = _mm512_permutex2var_epi64(lo, quarters_b, hi);
+    r.mag[2 * h] = _mm512_abs_epi8(sa);
+    r.mag[2 * h + 1] = _mm512_abs_epi8(sb);
+    r.neg[2 * h] = _mm512_movepi8_mask(sa);
+    r.neg[2 * h + 1] = _mm512_movepi8_mask(sb);
+    // i32 t of sp: (sc[8h+t], sc[8h+4+t]), the pair of quarter t's data; sa holds quarters 0, 0, 1, 1 of
+    // that data, sb quarters 2, 2, 3, 3.
+    const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
+    const __m512i sp = _mm512_castsi128_si512(_mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8)));
+    r.scale[2 * h] = _mm512_permutexvar_epi32(pair_a, sp);
+    r.scale[2 * h + 1] = _mm512_permutexvar_epi32(pair_b, sp);
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < kPairs; ++i) {
-    alignas(64) float lane[16];
-    _mm512_store_ps(lane, lanes[i]);
-    y[2 * i] = fold_lanes8(0.0f, lane);
-    if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(0.0f, lane + 8);
-  }
+  return r;
 }
 
-// Five to eight rows: as dot_q45k_wide, the block's 6-bit magnitudes, sign masks and scales of both
-// halves are decoded once into registers, then each pair of rows runs dot_q6k's per-row steps.
+// Σ_s sc[s]·Σ (q-32)·q8 of one activation super-block (q6k_avx512 layout): lane l in elements l, l+8.
+inline __m512i q6k_row_sums(const Q6kWeights& wt, const int8_t* q8) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i s[2] = {zero, zero};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512i y = load512(q8 + 64 * i);
+    // |q| times y with q's sign: the unsigned x signed form maddubs needs.
+    const __m512i p = _mm512_maddubs_epi16(wt.mag[i], _mm512_mask_sub_epi8(y, wt.neg[i], zero, y));
+    s[i & 1] = _mm512_dpwssd_epi32(s[i & 1], p, wt.scale[i]);
+  }
+  return _mm512_add_epi32(s[0], s[1]);
+}
+
+// NX (1..8) rows: the block is decoded once, then each pair of rows forms its integer sums, folds its
+// lanes and runs the reference's f32 step lane = lane + (d·y.d)·f32(A) (multiply, then add).
 template <int NX>
-void dot_q6k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);
   constexpr int kPairs = (NX + 1) / 2;
   const auto* blocks = static_cast<const BlockQ6K*>(w);
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
-  const __m512i shift01 = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-  const __m512i shift23 = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
-  const __m512i quarter_of = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m512 lanes[kPairs];  // [row 2i lanes 0..7 | row 2i+1 lanes 0..7]
 #pragma GCC unroll 8
   for (int i = 0; i < kPairs; ++i) lanes[i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
-    __m512i m01[2], m23[2], scale[2];
-    __mmask64 neg01[2], neg23[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {  // as in dot_q6k
-      const __m512i ql = pairs(load512(a.ql + 64 * h));
-      const __m512i qh = pairs(_mm512_broadcast_i64x4(load256(a.qh + 32 * h)));
-      const __m512i hi01 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift01), 4), bits45);
-      const __m512i hi23 = _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, shift23), 4), bits45);
-      const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
-      const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
-      const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);
-      m01[h] = _mm512_abs_epi8(s01);
-      m23[h] = _mm512_abs_epi8(s23);
-      neg01[h] = _mm512_movepi8_mask(s01);
-      neg23[h] = _mm512_movepi8_mask(s23);
-      const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
-      const __m128i sp = _mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8));
-      scale[h] = _mm512_permutexvar_epi32(quarter_of, _mm512_castsi128_si512(sp));
-    }
+    const Q6kWeights wt = q6k_decode(a);
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) yd_rows[j] = q8k_row(x, x_stride, j)[k].d;
     const __m512 dd =
         _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), _mm256_load_ps(yd_rows)));
-    const __m512i zero = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int i = 0; i < kPairs; ++i) {
-      __m512i lo[2] = {zero, zero}, hi[2] = {zero, zero};
-#pragma GCC unroll 2
-      for (int r = 0; r < 2; ++r) {
-        if (2 * i + r >= NX) break;
-        const int8_t* q8 = q8k_row(x, x_stride, 2 * i + r)[k].qs;  // pairs16 layout
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m512i y01 = load512(q8 + 128 * h), y23 = load512(q8 + 128 * h + 64);
-          const __m512i p01 = _mm512_maddubs_epi16(m01[h], _mm512_mask_sub_epi8(y01, neg01[h], zero, y01));
-          const __m512i p23 = _mm512_maddubs_epi16(m23[h], _mm512_mask_sub_epi8(y23, neg23[h], zero, y23));
-          lo[r] = _mm512_dpwssd_epi32(lo[r], _mm512_unpacklo_epi16(p01, p23), scale[h]);
-          hi[r] = _mm512_dpwssd_epi32(hi[r], _mm512_unpackhi_epi16(p01, p23), scale[h]);
-        }
-      }
-      const __m512i A = fold_two_rows(lo[0], hi[0], lo[1], hi[1]);
+      const __m512i s_a = q6k_row_sums(wt, q8k_row(x, x_stride, 2 * i)[k].qs);
+      const __m512i s_b =
+          2 * i + 1 < NX ? q6k_row_sums(wt, q8k_row(x, x_stride, 2 * i + 1)[k].qs) : _mm512_setzero_si512();
+      const __m512i A = fold_halves_two(s_a, s_b);
       const __m512i spread = join(_mm256_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1));
       const __m512 scaled = _mm512_mul_ps(_mm512_permutexvar_ps(spread, dd), _mm512_cvtepi32_ps(A));
       lanes[i] = _mm512_add_ps(lanes[i], scaled);
@@ -397,6 +369,7 @@ void dot_q6k_wide(int64_t n, const void* w, const void* x, size_t x_stride, floa
     if (2 * i + 1 < NX) y[2 * i + 1] = fold_lanes8(0.0f, lane + 8);
   }
 }
+
 
 // ---- Q8_0 ----------------------------------------------------------------------------------------------
 
@@ -472,11 +445,7 @@ void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, 
   ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ5K)
 }
 void vec_dot_q6k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  if (nx > 4) {
-    ESSAIM_DISPATCH_NX8(dot_q6k_wide)
-  } else {
-    ESSAIM_DISPATCH_NX(dot_q6k)
-  }
+  ESSAIM_DISPATCH_NX8(dot_q6k)
 }
 
 }  // namespace essaim
