@@ -171,7 +171,7 @@ TEST_F(ApiTest, HeartbeatDemandVolunteerMapAndExpiry) {
   EXPECT_EQ(heartbeat(a, tb, json::array()).status, 403);  // b's token for a's id
   Reply demand = request(port_, "GET", "/api/expert-demand", "", tb);
   ASSERT_EQ(demand.status, 200);
-  const json& ranges = demand.j()["ranges"];
+  const json ranges = demand.j()["ranges"];
   ASSERT_EQ(ranges.size(), 4u);
   EXPECT_EQ(ranges[3]["holders"], 1);  // slice 0, covered, sorts last
   EXPECT_EQ(ranges[3]["scarcity"], 0.0);
@@ -193,13 +193,13 @@ TEST_F(ApiTest, HeartbeatDemandVolunteerMapAndExpiry) {
   ASSERT_EQ(map.j()["workers"].size(), 1u);
   EXPECT_EQ(map.j()["workers"][0]["label"], a);
   const json gen0 = map.j()["generation"];
-  ASSERT_EQ(heartbeat(b, tb, {holding(1)}, 9001).status, 200);
+  ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001).status, 200);
   Reply map2 = request(port_, "GET", "/api/expert-map", "", tb);
   EXPECT_EQ(map2.j()["workers"].size(), 2u);
   EXPECT_NE(map2.j()["generation"], gen0);
   // a goes silent for more than 3 heartbeats; b keeps beating.
   now_ += 31'000;
-  ASSERT_EQ(heartbeat(b, tb, {holding(1)}, 9001).status, 200);
+  ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001).status, 200);
   Reply map3 = request(port_, "GET", "/api/expert-map", "", tb);
   ASSERT_EQ(map3.j()["workers"].size(), 1u);
   EXPECT_EQ(map3.j()["workers"][0]["label"], b);
@@ -209,7 +209,7 @@ TEST_F(ApiTest, HeartbeatDemandVolunteerMapAndExpiry) {
   auto [d, td] = add_node("d");
   json other = {{"node_id", d}, {"address", "127.0.0.1:9003"},
                 {"fingerprint", {{"model_identity", std::string(64, 'a')}, {"protocol_version", 2}, {"kernel_abi", "2"}}},
-                {"holdings", {holding(2)}}, {"capacity_bytes", 1}, {"load", 0}};
+                {"holdings", json::array({holding(2)})}, {"capacity_bytes", 1}, {"load", 0}};
   Reply hd = request(port_, "POST", "/api/expert-coverage", other.dump(), td);
   EXPECT_EQ(hd.j()["fingerprint_ok"], false);
   EXPECT_EQ(request(port_, "GET", "/api/expert-map", "", tb).j()["workers"].size(), 1u);
