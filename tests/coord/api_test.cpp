@@ -17,50 +17,17 @@
 #include <nlohmann/json.hpp>
 
 #include "coord/coordinator.h"
+#include "http_client.h"
 #include "gguf/model_identity.h"
 
 namespace essaim::coord {
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
 using json = nlohmann::json;
+using testing::request;
+using testing::Reply;
 
 const std::string kAdmin = "admin-token-for-tests-0123456789";
-
-struct Reply {
-  int status = 0;
-  std::map<std::string, std::string> headers;
-  std::string body;
-  json j() const { return json::parse(body, nullptr, false); }
-};
-
-Reply request(uint16_t port, const std::string& method, const std::string& target, const std::string& body = "",
-              const std::string& token = "", const std::vector<std::pair<std::string, std::string>>& extra = {}) {
-  boost::asio::io_context ioc;
-  beast::tcp_stream s(ioc);
-  s.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port));
-  s.expires_after(std::chrono::seconds(30));
-  http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-  req.set(http::field::host, "127.0.0.1");
-  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
-  for (const auto& [k, v] : extra) req.set(k, v);
-  req.body() = body;
-  if (!body.empty()) req.set(http::field::content_type, "application/json");
-  req.prepare_payload();
-  http::write(s, req);
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> p;
-  p.body_limit(uint64_t(1) << 32);
-  beast::error_code ec;
-  http::read(s, buf, p, ec);
-  Reply r;
-  if (ec) return r;
-  r.status = p.get().result_int();
-  for (const auto& f : p.get()) r.headers[std::string(f.name_string())] = std::string(f.value());
-  r.body = p.get().body();
-  return r;
-}
 
 class ApiTest : public ::testing::Test {
  protected:
@@ -105,6 +72,8 @@ class ApiTest : public ::testing::Test {
     port_ = server_->port();
   }
   void TearDown() override {
+    if (server_) server_->stop();
+    if (coord_) coord_->stop();
     server_.reset();
     coord_.reset();
     std::filesystem::remove_all(dir_);
