@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "coord/api_parse.h"
 #include "coord/coordinator_impl.h"
@@ -303,8 +304,11 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
       ESSAIM_ASSIGN_OR_RETURN(Snapshot s, snapshot(*store));
       ESSAIM_ASSIGN_OR_RETURN(std::vector<PendingRow> pending, store->list_pending(now_ms));
       std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, cfg.heartbeat_s);
+      std::set<std::tuple<std::string, int64_t, int64_t>> holds;
+      for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
       for (const PendingRow& p : pending) {
         if (p.node_id == v->node_id) continue;  // its own earlier assignment is offered again
+        if (holds.count({p.node_id, p.layer, p.expert_first})) continue;  // already counted as a holder
         for (size_t i = 0; i < cat.slices.size(); ++i) {
           if (cat.slices[i].layer == p.layer && cat.slices[i].expert_first == p.expert_first) ++holders[i];
         }

@@ -47,9 +47,10 @@ class SqliteConnection final : public SqlConnection {
     }
     return rows;
   }
-  Status begin(bool exclusive) override {
-    return query(exclusive ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED", {}).status();
-  }
+  // Every store transaction writes, so each takes the write lock up front: a deferred transaction that
+  // reads and then writes can fail to upgrade (SQLITE_BUSY, no retry) while another process writes. The
+  // one lock SQLite has is exclusive already.
+  Status begin(bool /*exclusive*/) override { return query("BEGIN IMMEDIATE", {}).status(); }
   Status commit() override { return query("COMMIT", {}).status(); }
   void rollback() override { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -250,6 +251,42 @@ TEST_F(ApiTest, DownloadsWithRange) {
                                   "./m.L00.E000.gguf", "%2e%2e/x"}) {
     EXPECT_EQ(request(port_, "GET", "/slices/" + name, "", ta).status, 404) << name;
   }
+}
+
+// Two coordinators on one database (as two processes would share it): a node registered on one is known to
+// the other, and volunteers asking both at the same time are all given different slices.
+TEST_F(ApiTest, TwoCoordinatorsShareOneDatabase) {
+  auto store2 = open_store((dir_ / "coord.sqlite").string());
+  ASSERT_TRUE(store2) << store2.status().message();
+  Coordinator second(coord_->catalogue(), std::move(*store2),
+                     CoordinatorConfig{.admin_token = kAdmin, .slices_dir = dir_.string(), .replicas = 1,
+                                       .heartbeat_s = 10, .threads = 4, .now_ms = [this] { return now_.load(); }});
+  auto server2 = net::HttpServer::listen("127.0.0.1", 0, second.http_limits(),
+                                         [&](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> o) {
+                                           second.handle(r, std::move(o));
+                                         });
+  ASSERT_TRUE(server2);
+  const uint16_t port2 = (*server2)->port();
+  std::vector<std::pair<std::string, std::string>> nodes;
+  for (int i = 0; i < 6; ++i) nodes.push_back(add_node("v" + std::to_string(i)));
+  EXPECT_EQ(request(port2, "GET", "/api/whoami", "", nodes[0].second).status, 200);
+  std::vector<std::string> got(nodes.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Reply r = request(i % 2 ? port2 : port_, "POST", "/api/expert-volunteer",
+                        json{{"node_id", nodes[i].first}, {"budget_bytes", 1 << 30}}.dump(), nodes[i].second);
+      if (r.status == 200 && r.j()["assign"].size() == 4) got[i] = "all";  // the first asker may take them all
+      else if (r.status == 200) got[i] = std::to_string(r.j()["assign"].size());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Budgets fit everything: whoever asks first is given all 4 (each reserved once); every later asker
+  // sees them reserved and gets nothing.
+  EXPECT_EQ(std::count(got.begin(), got.end(), "all"), 1) << ::testing::PrintToString(got);
+  EXPECT_EQ(std::count(got.begin(), got.end(), "0"), 5) << ::testing::PrintToString(got);
+  (*server2)->stop();
+  second.stop();
 }
 
 TEST_F(ApiTest, HostileBodies) {

@@ -113,7 +113,7 @@ class CoordinatorProcess : public ::testing::Test {
     return {{"node_id", id}, {"address", "127.0.0.1:" + std::to_string(port)},
             {"fingerprint", {{"model_identity", model["model_identity"]}, {"protocol_version", model["protocol_version"]},
                              {"kernel_abi", model["kernel_abi"]}}},
-            {"holdings", holdings}, {"capacity_bytes", 1 << 30}, {"load", 0.125 * port}};
+            {"holdings", holdings}, {"capacity_bytes", 1 << 30}, {"load", 0.125 * (port - 9000)}};
   }
   static inline fs::path dir_;
   static inline std::string model_;
