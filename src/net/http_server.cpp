@@ -208,7 +208,8 @@ class Session : public std::enable_shared_from_this<Session> {
     http::request<http::string_body> req = parser_->release();
     keep_alive_ = req.keep_alive();
     HttpRequestView view{.method = std::string(req.method_string()), .target = std::string(req.target()),
-                         .body = std::move(req.body()), .authorization = std::string(req[http::field::authorization])};
+                         .body = std::move(req.body()), .authorization = std::string(req[http::field::authorization]),
+                         .range = std::string(req[http::field::range])};
     // Reading the next request waits until this response is written; meanwhile watch for the client leaving.
     stream_.expires_never();
     watch(generation_);

@@ -34,6 +34,7 @@ struct HttpRequestView {
   std::string target;         // path and query, as sent
   std::string body;
   std::string authorization;  // the Authorization header, or empty
+  std::string range;          // the Range header, or empty (slice downloads resume with it)
 };
 
 struct HttpReply {
