@@ -12,6 +12,8 @@ packages=(
   python3                            # test helpers
   curl                               # the demo talks to essaim serve
   jq                                 # scripts/bench-vs-llama.sh (JSON of the comparison)
+  libpq-dev postgresql               # the coordinator's PostgreSQL store; its tests start a throw-away cluster
+  chromium                           # the coordinator dashboard's headless-browser test
 )
 # The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.

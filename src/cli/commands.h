@@ -24,6 +24,7 @@ void register_version(CLI::App& app, int& exit_code);
 void add_version_flag(CLI::App& app);
 void register_serve(CLI::App& app, int& exit_code);
 void register_bench(CLI::App& app, int& exit_code);
+void register_coordinator(CLI::App& app, int& exit_code);
 // The stand-alone essaim-worker binary: the worker's options on the top-level app (same flags).
 void configure_worker_app(CLI::App& app, int& exit_code);
 

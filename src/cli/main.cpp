@@ -22,5 +22,6 @@ int main(int argc, char** argv) {
   essaim::cli::register_npy_diff(app, exit_code);
   essaim::cli::register_serve(app, exit_code);
   essaim::cli::register_bench(app, exit_code);
+  essaim::cli::register_coordinator(app, exit_code);
   return essaim::cli::parse_and_run(app, argc, argv, exit_code);
 }

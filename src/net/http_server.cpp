@@ -83,6 +83,7 @@ class Responder final : public HttpResponder {
   void reply(HttpReply reply) override;
   void stream_begin(HttpReply head) override;
   void stream_write(std::string bytes) override;
+  void stream_write_then(std::string bytes, std::function<void()> written) override;
   void stream_end() override;
   void on_disconnect(std::function<void()> callback) override;
 
@@ -117,9 +118,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Everything below runs on the session's strand.
   // `generation` names the request: a late call for a request already answered (keep-alive moved on) is dropped.
-  void send(uint64_t generation, std::string bytes, bool complete, bool close_after) {
+  void send(uint64_t generation, std::string bytes, bool complete, bool close_after,
+            std::function<void()> written = nullptr) {
     if (closed_ || generation != generation_ || complete_) return;
-    if (!bytes.empty()) out_.push_back(std::move(bytes));
+    if (!bytes.empty() || written) out_.push_back({std::move(bytes), std::move(written)});
     if (complete) {
       complete_ = true;
       close_after_ = close_after_ || close_after;
@@ -265,10 +267,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     stream_.expires_after(server_.limits.write_deadline);
-    asio::async_write(stream_, asio::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+    asio::async_write(stream_, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
       self->writing_ = false;
       if (ec) return self->client_gone();
+      std::function<void()> written = std::move(self->out_.front().written);
       self->out_.pop_front();
+      if (written) written();
       self->write_next();
     });
   }
@@ -304,7 +308,11 @@ class Session : public std::enable_shared_from_this<Session> {
   bool authenticated_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::deque<std::string> out_;
+  struct Pending {
+    std::string bytes;
+    std::function<void()> written;  // stream_write_then's callback, or empty
+  };
+  std::deque<Pending> out_;
   std::function<void()> on_disconnect_;
   uint64_t generation_ = 0;
   uint64_t requests_ = 0;
@@ -330,6 +338,11 @@ void Responder::stream_begin(HttpReply head) {
 void Responder::stream_write(std::string bytes) {
   asio::post(session_->executor(),
              [s = session_, g = generation_, b = std::move(bytes)]() mutable { s->send(g, std::move(b), false, true); });
+}
+void Responder::stream_write_then(std::string bytes, std::function<void()> written) {
+  asio::post(session_->executor(), [s = session_, g = generation_, b = std::move(bytes), w = std::move(written)]() mutable {
+    s->send(g, std::move(b), false, true, std::move(w));
+  });
 }
 void Responder::stream_end() {
   asio::post(session_->executor(), [s = session_, g = generation_] { s->send(g, {}, true, true); });

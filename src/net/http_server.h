@@ -34,7 +34,7 @@ struct HttpRequestView {
   std::string target;         // path and query, as sent
   std::string body;
   std::string authorization;  // the Authorization header, or empty
-  std::string range;          // the Range header, or empty (slice downloads resume with it)
+  std::string range;          // the Range header, or empty (slice downloads)
 };
 
 struct HttpReply {
@@ -51,6 +51,11 @@ class HttpResponder {
   virtual void reply(HttpReply reply) = 0;        // a whole response; call once
   virtual void stream_begin(HttpReply head) = 0;  // status and headers (head.body is sent first, if any)
   virtual void stream_write(std::string bytes) = 0;
+  // As stream_write, then `written` runs (on an I/O thread) once these bytes have gone to the socket: a
+  // producer of a large body (a slice download) sends its next chunk from there, so at most one chunk per
+  // connection waits in memory. Never runs if the connection closes first. A head with a Content-Length
+  // header must then be followed by exactly that many bytes (the connection still closes after).
+  virtual void stream_write_then(std::string bytes, std::function<void()> written) = 0;
   virtual void stream_end() = 0;                  // the connection closes once everything is written
   // Called once, on an I/O thread, if the client goes away before the response is complete.
   virtual void on_disconnect(std::function<void()> callback) = 0;

@@ -1,0 +1,58 @@
+// The coordinator's HTTP API (docs/market.md): identity, catalogue, heartbeats, demand, volunteering,
+// slice downloads, the backbone's expert map, work and rewards, the dashboard. One instance per process;
+// all shared state lives in the Store, so several processes may serve one PostgreSQL database.
+//
+//   Coordinator coord(std::move(catalogue), std::move(store), {.admin_token = "s3cret", .slices_dir = "slices/"});
+//   auto server = net::HttpServer::listen("127.0.0.1", 0, coord.http_limits(),
+//       [&](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> out) { coord.handle(r, out); });
+//
+// Requests are answered on a small pool of threads (store calls block on the disk or the database), never
+// on the listener's I/O threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "coord/market.h"
+#include "coord/store.h"
+#include "net/http_limits.h"
+#include "net/http_server.h"
+
+namespace essaim::coord {
+
+struct CoordinatorConfig {
+  std::string admin_token;
+  std::string slices_dir;
+  int64_t replicas = 2;
+  int64_t heartbeat_s = 10;
+  int threads = 4;
+  std::function<int64_t()> now_ms;  // wall clock (ms since the epoch) when empty; tests move time
+};
+
+inline constexpr int64_t kPendingMs = 10 * 60 * 1000;  // a volunteer's assignment is reserved this long
+inline constexpr size_t kDownloadChunkBytes = 1 << 20;
+
+class Coordinator {
+ public:
+  Coordinator(Catalogue catalogue, std::unique_ptr<Store> store, CoordinatorConfig config);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  void handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out);
+  // Every endpoint but the slice downloads, answered synchronously (the tests and the fuzzer call it).
+  net::HttpReply answer(const net::HttpRequestView& req);
+  net::HttpLimits http_limits() const;  // 1 MiB bodies; no listener-level key (tokens are per node)
+  const Catalogue& catalogue() const { return cat_; }
+
+  struct Impl;
+
+ private:
+  Catalogue cat_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace essaim::coord

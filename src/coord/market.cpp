@@ -1,0 +1,143 @@
+#include "coord/market.h"
+
+#include <algorithm>
+#include <set>
+
+namespace essaim::coord {
+
+std::optional<size_t> Catalogue::find(int64_t layer, int64_t expert_first, int64_t expert_count) const {
+  auto it = std::lower_bound(slices.begin(), slices.end(), std::make_pair(layer, expert_first),
+                             [](const CatalogueSlice& s, const std::pair<int64_t, int64_t>& k) {
+                               return std::make_pair(s.layer, s.expert_first) < k;
+                             });
+  if (it == slices.end() || it->layer != layer || it->expert_first != expert_first || it->expert_count != expert_count)
+    return std::nullopt;
+  return size_t(it - slices.begin());
+}
+
+std::optional<size_t> Catalogue::find_name(const std::string& name) const {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (slices[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+bool node_is_holder(const NodeRow& n, int64_t now_ms, int64_t heartbeat_s) {
+  return !n.revoked && n.status == "active" && n.fingerprint_ok && n.last_heartbeat_ms > 0 &&
+         now_ms - n.last_heartbeat_ms <= 3 * heartbeat_s * 1000;
+}
+
+std::string node_status(const NodeRow& n, int64_t now_ms, int64_t heartbeat_s) {
+  if (n.revoked) return "revoked";
+  if (n.status == "dropped") return "dropped";
+  if (n.last_heartbeat_ms > 0 && now_ms - n.last_heartbeat_ms <= 3 * heartbeat_s * 1000) return "active";
+  return "stale";
+}
+
+namespace {
+// The valid holdings of healthy nodes, as (node index, slice index).
+template <typename F>
+void for_each_valid_holding(const Catalogue& cat, const std::vector<NodeRow>& nodes,
+                            const std::vector<HoldingRow>& holdings, int64_t now_ms, int64_t heartbeat_s, F&& f) {
+  std::map<std::string, size_t> healthy;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (node_is_holder(nodes[i], now_ms, heartbeat_s)) healthy.emplace(nodes[i].node_id, i);
+  }
+  for (const HoldingRow& h : holdings) {
+    auto it = healthy.find(h.node_id);
+    if (it == healthy.end()) continue;
+    std::optional<size_t> s = cat.find(h.layer, h.expert_first, h.expert_count);
+    if (!s || cat.slices[*s].sha256 != h.sha256) continue;
+    f(it->second, *s);
+  }
+}
+}  // namespace
+
+std::vector<int64_t> count_holders(const Catalogue& cat, const std::vector<NodeRow>& nodes,
+                                   const std::vector<HoldingRow>& holdings, int64_t now_ms, int64_t heartbeat_s) {
+  std::vector<int64_t> h(cat.slices.size(), 0);
+  for_each_valid_holding(cat, nodes, holdings, now_ms, heartbeat_s, [&](size_t, size_t s) { ++h[s]; });
+  return h;
+}
+
+std::vector<double> usage_shares(const Catalogue& cat, const std::vector<UsageRow>& usage) {
+  std::map<int64_t, std::map<int64_t, int64_t>> by_layer;
+  for (const UsageRow& u : usage) {
+    if (u.expert < cat.n_experts) by_layer[u.layer][u.expert] += u.count;
+  }
+  std::vector<double> out(cat.slices.size(), 0);
+  for (size_t i = 0; i < cat.slices.size(); ++i) {
+    const CatalogueSlice& s = cat.slices[i];
+    auto it = by_layer.find(s.layer);
+    double total = 0, mine = 0;
+    if (it != by_layer.end()) {
+      for (const auto& [e, n] : it->second) {
+        total += double(n);
+        if (e >= s.expert_first && e < s.expert_first + s.expert_count) mine += double(n);
+      }
+    }
+    out[i] = total > 0 ? mine / total : cat.n_experts > 0 ? double(s.expert_count) / double(cat.n_experts) : 0;
+  }
+  return out;
+}
+
+std::vector<RangeDemand> compute_demand(const Catalogue& cat, const std::vector<int64_t>& holders,
+                                        const std::vector<double>& usage, int64_t replicas) {
+  std::vector<RangeDemand> d;
+  d.reserve(cat.slices.size());
+  for (size_t i = 0; i < cat.slices.size(); ++i) {
+    const int64_t h = i < holders.size() ? holders[i] : 0;
+    const double u = i < usage.size() ? usage[i] : 0;
+    d.push_back({i, replicas, h, u, double(std::max<int64_t>(0, replicas - h)) * u});
+  }
+  std::stable_sort(d.begin(), d.end(), [&](const RangeDemand& a, const RangeDemand& b) {
+    if (a.scarcity != b.scarcity) return a.scarcity > b.scarcity;
+    const CatalogueSlice &x = cat.slices[a.slice], &y = cat.slices[b.slice];
+    return std::make_pair(x.layer, x.expert_first) < std::make_pair(y.layer, y.expert_first);
+  });
+  return d;
+}
+
+VolunteerChoice choose_volunteer(const Catalogue& cat, const std::vector<RangeDemand>& demand,
+                                 const std::vector<size_t>& held, int64_t budget_bytes) {
+  VolunteerChoice c;
+  const std::set<size_t> held_set(held.begin(), held.end());
+  int64_t left = budget_bytes;
+  for (size_t s : held_set) {
+    if (s < cat.slices.size()) left -= cat.slices[s].bytes;
+  }
+  bool scarce_left_out = false;
+  for (const RangeDemand& d : demand) {
+    if (d.scarcity <= 0 || held_set.count(d.slice)) continue;
+    const int64_t bytes = cat.slices[d.slice].bytes;
+    if (bytes <= left) {
+      c.assign.push_back(d.slice);
+      left -= bytes;
+    } else {
+      scarce_left_out = true;
+    }
+  }
+  if (scarce_left_out) {
+    for (const RangeDemand& d : demand) {  // demand order: least scarce last; order drops by (layer, expert_first)
+      if (held_set.count(d.slice) && d.holders > d.wanted) c.drop.push_back(d.slice);
+    }
+    std::sort(c.drop.begin(), c.drop.end());
+  }
+  return c;
+}
+
+std::vector<MapWorker> expert_map(const Catalogue& cat, const std::vector<NodeRow>& nodes,
+                                  const std::vector<HoldingRow>& holdings, int64_t now_ms, int64_t heartbeat_s) {
+  std::vector<std::vector<size_t>> per_node(nodes.size());
+  for_each_valid_holding(cat, nodes, holdings, now_ms, heartbeat_s,
+                         [&](size_t n, size_t s) { per_node[n].push_back(s); });
+  std::vector<MapWorker> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (per_node[i].empty() || nodes[i].address.empty()) continue;
+    std::sort(per_node[i].begin(), per_node[i].end());
+    out.push_back({nodes[i].node_id, nodes[i].address, per_node[i]});
+  }
+  return out;
+}
+
+}  // namespace essaim::coord

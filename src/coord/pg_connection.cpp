@@ -1,0 +1,77 @@
+// SqlConnection over libpq. Exclusive transactions take a transaction-scoped advisory lock (one fixed key),
+// so coordinator processes sharing the database decide assignments one at a time; it is released by
+// COMMIT or ROLLBACK, and by the server if the process dies.
+#include <libpq-fe.h>
+
+#include "coord/sql_connection.h"
+
+namespace essaim::coord {
+namespace {
+
+constexpr const char* kAdvisoryLockKey = "7310255981";  // "essaim coordinator market" (any fixed number)
+
+class PgConnection final : public SqlConnection {
+ public:
+  explicit PgConnection(PGconn* c) : c_(c) {}
+  ~PgConnection() override { PQfinish(c_); }
+  std::string kind() const override { return "postgresql"; }
+
+  Result<SqlRows> query(const std::string& sql, const std::vector<SqlValue>& params) override {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const SqlValue& p : params) values.push_back(p ? p->c_str() : nullptr);
+    PGresult* r = PQexecParams(c_, sql.c_str(), int(values.size()), nullptr, values.data(), nullptr, nullptr, 0);
+    struct Clear {
+      PGresult* r;
+      ~Clear() { PQclear(r); }
+    } clear{r};
+    const ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+      return Status::error(std::string("postgresql: ") + (r ? PQresultErrorMessage(r) : PQerrorMessage(c_)));
+    }
+    SqlRows rows;
+    const int n = PQntuples(r), m = PQnfields(r);
+    rows.reserve(size_t(n));
+    for (int i = 0; i < n; ++i) {
+      std::vector<SqlValue> row;
+      for (int j = 0; j < m; ++j) {
+        if (PQgetisnull(r, i, j)) row.emplace_back(std::nullopt);
+        else row.emplace_back(std::string(PQgetvalue(r, i, j), size_t(PQgetlength(r, i, j))));
+      }
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+  Status begin(bool exclusive) override {
+    ESSAIM_RETURN_IF_ERROR(query("BEGIN", {}).status());
+    if (exclusive) {
+      Result<SqlRows> r = query(std::string("SELECT pg_advisory_xact_lock(") + kAdvisoryLockKey + ")", {});
+      if (!r) {
+        rollback();
+        return r.status();
+      }
+    }
+    return Status::ok();
+  }
+  Status commit() override { return query("COMMIT", {}).status(); }
+  void rollback() override { PQclear(PQexec(c_, "ROLLBACK")); }
+
+ private:
+  PGconn* c_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SqlConnection>> open_pg_connection(const std::string& url) {
+  PGconn* c = PQconnectdb(url.c_str());
+  if (!c || PQstatus(c) != CONNECTION_OK) {
+    std::string msg = c ? PQerrorMessage(c) : "out of memory";
+    PQfinish(c);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return Status::error("cannot connect to PostgreSQL: " + msg);
+  }
+  PQclear(PQexec(c, "SET client_min_messages TO WARNING"));  // no NOTICE lines for CREATE ... IF NOT EXISTS
+  return std::unique_ptr<SqlConnection>(std::make_unique<PgConnection>(c));
+}
+
+}  // namespace essaim::coord

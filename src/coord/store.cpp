@@ -1,0 +1,322 @@
+// The one Store implementation, over either SqlConnection: the schema, its version, and every read checked.
+#include "coord/store.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "coord/sql_connection.h"
+#include "coord/validate.h"
+
+namespace essaim::coord {
+namespace {
+
+// Types both databases accept: BIGINT is an integer in SQLite, DOUBLE PRECISION a REAL.
+const char* const kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, name TEXT NOT NULL, token_sha256 TEXT NOT NULL UNIQUE,"
+    " revoked BIGINT NOT NULL DEFAULT 0, registered_ms BIGINT NOT NULL, address TEXT NOT NULL DEFAULT '',"
+    " model_identity TEXT NOT NULL DEFAULT '', protocol_version BIGINT NOT NULL DEFAULT 0,"
+    " kernel_abi TEXT NOT NULL DEFAULT '', fingerprint_ok BIGINT NOT NULL DEFAULT 0,"
+    " last_heartbeat_ms BIGINT NOT NULL DEFAULT 0, capacity_bytes BIGINT NOT NULL DEFAULT 0,"
+    " node_load DOUBLE PRECISION NOT NULL DEFAULT 0, status TEXT NOT NULL DEFAULT 'active',"
+    " reason TEXT NOT NULL DEFAULT '')",
+    "CREATE TABLE IF NOT EXISTS holdings (node_id TEXT NOT NULL, layer BIGINT NOT NULL, expert_first BIGINT NOT NULL,"
+    " expert_count BIGINT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (node_id, layer, expert_first))",
+    "CREATE TABLE IF NOT EXISTS expert_usage (layer BIGINT NOT NULL, expert BIGINT NOT NULL, n BIGINT NOT NULL,"
+    " PRIMARY KEY (layer, expert))",
+    "CREATE TABLE IF NOT EXISTS pending (node_id TEXT NOT NULL, layer BIGINT NOT NULL, expert_first BIGINT NOT NULL,"
+    " until_ms BIGINT NOT NULL, PRIMARY KEY (node_id, layer, expert_first))",
+    "CREATE TABLE IF NOT EXISTS work (node_id TEXT PRIMARY KEY, pairs_credited BIGINT NOT NULL DEFAULT 0,"
+    " audits BIGINT NOT NULL DEFAULT 0, audits_failed BIGINT NOT NULL DEFAULT 0, withheld BIGINT NOT NULL DEFAULT 0)",
+};
+
+std::optional<int64_t> to_i64(const SqlValue& v) {
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  const char* end = v->data() + v->size();
+  auto [p, ec] = std::from_chars(v->data(), end, x);
+  if (ec != std::errc() || p != end) return std::nullopt;
+  return x;
+}
+std::optional<double> to_f64(const SqlValue& v) {
+  if (!v || v->empty() || v->size() > 64) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (end != v->c_str() + v->size() || !std::isfinite(x)) return std::nullopt;
+  return x;
+}
+std::string s(int64_t x) { return std::to_string(x); }
+
+class SqlStore final : public Store {
+ public:
+  explicit SqlStore(std::unique_ptr<SqlConnection> c) : c_(std::move(c)) {}
+  std::string kind() const override { return c_->kind(); }
+
+  Status init() {
+    return tx(true, [&]() -> Status {
+      for (const char* stmt : kSchema) ESSAIM_RETURN_IF_ERROR(q(stmt).status());
+      ESSAIM_RETURN_IF_ERROR(
+          q("INSERT INTO meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO NOTHING",
+            {s(kStoreSchemaVersion)}).status());
+      ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT value FROM meta WHERE key = 'schema_version'"));
+      const std::optional<int64_t> v = rows.size() == 1 && !rows[0].empty() ? to_i64(rows[0][0]) : std::nullopt;
+      if (v != kStoreSchemaVersion) {
+        return Status::error("the database's schema version is " + (v ? s(*v) : std::string("unreadable")) +
+                             "; this build uses version " + s(kStoreSchemaVersion) + " (use another --db)");
+      }
+      return Status::ok();
+    });
+  }
+
+  Status add_node(const NodeRow& n) override {
+    return tx(false, [&] {
+      return q("INSERT INTO nodes (node_id, name, token_sha256, revoked, registered_ms) VALUES ($1, $2, $3, 0, $4)",
+               {n.node_id, n.name, n.token_sha256, s(n.registered_ms)}).status();
+    });
+  }
+
+  Result<bool> revoke_node(const std::string& node_id) override {
+    bool found = false;
+    Status st = tx(false, [&]() -> Status {
+      ESSAIM_ASSIGN_OR_RETURN(SqlRows r, q("UPDATE nodes SET revoked = 1 WHERE node_id = $1 RETURNING node_id", {node_id}));
+      found = !r.empty();
+      ESSAIM_RETURN_IF_ERROR(q("DELETE FROM holdings WHERE node_id = $1", {node_id}).status());
+      return q("DELETE FROM pending WHERE node_id = $1", {node_id}).status();
+    });
+    if (!st) return st;
+    return found;
+  }
+
+  Result<std::optional<NodeRow>> node_by_token_sha256(const std::string& hex) override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q(std::string(kNodeColumns) + " WHERE token_sha256 = $1", {hex}));
+    for (const auto& r : rows) {
+      if (std::optional<NodeRow> n = node_from(r)) return std::optional<NodeRow>(std::move(*n));
+    }
+    return std::optional<NodeRow>();
+  }
+
+  Result<std::vector<NodeRow>> list_nodes() override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q(std::string(kNodeColumns) + " ORDER BY registered_ms, node_id"));
+    std::vector<NodeRow> out;
+    for (const auto& r : rows) {
+      if (std::optional<NodeRow> n = node_from(r)) out.push_back(std::move(*n));
+    }
+    return out;
+  }
+
+  Status heartbeat(const NodeRow& f, const std::vector<HoldingRow>& holdings) override {
+    return tx(false, [&]() -> Status {
+      ESSAIM_RETURN_IF_ERROR(
+          q("UPDATE nodes SET address = $2, model_identity = $3, protocol_version = $4, kernel_abi = $5,"
+            " fingerprint_ok = $6, last_heartbeat_ms = $7, capacity_bytes = $8, node_load = $9 WHERE node_id = $1",
+            {f.node_id, f.address, f.model_identity, s(f.protocol_version), f.kernel_abi, s(f.fingerprint_ok ? 1 : 0),
+             s(f.last_heartbeat_ms), s(f.capacity_bytes), std::to_string(f.load)}).status());
+      ESSAIM_RETURN_IF_ERROR(q("DELETE FROM holdings WHERE node_id = $1", {f.node_id}).status());
+      for (const HoldingRow& h : holdings) {
+        ESSAIM_RETURN_IF_ERROR(
+            q("INSERT INTO holdings (node_id, layer, expert_first, expert_count, sha256) VALUES ($1, $2, $3, $4, $5)"
+              " ON CONFLICT (node_id, layer, expert_first) DO UPDATE SET expert_count = excluded.expert_count,"
+              " sha256 = excluded.sha256",
+              {f.node_id, s(h.layer), s(h.expert_first), s(h.expert_count), h.sha256}).status());
+      }
+      return Status::ok();
+    });
+  }
+
+  Result<std::vector<HoldingRow>> list_holdings() override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT node_id, layer, expert_first, expert_count, sha256 FROM holdings"
+                                            " ORDER BY node_id, layer, expert_first"));
+    std::vector<HoldingRow> out;
+    for (const auto& r : rows) {
+      const auto layer = to_i64(r[1]), first = to_i64(r[2]), count = to_i64(r[3]);
+      if (!r[0] || !node_id_valid(*r[0]) || !layer || !first || !count || !r[4] || !is_hex(*r[4], 64) ||
+          !range_valid(*layer, *first, *count)) {
+        bad();
+        continue;
+      }
+      out.push_back({*r[0], *layer, *first, *count, *r[4]});
+    }
+    return out;
+  }
+
+  Status add_usage(int64_t layer, const std::vector<int64_t>& counts) override {
+    return tx(false, [&]() -> Status {
+      for (size_t e = 0; e < counts.size(); ++e) {
+        if (counts[e] == 0) continue;
+        ESSAIM_RETURN_IF_ERROR(
+            q("INSERT INTO expert_usage (layer, expert, n) VALUES ($1, $2, $3) ON CONFLICT (layer, expert)"
+              " DO UPDATE SET n = expert_usage.n + excluded.n",
+              {s(layer), s(int64_t(e)), s(counts[e])}).status());
+      }
+      return Status::ok();
+    });
+  }
+
+  Result<std::vector<UsageRow>> list_usage() override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT layer, expert, n FROM expert_usage ORDER BY layer, expert"));
+    std::vector<UsageRow> out;
+    for (const auto& r : rows) {
+      const auto layer = to_i64(r[0]), e = to_i64(r[1]), n = to_i64(r[2]);
+      if (!layer || !e || !n || *layer < 0 || *layer > kMaxLayer || *e < 0 || *e > kMaxExpert || *n < 0) {
+        bad();
+        continue;
+      }
+      out.push_back({*layer, *e, *n});
+    }
+    return out;
+  }
+
+  Status set_pending(const std::string& node_id, const std::vector<PendingRow>& rows, int64_t now_ms) override {
+    return tx(false, [&]() -> Status {
+      ESSAIM_RETURN_IF_ERROR(q("DELETE FROM pending WHERE node_id = $1 OR until_ms <= $2", {node_id, s(now_ms)}).status());
+      for (const PendingRow& p : rows) {
+        ESSAIM_RETURN_IF_ERROR(q("INSERT INTO pending (node_id, layer, expert_first, until_ms) VALUES ($1, $2, $3, $4)"
+                                 " ON CONFLICT (node_id, layer, expert_first) DO UPDATE SET until_ms = excluded.until_ms",
+                                 {node_id, s(p.layer), s(p.expert_first), s(p.until_ms)}).status());
+      }
+      return Status::ok();
+    });
+  }
+
+  Result<std::vector<PendingRow>> list_pending(int64_t now_ms) override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT node_id, layer, expert_first, until_ms FROM pending WHERE until_ms > $1"
+                                            " ORDER BY node_id, layer, expert_first", {s(now_ms)}));
+    std::vector<PendingRow> out;
+    for (const auto& r : rows) {
+      const auto layer = to_i64(r[1]), first = to_i64(r[2]), until = to_i64(r[3]);
+      if (!r[0] || !node_id_valid(*r[0]) || !layer || !first || !until || !range_valid(*layer, *first, 1)) {
+        bad();
+        continue;
+      }
+      out.push_back({*r[0], *layer, *first, *until});
+    }
+    return out;
+  }
+
+  Status add_work(const std::string& node_id, const WorkIncrement& w, const std::string& reason) override {
+    return tx(false, [&]() -> Status {
+      ESSAIM_RETURN_IF_ERROR(q("INSERT INTO work (node_id) VALUES ($1) ON CONFLICT (node_id) DO NOTHING", {node_id}).status());
+      ESSAIM_ASSIGN_OR_RETURN(SqlRows st, q("SELECT status FROM nodes WHERE node_id = $1", {node_id}));
+      const bool dropped = !st.empty() && st[0][0] == std::optional<std::string>("dropped");
+      if (dropped || w.audits_failed > 0) {
+        // A dropped node earns nothing more: everything credited so far, and these pairs, are withheld.
+        ESSAIM_RETURN_IF_ERROR(q("UPDATE work SET withheld = withheld + pairs_credited + $2, pairs_credited = 0,"
+                                 " audits = audits + $3, audits_failed = audits_failed + $4 WHERE node_id = $1",
+                                 {node_id, s(w.pairs), s(w.audits), s(w.audits_failed)}).status());
+        if (!dropped) {
+          return q("UPDATE nodes SET status = 'dropped', reason = $2 WHERE node_id = $1", {node_id, reason}).status();
+        }
+        return Status::ok();
+      }
+      return q("UPDATE work SET pairs_credited = pairs_credited + $2, audits = audits + $3,"
+               " audits_failed = audits_failed + $4 WHERE node_id = $1",
+               {node_id, s(w.pairs), s(w.audits), s(w.audits_failed)}).status();
+    });
+  }
+
+  Result<std::vector<WorkRow>> list_work() override {
+    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT node_id, pairs_credited, audits, audits_failed, withheld FROM work"
+                                            " ORDER BY node_id"));
+    std::vector<WorkRow> out;
+    for (const auto& r : rows) {
+      const auto a = to_i64(r[1]), b = to_i64(r[2]), c = to_i64(r[3]), d = to_i64(r[4]);
+      if (!r[0] || !node_id_valid(*r[0]) || !a || !b || !c || !d || *a < 0 || *b < 0 || *c < 0 || *d < 0) {
+        bad();
+        continue;
+      }
+      out.push_back({*r[0], *a, *b, *c, *d});
+    }
+    return out;
+  }
+
+  Status exclusive(const std::function<Status()>& body) override { return tx(true, body); }
+
+ private:
+  static constexpr const char* kNodeColumns =
+      "SELECT node_id, name, token_sha256, revoked, registered_ms, address, model_identity, protocol_version,"
+      " kernel_abi, fingerprint_ok, last_heartbeat_ms, capacity_bytes, node_load, status, reason FROM nodes";
+
+  std::optional<NodeRow> node_from(const std::vector<SqlValue>& r) {
+    if (r.size() != 15) return bad(), std::nullopt;
+    for (const SqlValue& v : r) {
+      if (!v) return bad(), std::nullopt;
+    }
+    NodeRow n;
+    n.node_id = *r[0];
+    n.name = *r[1];
+    n.token_sha256 = *r[2];
+    const auto revoked = to_i64(r[3]), reg = to_i64(r[4]), proto = to_i64(r[7]), fok = to_i64(r[9]),
+               hb = to_i64(r[10]), cap = to_i64(r[11]);
+    const auto load = to_f64(r[12]);
+    n.address = *r[5];
+    n.model_identity = *r[6];
+    n.kernel_abi = *r[8];
+    n.status = *r[13];
+    n.reason = *r[14];
+    if (!node_id_valid(n.node_id) || !name_valid(n.name) || !is_hex(n.token_sha256, 64) || !revoked || !reg ||
+        !proto || !fok || !hb || !cap || !load || (n.status != "active" && n.status != "dropped") ||
+        n.address.size() > kMaxAddressBytes || n.model_identity.size() > 64 || n.kernel_abi.size() > 64 ||
+        n.reason.size() > kMaxReasonBytes) {
+      return bad(), std::nullopt;
+    }
+    n.revoked = *revoked != 0;
+    n.registered_ms = *reg;
+    n.protocol_version = *proto;
+    n.fingerprint_ok = *fok != 0;
+    n.last_heartbeat_ms = *hb;
+    n.capacity_bytes = *cap;
+    n.load = *load;
+    return n;
+  }
+  void bad() {
+    if (++invalid_rows_ <= 5) std::fprintf(stderr, "essaim coordinator: skipped an invalid row read from the %s store\n",
+                                            c_->kind().c_str());
+  }
+
+  // The connection is one per store: every statement holds the lock (transactions hold it throughout).
+  Result<SqlRows> q(const std::string& sql, const std::vector<SqlValue>& params = {}) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return c_->query(sql, params);
+  }
+
+  // One transaction per public call; calls made inside exclusive() join its transaction.
+  Status tx(bool exclusive, const std::function<Status()>& body) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (depth_ > 0) return body();
+    ESSAIM_RETURN_IF_ERROR(c_->begin(exclusive));
+    ++depth_;
+    Status st = body();
+    --depth_;
+    if (!st) {
+      c_->rollback();
+      return st;
+    }
+    Status committed = c_->commit();
+    if (!committed) c_->rollback();
+    return committed;
+  }
+
+  std::unique_ptr<SqlConnection> c_;
+  std::recursive_mutex mu_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_store(const std::string& spec) {
+  std::unique_ptr<SqlConnection> c;
+  if (spec.rfind("postgresql://", 0) == 0 || spec.rfind("postgres://", 0) == 0) {
+    ESSAIM_ASSIGN_OR_RETURN(c, open_pg_connection(spec));
+  } else {
+    if (spec.empty()) return Status::error("--db is empty: give a SQLite file path or a postgresql:// URL");
+    ESSAIM_ASSIGN_OR_RETURN(c, open_sqlite_connection(spec));
+  }
+  auto store = std::make_unique<SqlStore>(std::move(c));
+  ESSAIM_RETURN_IF_ERROR(store->init());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace essaim::coord
