@@ -50,7 +50,7 @@ struct Args {
   std::string device = "cpu";
   // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
   std::string coordinator, token, data_dir, advertise;
-  uint64_t budget_mb = 0;
+  double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -85,8 +85,8 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--coordinator", a.coordinator,
                  "http://HOST:PORT of a coordinator: volunteer, download the assigned slices and serve them");
   cmd.add_option("--token", a.token, "With --coordinator: this node's token (from POST /api/nodes)");
-  cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold")
-      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
+  cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold (fractions allowed)")
+      ->check(CLI::Range(0.001, double(1 << 30)));
   cmd.add_option("--data-dir", a.data_dir, "With --coordinator: where slices are kept (re-verified at start)");
   cmd.add_option("--advertise", a.advertise,
                  "With --coordinator: HOST:PORT backbones should dial (default: the --listen host and bound port)");
@@ -106,11 +106,11 @@ std::string holdings_text(const worker::WorkerState& s) {
 Args resolve(Args a) {
   if (!a.coordinator.empty()) {
     if (!a.slices.empty() || !a.slices_dir.empty()) throw UsageError("--coordinator chooses the slices: no --slice/--slices");
-    if (a.token.empty() || a.budget_mb == 0 || a.data_dir.empty()) {
+    if (a.token.empty() || a.budget_mb <= 0 || a.data_dir.empty()) {
       throw UsageError("--coordinator needs --token, --budget-mb and --data-dir");
     }
     if (a.device != "cpu") throw UsageError("--coordinator workers compute on the CPU for now (--device cpu)");
-  } else if (!a.token.empty() || a.budget_mb != 0 || !a.data_dir.empty() || !a.advertise.empty()) {
+  } else if (!a.token.empty() || a.budget_mb > 0 || !a.data_dir.empty() || !a.advertise.empty()) {
     throw UsageError("--token, --budget-mb, --data-dir and --advertise go with --coordinator");
   }
   if (!a.slices_dir.empty()) {
@@ -140,7 +140,7 @@ int run(Args a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   if (!a.coordinator.empty()) {
-    JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = a.budget_mb << 20,
+    JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
                     .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,
