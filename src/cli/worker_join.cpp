@@ -284,10 +284,12 @@ class Joiner {
       while (!stop) {
         heartbeat();
         if (volunteer_now || has_room() || rounds % 5 == 4) {
-          if (volunteer_round(stop)) {
+          // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
+          // replaces this node's pending reservation (which counts as a holder for other volunteers).
+          for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
             if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
             log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
-            heartbeat();  // the coordinator learns the new holdings at once
+            heartbeat();
           }
           volunteer_now = false;
         }
