@@ -80,6 +80,7 @@ int run(const Args& a) {
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "essaim coordinator: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->stop();
+  c.stop();  // before the listener is destroyed: requests in hand hold its connections
   return 0;
 }
 

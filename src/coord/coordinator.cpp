@@ -95,7 +95,9 @@ Caller Coordinator::Impl::authenticate(const std::string& authorization) {
 Coordinator::Coordinator(Catalogue catalogue, std::unique_ptr<Store> store, CoordinatorConfig config)
     : cat_(std::move(catalogue)), impl_(std::make_unique<Impl>(cat_, std::move(store), std::move(config))) {}
 
-Coordinator::~Coordinator() { impl_->pool.join(); }
+Coordinator::~Coordinator() { stop(); }
+
+void Coordinator::stop() { std::call_once(impl_->stopped, [this] { impl_->pool.join(); }); }
 
 net::HttpLimits Coordinator::http_limits() const {
   net::HttpLimits l;

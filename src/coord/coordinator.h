@@ -5,6 +5,7 @@
 //   Coordinator coord(std::move(catalogue), std::move(store), {.admin_token = "s3cret", .slices_dir = "slices/"});
 //   auto server = net::HttpServer::listen("127.0.0.1", 0, coord.http_limits(),
 //       [&](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> out) { coord.handle(r, out); });
+//   ... server.value()->stop(); coord.stop();   // in this order
 //
 // Requests are answered on a small pool of threads (store calls block on the disk or the database), never
 // on the listener's I/O threads.
@@ -34,6 +35,7 @@ struct CoordinatorConfig {
 
 inline constexpr int64_t kPendingMs = 10 * 60 * 1000;  // a volunteer's assignment is reserved this long
 inline constexpr size_t kDownloadChunkBytes = 1 << 20;
+inline constexpr int kDownloadChunksInFlight = 4;  // per download: at most this many chunks in memory
 
 class Coordinator {
  public:
@@ -43,6 +45,9 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   void handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out);
+  // Waits for the requests in hand. Call after the listener's stop() and before the listener is destroyed:
+  // a request still in hand holds its connection, which must not outlive the listener.
+  void stop();
   // Every endpoint but the slice downloads, answered synchronously (the tests and the fuzzer call it).
   net::HttpReply answer(const net::HttpRequestView& req);
   net::HttpLimits http_limits() const;  // 1 MiB bodies; no listener-level key (tokens are per node)

@@ -4,6 +4,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
+#include <mutex>
+
 #include "coord/coordinator.h"
 
 namespace essaim::coord {
@@ -18,6 +20,7 @@ struct Coordinator::Impl {
   std::unique_ptr<Store> store;
   CoordinatorConfig cfg;
   boost::asio::thread_pool pool;
+  std::once_flag stopped;
   std::atomic<uint64_t> requests{0}, unauthorized{0}, bytes_served{0}, downloads{0}, store_errors{0};
 
   Impl(const Catalogue& c, std::unique_ptr<Store> s, CoordinatorConfig config)

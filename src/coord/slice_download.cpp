@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 #include "coord/api_parse.h"
 #include "coord/coordinator_impl.h"
@@ -15,6 +16,8 @@ namespace essaim::coord {
 namespace {
 
 struct Download {
+  std::mutex mu;
+  bool done = false;
   std::FILE* f = nullptr;
   uint64_t left = 0;
   std::shared_ptr<net::HttpResponder> out;
@@ -77,23 +80,30 @@ void Coordinator::Impl::download(const net::HttpRequestView& req, const std::str
   d->left = count;
   d->out = out;
   out->stream_begin(std::move(head));
-  // One chunk at a time: read on the pool, hand to the socket, continue from the written callback.
-  auto pump = std::make_shared<std::function<void(std::shared_ptr<Download>)>>();
-  *pump = [this, weak = std::weak_ptr<std::function<void(std::shared_ptr<Download>)>>(pump)](std::shared_ptr<Download> dl) {
+  // A few chunks in flight (so reading the next overlaps writing the last), each next one read once an
+  // earlier one has gone to the socket. Read and hand-over happen under the download's lock: chunks reach
+  // the connection in file order whichever pool thread reads them.
+  auto pump = std::make_shared<std::function<void()>>();
+  *pump = [this, d, weak = std::weak_ptr<std::function<void()>>(pump)] {
     auto self = weak.lock();
     if (!self) return;
-    if (dl->left == 0) return dl->out->stream_end();
-    std::string chunk(size_t(std::min<uint64_t>(dl->left, kDownloadChunkBytes)), '\0');
-    const size_t n = std::fread(chunk.data(), 1, chunk.size(), dl->f);
-    if (n != chunk.size()) return dl->out->stream_end();  // short read: the client sees a short body and retries
-    dl->left -= n;
+    std::lock_guard<std::mutex> lock(d->mu);
+    if (d->done) return;
+    if (d->left == 0) {
+      d->done = true;
+      return d->out->stream_end();
+    }
+    std::string chunk(size_t(std::min<uint64_t>(d->left, kDownloadChunkBytes)), '\0');
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), d->f);
+    if (n != chunk.size()) {  // short read (the file shrank): the client sees a short body and retries
+      d->done = true;
+      return d->out->stream_end();
+    }
+    d->left -= n;
     bytes_served += n;
-    std::shared_ptr<net::HttpResponder> o = dl->out;
-    o->stream_write_then(std::move(chunk), [this, self, dl] {
-      boost::asio::post(pool, [self, dl] { (*self)(dl); });
-    });
+    d->out->stream_write_then(std::move(chunk), [this, self] { boost::asio::post(pool, [self] { (*self)(); }); });
   };
-  (*pump)(d);
+  for (int i = 0; i < kDownloadChunksInFlight; ++i) (*pump)();
 }
 
 }  // namespace essaim::coord

@@ -1,1 +1,273 @@
+// The coordinator's HTTP API over real loopback HTTP: an in-process Coordinator on a SQLite store, a
+// hand-built catalogue of slice files filled with seeded random bytes. Identity and tokens, heartbeats and
+// expiry, demand, volunteering, the map, work and rewards, downloads with Range; hostile clients (bad JSON,
+// oversized bodies, wrong and revoked tokens, path traversal, bad Range headers) get the right status.
+#include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "coord/coordinator.h"
+#include "http_client.h"
+#include "gguf/model_identity.h"
+
+namespace essaim::coord {
+namespace {
+
+using json = nlohmann::json;
+using testing::request;
+using testing::Reply;
+
+const std::string kAdmin = "admin-token-for-tests-0123456789";
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("essaim-api-" + std::to_string(getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    Catalogue cat;
+    cat.model_identity = std::string(64, 'a');
+    cat.architecture = "qwen3moe";
+    cat.n_layers = 2;
+    cat.n_experts = 8;
+    cat.n_expert_used = 2;
+    cat.protocol_version = 2;
+    cat.kernel_abi = "1";
+    std::mt19937 rng(7);
+    for (int64_t l : {0, 1}) {
+      for (int64_t f : {0, 4}) {
+        const std::string name = "m.L0" + std::to_string(l) + ".E00" + std::to_string(f) + ".gguf";
+        const size_t n = (l == 1 && f == 4) ? size_t(6 << 20) + 123 : 1000 + size_t(l * 100 + f);
+        std::string bytes(n, '\0');
+        for (char& c : bytes) c = char(rng());
+        std::ofstream(dir_ / name, std::ios::binary) << bytes;
+        cat.slices.push_back({name, l, f, 4, int64_t(n),
+                              digest_hex(sha256({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}))});
+        contents_[name] = bytes;
+      }
+    }
+    auto store = open_store((dir_ / "coord.sqlite").string());
+    ASSERT_TRUE(store) << store.status().message();
+    coord_ = std::make_unique<Coordinator>(std::move(cat), std::move(*store),
+                                           CoordinatorConfig{.admin_token = kAdmin, .slices_dir = dir_.string(),
+                                                             .replicas = 1, .heartbeat_s = 10, .threads = 4,
+                                                             .now_ms = [this] { return now_.load(); }});
+    auto server = net::HttpServer::listen("127.0.0.1", 0, coord_->http_limits(),
+                                          [this](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> o) {
+                                            coord_->handle(r, std::move(o));
+                                          });
+    ASSERT_TRUE(server) << server.status().message();
+    server_ = std::move(*server);
+    port_ = server_->port();
+  }
+  void TearDown() override {
+    if (server_) server_->stop();
+    if (coord_) coord_->stop();
+    server_.reset();
+    coord_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::pair<std::string, std::string> add_node(const std::string& name) {
+    Reply r = request(port_, "POST", "/api/nodes", json{{"name", name}}.dump(), kAdmin);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return {r.j()["node_id"], r.j()["token"]};
+  }
+  json holding(size_t i) {
+    const CatalogueSlice& s = coord_->catalogue().slices[i];
+    return {{"layer", s.layer}, {"expert_first", s.expert_first}, {"expert_count", s.expert_count}, {"sha256", s.sha256}};
+  }
+  Reply heartbeat(const std::string& id, const std::string& token, const json& holdings, int port = 9000) {
+    json b = {{"node_id", id}, {"address", "127.0.0.1:" + std::to_string(port)},
+              {"fingerprint", {{"model_identity", std::string(64, 'a')}, {"protocol_version", 2}, {"kernel_abi", "1"}}},
+              {"holdings", holdings}, {"capacity_bytes", 1 << 30}, {"load", 0.5}};
+    return request(port_, "POST", "/api/expert-coverage", b.dump(), token);
+  }
+
+  std::filesystem::path dir_;
+  std::map<std::string, std::string> contents_;
+  std::atomic<int64_t> now_{1'700'000'000'000};
+  std::unique_ptr<Coordinator> coord_;
+  std::unique_ptr<net::HttpServer> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(ApiTest, IdentityAndTokens) {
+  auto [id, token] = add_node("phone-7");
+  EXPECT_EQ(id.size(), 18u);
+  EXPECT_EQ(token.size(), 64u);
+  Reply who = request(port_, "GET", "/api/whoami", "", token);
+  ASSERT_EQ(who.status, 200);
+  EXPECT_EQ(who.j()["node_id"], id);
+  EXPECT_EQ(who.j()["name"], "phone-7");
+  std::string wrong = token;
+  wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
+  for (const std::string& t : {std::string(), wrong, std::string("x"), kAdmin + "x"}) {
+    EXPECT_EQ(request(port_, "GET", "/api/whoami", "", t).status, 401) << t;
+  }
+  EXPECT_EQ(request(port_, "POST", "/api/nodes", R"({"name": "x"})", token).status, 403);  // a node is not admin
+  ASSERT_EQ(request(port_, "DELETE", "/api/nodes/" + id, "", kAdmin).status, 200);
+  EXPECT_EQ(request(port_, "GET", "/api/whoami", "", token).status, 401);
+  EXPECT_EQ(request(port_, "GET", "/slices/m.L00.E000.gguf", "", token).status, 401);
+  EXPECT_EQ(request(port_, "DELETE", "/api/nodes/n-ffffffffffffffff", "", kAdmin).status, 404);
+  Reply nodes = request(port_, "GET", "/api/nodes", "", kAdmin);
+  ASSERT_EQ(nodes.status, 200);
+  EXPECT_EQ(nodes.j()["nodes"][0]["revoked"], true);
+  EXPECT_EQ(request(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(request(port_, "GET", "/api/model").status, 401);
+}
+
+TEST_F(ApiTest, HeartbeatDemandVolunteerMapAndExpiry) {
+  auto [a, ta] = add_node("a");
+  auto [b, tb] = add_node("b");
+  json bad_sha = holding(1);
+  bad_sha["sha256"] = std::string(64, '0');
+  Reply hb = heartbeat(a, ta, {holding(0), bad_sha});
+  ASSERT_EQ(hb.status, 200) << hb.body;
+  EXPECT_EQ(hb.j()["accepted_holdings"], 1);
+  EXPECT_EQ(hb.j()["fingerprint_ok"], true);
+  EXPECT_EQ(hb.j()["rejected_holdings"].size(), 1u);
+  EXPECT_EQ(heartbeat(a, tb, json::array()).status, 403);  // b's token for a's id
+  Reply demand = request(port_, "GET", "/api/expert-demand", "", tb);
+  ASSERT_EQ(demand.status, 200);
+  const json ranges = demand.j()["ranges"];
+  ASSERT_EQ(ranges.size(), 4u);
+  EXPECT_EQ(ranges[3]["holders"], 1);  // slice 0, covered, sorts last
+  EXPECT_EQ(ranges[3]["scarcity"], 0.0);
+  // Two volunteers with room for one small slice each get different ones.
+  Reply v1 = request(port_, "POST", "/api/expert-volunteer", json{{"node_id", b}, {"budget_bytes", 1200}}.dump(), tb);
+  auto [c, tc] = add_node("c");
+  Reply v2 = request(port_, "POST", "/api/expert-volunteer", json{{"node_id", c}, {"budget_bytes", 1200}}.dump(), tc);
+  ASSERT_EQ(v1.status, 200) << v1.body;
+  ASSERT_EQ(v1.j()["assign"].size(), 1u);
+  ASSERT_EQ(v2.j()["assign"].size(), 1u);
+  EXPECT_EQ(v1.j()["assign"][0]["name"], "m.L00.E004.gguf");
+  EXPECT_EQ(v2.j()["assign"][0]["name"], "m.L01.E000.gguf");
+  // Asking again: the same answer (its own reservation is offered again).
+  Reply v1b = request(port_, "POST", "/api/expert-volunteer", json{{"node_id", b}, {"budget_bytes", 1200}}.dump(), tb);
+  EXPECT_EQ(v1b.j()["assign"], v1.j()["assign"]);
+  Reply map = request(port_, "GET", "/api/expert-map", "", tb);
+  ASSERT_EQ(map.status, 200);
+  EXPECT_EQ(map.j()["format"], "essaim-expert-map");
+  ASSERT_EQ(map.j()["workers"].size(), 1u);
+  EXPECT_EQ(map.j()["workers"][0]["label"], a);
+  const json gen0 = map.j()["generation"];
+  ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001).status, 200);
+  Reply map2 = request(port_, "GET", "/api/expert-map", "", tb);
+  EXPECT_EQ(map2.j()["workers"].size(), 2u);
+  EXPECT_NE(map2.j()["generation"], gen0);
+  // a goes silent for more than 3 heartbeats; b keeps beating.
+  now_ += 31'000;
+  ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001).status, 200);
+  Reply map3 = request(port_, "GET", "/api/expert-map", "", tb);
+  ASSERT_EQ(map3.j()["workers"].size(), 1u);
+  EXPECT_EQ(map3.j()["workers"][0]["label"], b);
+  Reply d2 = request(port_, "GET", "/api/expert-demand", "", tb);
+  EXPECT_EQ(d2.j()["ranges"][0]["slice"], "m.L00.E000.gguf");  // a's slice is scarce again
+  // A fingerprint of another build is stored but never a holder.
+  auto [d, td] = add_node("d");
+  json other = {{"node_id", d}, {"address", "127.0.0.1:9003"},
+                {"fingerprint", {{"model_identity", std::string(64, 'a')}, {"protocol_version", 2}, {"kernel_abi", "2"}}},
+                {"holdings", json::array({holding(2)})}, {"capacity_bytes", 1}, {"load", 0}};
+  Reply hd = request(port_, "POST", "/api/expert-coverage", other.dump(), td);
+  EXPECT_EQ(hd.j()["fingerprint_ok"], false);
+  EXPECT_EQ(request(port_, "GET", "/api/expert-map", "", tb).j()["workers"].size(), 1u);
+}
+
+TEST_F(ApiTest, UsageWorkRewardsAndDrop) {
+  auto [a, ta] = add_node("a");
+  ASSERT_EQ(heartbeat(a, ta, {holding(0), holding(2)}).status, 200);
+  Reply u = request(port_, "POST", "/api/expert-usage",
+                    R"({"layers": [{"layer": 1, "counts": [0, 0, 0, 0, 9, 9, 9, 9]}]})", kAdmin);
+  ASSERT_EQ(u.status, 200) << u.body;
+  Reply demand = request(port_, "GET", "/api/expert-demand", "", ta);
+  EXPECT_EQ(demand.j()["ranges"][0]["slice"], "m.L01.E004.gguf");  // all picks of layer 1 go there
+  EXPECT_EQ(demand.j()["ranges"][0]["usage"], 1.0);
+  Reply w = request(port_, "POST", "/api/work",
+                    R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 1234, "audits": 10, "audits_failed": 0},
+                                    {"address": "10.9.9.9:1", "pairs_accepted": 1, "audits": 0, "audits_failed": 0}]})", kAdmin);
+  ASSERT_EQ(w.status, 200) << w.body;
+  EXPECT_EQ(w.j()["unknown_addresses"][0], "10.9.9.9:1");
+  Reply r = request(port_, "GET", "/api/rewards", "", ta);
+  EXPECT_EQ(r.j()["nodes"][0]["pairs_credited"], 1234);
+  EXPECT_EQ(r.j()["nodes"][0]["status"], "active");
+  ASSERT_EQ(request(port_, "POST", "/api/work",
+                    R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 6, "audits": 2, "audits_failed": 1}]})",
+                    kAdmin).status, 200);
+  r = request(port_, "GET", "/api/rewards", "", ta);
+  EXPECT_EQ(r.j()["nodes"][0]["status"], "dropped");
+  EXPECT_EQ(r.j()["nodes"][0]["withheld"], 1240);
+  EXPECT_EQ(r.j()["nodes"][0]["pairs_credited"], 0);
+  EXPECT_NE(r.j()["nodes"][0]["reason"].get<std::string>().find("failed 1 of 2"), std::string::npos);
+  EXPECT_TRUE(request(port_, "GET", "/api/expert-map", "", ta).j()["workers"].empty());
+  Reply dash = request(port_, "GET", "/api/dashboard");
+  ASSERT_EQ(dash.status, 200);
+  EXPECT_EQ(dash.j()["nodes"][0]["status"], "dropped");
+  EXPECT_EQ(dash.body.find("127.0.0.1"), std::string::npos);  // the public page shows no addresses
+  Reply metrics = request(port_, "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("essaim_coord_nodes{status=\"dropped\"} 1"), std::string::npos) << metrics.body;
+}
+
+TEST_F(ApiTest, DownloadsWithRange) {
+  auto [a, ta] = add_node("a");
+  const std::string big = "m.L01.E004.gguf";
+  const std::string& bytes = contents_[big];
+  const auto t0 = std::chrono::steady_clock::now();
+  Reply whole = request(port_, "GET", "/slices/" + big, "", ta);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(whole.status, 200);
+  EXPECT_TRUE(whole.body == bytes) << "the body differs from the file (" << whole.body.size() << " bytes)";
+  EXPECT_EQ(whole.headers["Content-Length"], std::to_string(bytes.size()));
+  EXPECT_EQ(whole.headers["Accept-Ranges"], "bytes");
+  EXPECT_EQ(whole.headers["X-Essaim-Sha256"], coord_->catalogue().slices[3].sha256);
+  std::printf("download of %zu bytes over loopback: %.0f MB/s\n", bytes.size(), double(bytes.size()) / s / 1e6);
+  Reply part = request(port_, "GET", "/slices/" + big, "", ta, {{"Range", "bytes=1048570-1048580"}});
+  ASSERT_EQ(part.status, 206);
+  EXPECT_EQ(part.body, bytes.substr(1048570, 11));
+  EXPECT_EQ(part.headers["Content-Range"], "bytes 1048570-1048580/" + std::to_string(bytes.size()));
+  Reply tail = request(port_, "GET", "/slices/" + big, "", ta, {{"Range", "bytes=6291000-"}});
+  ASSERT_EQ(tail.status, 206);
+  EXPECT_EQ(tail.body, bytes.substr(6291000));
+  Reply past = request(port_, "GET", "/slices/" + big, "", ta, {{"Range", "bytes=99999999-"}});
+  EXPECT_EQ(past.status, 416);
+  EXPECT_EQ(past.headers["Content-Range"], "bytes */" + std::to_string(bytes.size()));
+  for (const char* bad : {"bytes=9-1", "bytes=x-", "chunks=0-1", "bytes=0-1,4-5"}) {
+    EXPECT_EQ(request(port_, "GET", "/slices/" + big, "", ta, {{"Range", bad}}).status, 400) << bad;
+  }
+  EXPECT_EQ(request(port_, "GET", "/slices/" + big, "", kAdmin).status, 200);  // the admin token too
+  EXPECT_EQ(request(port_, "GET", "/slices/" + big).status, 401);
+  for (const std::string& name : {"../coord.sqlite", "..%2fcoord.sqlite", "coord.sqlite", "", "m.L01.E004.gguf/",
+                                  "./m.L00.E000.gguf", "%2e%2e/x"}) {
+    EXPECT_EQ(request(port_, "GET", "/slices/" + name, "", ta).status, 404) << name;
+  }
+}
+
+TEST_F(ApiTest, HostileBodies) {
+  auto [a, ta] = add_node("a");
+  for (const std::string& body : {std::string("{"), std::string("[1,2]"), std::string("\xff\xfe"), std::string("{\"node_id\": 5}"),
+                                  std::string(R"({"node_id": "n-0000000000000000", "budget_bytes": "lots"})")}) {
+    EXPECT_EQ(request(port_, "POST", "/api/expert-volunteer", body, ta).status, 400) << body;
+    EXPECT_EQ(request(port_, "POST", "/api/expert-coverage", body, ta).status, 400) << body;
+    EXPECT_EQ(request(port_, "POST", "/api/work", body, kAdmin).status, 400) << body;
+    EXPECT_EQ(request(port_, "POST", "/api/nodes", body, kAdmin).status, 400) << body;
+  }
+  EXPECT_EQ(request(port_, "POST", "/api/expert-usage", std::string((1 << 20) + 10, ' '), ta).status, 413);
+  EXPECT_EQ(request(port_, "POST", "/api/expert-usage", R"({"layers": [{"layer": 0, "counts": [1]}]})", ta).status, 400);
+  EXPECT_EQ(request(port_, "PUT", "/api/expert-map", "", ta).status, 405);
+  EXPECT_EQ(request(port_, "GET", "/api/nothing", "", ta).status, 404);
+  // Still healthy afterwards.
+  EXPECT_EQ(request(port_, "GET", "/api/whoami", "", ta).status, 200);
+}
+
+}  // namespace
+}  // namespace essaim::coord
