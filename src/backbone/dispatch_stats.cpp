@@ -69,7 +69,7 @@ std::string DispatchStats::to_json() const {
   for (const WorkerReport& w : workers)
     ws.push_back({{"address", w.address}, {"label", w.label}, {"connected", w.connected}, {"sessions", w.sessions},
                   {"requests", w.requests}, {"pairs_served", w.pairs_served}, {"failures", w.failures},
-                  {"last_error", w.last_error}});
+                  {"audits", w.audits}, {"audits_failed", w.audits_failed}, {"last_error", w.last_error}});
   j["workers"] = ws;
   j["seconds"] = seconds;
   j["max_call_seconds"] = max_call_seconds;

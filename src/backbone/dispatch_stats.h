@@ -48,6 +48,8 @@ struct WorkerReport {
   uint64_t requests = 0;        // requests sent to it
   uint64_t pairs_served = 0;    // (row, expert) outputs it computed and the backbone accepted
   uint64_t failures = 0;        // requests that fell back (any reason)
+  uint64_t audits = 0;          // its answers recomputed from the replica and compared
+  uint64_t audits_failed = 0;   // of those, answers that differed (the worker is then dropped)
   std::string last_error;       // why the last session or connect attempt ended, if one did
 };
 

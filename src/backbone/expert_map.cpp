@@ -102,6 +102,9 @@ Result<ExpertMap> expert_map_parse(std::string_view text) {
     } else if (key == "version") {
       if (!it->is_number_integer() || it->get<int64_t>() != 1)
         return Status::error("expert map: unsupported \"version\" (this build reads version 1)");
+    } else if (key == "generation") {
+      // The coordinator's map counter (GET /api/expert-map): changes with the map, not read here.
+      if (!it->is_number_unsigned()) return Status::error("expert map: \"generation\" must be a non-negative integer");
     } else if (key != "workers") {
       return Status::error("expert map: unknown key \"" + key + "\"");
     }

@@ -93,10 +93,12 @@ struct RemoteExpertExecutor::Outgoing {
   uint64_t id = 0;
   std::vector<uint32_t> pairs;
   uint64_t request_bytes = 0;
+  bool answered = false;  // its answer was accepted into `out` unaudited
 };
 
 RemoteExpertExecutor::RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options)
-    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool) {}
+    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool),
+      audit_(0, {.every = options_.audit_every, .adaptive = options_.adaptive_audit}) {}
 
 RemoteExpertExecutor::~RemoteExpertExecutor() = default;
 
@@ -116,6 +118,7 @@ std::unique_ptr<RemoteExpertExecutor> RemoteExpertExecutor::create(const ExpertS
                     }};
     ex->links_.push_back(std::make_unique<WorkerLink>(std::move(le), mine, ex->options_.link));
   }
+  ex->audit_ = AuditPolicy(ex->links_.size(), {.every = ex->options_.audit_every, .adaptive = ex->options_.adaptive_audit});
   return ex;
 }
 
@@ -198,6 +201,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   std::vector<std::shared_ptr<LinkSession>> sessions(n_links);
   std::vector<std::vector<proto::Holding>> absent_held(n_links);
   for (size_t i = 0; i < n_links; ++i) {
+    if (audit_.dropped(i)) continue;  // failed an audit: never asked again by this dispatcher
     sessions[i] = links_[i]->session();
     if (!sessions[i]) absent_held[i] = links_[i]->last_routable();
   }
@@ -266,9 +270,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
 
   // 4. Answers, until the deadline. Each accepted one fills its slots; the others are recomputed here.
   uint64_t bytes_received = 0, responses = 0, audits = 0;
-  std::vector<uint64_t> link_served(n_links, 0);
+  std::vector<uint64_t> link_served(n_links, 0), link_audits(n_links, 0), link_audits_failed(n_links, 0);
   std::vector<std::pair<const Outgoing*, proto::ExpertResponse>> audited;
-  for (const Outgoing& o : sent) {
+  for (Outgoing& o : sent) {
     LinkAnswer a = links_[o.link]->wait(o.id, deadline);
     if (a.response && (a.response->n_outputs != o.pairs.size() || a.response->n_embd != E ||
                        a.response->outputs.size() != o.pairs.size() * E)) {
@@ -286,11 +290,12 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     ++responses;
     bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E);
     links_[o.link]->note_success();
-    if (options_.audit_every > 0 && ++answers_seen_ % options_.audit_every == 0) {
+    if (audit_.enabled() && !audit_.dropped(o.link) && audit_.should_audit(o.link)) {
       audited.emplace_back(&o, std::move(*a.response));
       continue;
     }
     link_served[o.link] += o.pairs.size();
+    o.answered = true;
     const std::vector<float>& rows = a.response->outputs;
     for (size_t i = 0; i < o.pairs.size(); ++i)
       std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
@@ -303,16 +308,31 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   // An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped.
   for (const auto& [o, resp] : audited) {
     ++audits;
+    ++link_audits[o->link];
     bool same = true;
     for (size_t i = 0; i < o->pairs.size() && same; ++i)
       same = std::memcmp(out.data() + size_t(o->pairs[i]) * E, resp.outputs.data() + i * E, E * sizeof(float)) == 0;
+    audit_.record(o->link, same);
     if (same) {
       link_served[o->link] += o->pairs.size();
       continue;
     }
+    ++link_audits_failed[o->link];
     links_[o->link]->fail(*o->session, FallbackReason::AUDIT_MISMATCH, "an audited answer differs from the replica");
     fall_back(o->link, FallbackReason::AUDIT_MISMATCH, o->pairs);
   }
+  // A worker caught lying in this call may have lied in its other answers of the call too: those are
+  // recomputed here as well, so nothing it sent this call reaches `out`.
+  std::vector<uint32_t> distrusted;
+  for (const Outgoing& o : sent) {
+    if (link_audits_failed[o.link] == 0) continue;
+    const bool was_audited = std::any_of(audited.begin(), audited.end(), [&](const auto& a) { return a.first == &o; });
+    if (was_audited || !o.answered) continue;
+    link_served[o.link] -= std::min<uint64_t>(link_served[o.link], o.pairs.size());
+    distrusted.insert(distrusted.end(), o.pairs.begin(), o.pairs.end());
+    fall_back(o.link, FallbackReason::AUDIT_MISMATCH, o.pairs);
+  }
+  ESSAIM_RETURN_IF_ERROR(compute_local(b, distrusted, out));
 
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   std::lock_guard lock(stats_mu_);
@@ -333,6 +353,8 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     st.workers[i].requests += link_requests[i];
     st.workers[i].pairs_served += link_served[i];
     st.workers[i].failures += link_failures[i];
+    st.workers[i].audits += link_audits[i];
+    st.workers[i].audits_failed += link_audits_failed[i];
     st.pairs_remote += link_served[i];
   }
   if (st.layers.size() <= size_t(b.layer)) st.layers.resize(size_t(b.layer) + 1);

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backbone/audit_policy.h"
 #include "backbone/dispatch_stats.h"
 #include "backbone/expert_map.h"
 #include "backbone/worker_link.h"
@@ -54,6 +55,7 @@ struct DispatchOptions {
   LinkOptions link;                      // connect timeout, reconnect backoff, frame limit, log
   size_t max_requests_per_worker = 8;    // per layer call; pairs beyond are computed locally (OVERLOADED)
   uint32_t audit_every = 0;              // recompute every Nth answer from the replica and compare (0 = off)
+  bool adaptive_audit = false;           // per-worker adaptive audits instead (backbone/audit_policy.h)
   std::string label = "essaim backbone";  // sent in the HELLO, for the workers' logs
 };
 
@@ -99,7 +101,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   LocalExpertExecutor local_;
   std::vector<std::unique_ptr<WorkerLink>> links_;  // map order
   std::mutex call_mu_;                              // one layer call at a time
-  uint64_t answers_seen_ = 0;                       // for audit_every; guarded by call_mu_
+  AuditPolicy audit_;                               // which answers to audit, who is dropped; guarded by call_mu_
   mutable std::mutex stats_mu_;
   DispatchStats stats_;                             // guarded by stats_mu_ (workers[] hold the dispatcher's counts)
 };

@@ -122,7 +122,7 @@ Status run_eval(const EvalArgs& a) {
                      {"eval_s", eval_s},
                      {"eval_tok_s", eval_s > 0 ? double(ids.size()) / eval_s : 0.0},
                      {"files", nlohmann::json::array({logits_file})},
-                     {"dispatch", chosen.remote != nullptr ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                     {"dispatch", chosen.dispatching() ? nlohmann::json::parse(labelled_stats(chosen).to_json())
                                                            : nlohmann::json(nullptr)}};
     std::fputs((j.dump() + "\n").c_str(), stdout);
     if (std::fflush(stdout) != 0) return Status::error("cannot write the output");

@@ -161,7 +161,7 @@ Status run_generate(const RunArgs& a) {
                      {"tokens", generated_ids},
                      {"text", generated},
                      {"files", nlohmann::json::array()},
-                     {"dispatch", chosen.remote != nullptr ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                     {"dispatch", chosen.dispatching() ? nlohmann::json::parse(labelled_stats(chosen).to_json())
                                                            : nlohmann::json(nullptr)}};
     std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
     if (std::fflush(stdout) != 0) return Status::error("cannot write the output");

@@ -5,6 +5,7 @@
 //   essaim worker --slice m.L03.E00-15.gguf --slice m.L04.E00-15.gguf --listen 0.0.0.0:9000 --threads 4
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
+//   essaim worker --coordinator http://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
 // error (docs/cli.md).
@@ -21,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/slice_selection.h"
+#include "cli/worker_join.h"
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
@@ -46,6 +48,9 @@ struct Args {
   std::string label;
   bool quiet = false;
   std::string device = "cpu";
+  // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
+  std::string coordinator, token, data_dir, advertise;
+  double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -77,6 +82,14 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_flag("-q,--quiet", a.quiet, "Do not log connections");
   cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
       ->capture_default_str();
+  cmd.add_option("--coordinator", a.coordinator,
+                 "http://HOST:PORT of a coordinator: volunteer, download the assigned slices and serve them");
+  cmd.add_option("--token", a.token, "With --coordinator: this node's token (from POST /api/nodes)");
+  cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold (fractions allowed)")
+      ->check(CLI::Range(0.001, double(1 << 30)));
+  cmd.add_option("--data-dir", a.data_dir, "With --coordinator: where slices are kept (re-verified at start)");
+  cmd.add_option("--advertise", a.advertise,
+                 "With --coordinator: HOST:PORT backbones should dial (default: the --listen host and bound port)");
 }
 
 std::string holdings_text(const worker::WorkerState& s) {
@@ -91,6 +104,15 @@ std::string holdings_text(const worker::WorkerState& s) {
 
 // --slices/--experts/--layers into slice paths, --host/--port into --listen; usage errors throw.
 Args resolve(Args a) {
+  if (!a.coordinator.empty()) {
+    if (!a.slices.empty() || !a.slices_dir.empty()) throw UsageError("--coordinator chooses the slices: no --slice/--slices");
+    if (a.token.empty() || a.budget_mb <= 0 || a.data_dir.empty()) {
+      throw UsageError("--coordinator needs --token, --budget-mb and --data-dir");
+    }
+    if (a.device != "cpu") throw UsageError("--coordinator workers compute on the CPU for now (--device cpu)");
+  } else if (!a.token.empty() || a.budget_mb > 0 || !a.data_dir.empty() || !a.advertise.empty()) {
+    throw UsageError("--token, --budget-mb, --data-dir and --advertise go with --coordinator");
+  }
   if (!a.slices_dir.empty()) {
     if (a.experts.empty()) throw UsageError("--slices needs --experts A-B (and optionally --layers A-B)");
     a.expert_range = parse_inclusive_range(a.experts, "experts");
@@ -98,7 +120,7 @@ Args resolve(Args a) {
   } else if (!a.experts.empty() || !a.layers.empty()) {
     throw UsageError("--experts and --layers choose slices of a --slices folder");
   }
-  if (a.slices.empty() && a.slices_dir.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
+  if (a.slices.empty() && a.slices_dir.empty() && a.coordinator.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
   if (!a.host.empty() || a.port >= 0) {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
     const std::string host = !a.host.empty() ? a.host : where ? where->first : "127.0.0.1";
@@ -116,6 +138,16 @@ int run(Args a) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (!a.coordinator.empty()) {
+    JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
+                    .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
+    join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
+                   .max_in_flight = a.max_in_flight,
+                   .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
+    if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    return run_joined_worker(join, stop_signals);
+  }
 
   if (!a.slices_dir.empty()) {
     Result<std::vector<std::string>> picked = select_slices(a.slices_dir, a.expert_range, a.layer_range);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <sstream>
+
+#include "market/market_client.h"
 
 namespace essaim::cli {
 namespace {
@@ -33,6 +36,15 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
   cmd.add_option("--worker-audit", f.audit_every,
                  "Recompute every Nth worker answer locally and drop a worker that disagrees (0 = off)");
   cmd.add_flag("--worker-log", f.verbose, "Log worker connections and failures to stderr");
+  cmd.add_option("--coordinator", f.coordinator,
+                 "http://HOST:PORT of a coordinator: dispatch to its live expert map, report usage and work")
+      ->excludes("--worker")
+      ->excludes("--expert-map");
+  cmd.add_option("--token", f.token, "With --coordinator: a node token (or the admin token)");
+  cmd.add_option("--map-refresh-ms", f.map_refresh_ms, "With --coordinator: how often the expert map is fetched")
+      ->check(CLI::Range(int64_t(50), int64_t(3'600'000)))
+      ->capture_default_str();
+  cmd.add_flag("--no-audit", f.no_audit, "With --coordinator: no adaptive audits of worker answers");
   cmd.add_flag("--require-workers", f.require_workers,
                "Fail (exit 1) when a listed worker does not connect or a MoE layer has experts no worker serves, "
                "instead of computing them on the backbone");
@@ -85,9 +97,49 @@ CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertEx
   return r;
 }
 
+Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
+                                            const char* who) {
+  if (f.token.empty()) return Status::error("--coordinator needs --token");
+  ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(f.coordinator, f.token));
+  ESSAIM_ASSIGN_OR_RETURN(market::Catalogue cat, client.model());
+  auto shared = std::make_shared<market::MarketClient>(std::move(client));
+  const std::string prefix = std::string(who) + ": ";
+  backbone::MarketHooks hooks;
+  hooks.fetch_map = [shared] { return shared->expert_map(); };
+  hooks.report_usage = [shared](const std::vector<backbone::UsageReport>& u) {
+    std::vector<market::LayerUsage> layers;
+    for (const backbone::UsageReport& r : u) layers.push_back({r.layer, r.counts});
+    return shared->report_usage(layers);
+  };
+  hooks.report_work = [shared](const std::vector<backbone::WorkDelta>& w) {
+    std::vector<market::WorkReport> reports;
+    for (const backbone::WorkDelta& d : w) reports.push_back({d.address, d.pairs_accepted, d.audits, d.audits_failed});
+    return shared->report_work(reports);
+  };
+  hooks.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };
+  backbone::MarketDispatchOptions options;
+  options.n_experts = cat.n_experts;
+  options.refresh = std::chrono::milliseconds(f.map_refresh_ms);
+  options.dispatch.timeout = std::chrono::milliseconds(f.timeout_ms);
+  options.dispatch.audit_every = f.audit_every;
+  options.dispatch.adaptive_audit = f.audit_every == 0 && !f.no_audit;
+  if (f.verbose) {
+    options.dispatch.link.log = [prefix](const std::string& line) {
+      std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str());
+    };
+  }
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::MarketExpertExecutor> ex,
+                          backbone::MarketExpertExecutor::create(model, pool, std::move(hooks), std::move(options)));
+  ExecutorChoice choice;
+  choice.market = ex.get();
+  choice.executor = std::move(ex);
+  return choice;
+}
+
 Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who) {
   ExecutorChoice choice;
+  if (!f.coordinator.empty()) return make_market_executor(model, pool, f, who);
   if (f.workers.empty() && f.expert_map.empty()) {
     if (f.require_workers) return Status::error("--require-workers needs --worker or --expert-map");
     choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
@@ -123,6 +175,7 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
 }
 
 backbone::DispatchStats labelled_stats(const ExecutorChoice& choice) {
+  if (choice.market != nullptr) return choice.market->stats();
   backbone::DispatchStats s = choice.remote->stats();
   for (size_t i = 0; i < s.workers.size() && i < choice.map_labels.size(); ++i)
     if (!choice.map_labels[i].empty()) s.workers[i].label = choice.map_labels[i];  // the operator's name wins
@@ -130,7 +183,7 @@ backbone::DispatchStats labelled_stats(const ExecutorChoice& choice) {
 }
 
 void print_dispatch_stats(const ExecutorChoice& choice, const char* who) {
-  if (choice.remote == nullptr) return;
+  if (!choice.dispatching()) return;
   std::istringstream lines(labelled_stats(choice).to_text());
   for (std::string line; std::getline(lines, line);) std::fprintf(stderr, "%s: %s\n", who, line.c_str());
 }

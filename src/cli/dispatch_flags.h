@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backbone/market_dispatch.h"
 #include "backbone/remote_executor.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -30,6 +31,11 @@ struct DispatchFlags {
   bool verbose = false;              // log worker sessions to stderr
   uint32_t audit_every = 0;
   bool require_workers = false;      // a worker down or a layer uncovered at start is an error
+  // The coverage market (docs/market.md): the expert map comes from the coordinator and is refreshed.
+  std::string coordinator;           // http://HOST:PORT
+  std::string token;                 // a node token (or the admin token)
+  int64_t map_refresh_ms = 1000;
+  bool no_audit = false;             // with --coordinator: no adaptive audits (to measure their cost)
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
@@ -37,6 +43,8 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
 struct ExecutorChoice {
   std::unique_ptr<ExpertExecutor> executor;
   backbone::RemoteExpertExecutor* remote = nullptr;  // set when workers were given
+  backbone::MarketExpertExecutor* market = nullptr;  // set with --coordinator
+  bool dispatching() const { return remote != nullptr || market != nullptr; }
   std::vector<std::string> map_labels;               // the map's label of each worker (map order), may be ""
 };
 

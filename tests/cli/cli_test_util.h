@@ -38,6 +38,7 @@ class BackgroundProcess {
   BackgroundProcess& operator=(const BackgroundProcess&) = delete;
 
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }  // for kill -9 in churn tests
   std::string stderr_text() const;  // what it has written to stderr so far
 
  private:

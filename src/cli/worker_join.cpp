@@ -1,0 +1,340 @@
+#include "cli/worker_join.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gguf/expert_slice.h"
+#include "gguf/model_identity.h"
+#include "market/market_client.h"
+#include "market/slice_download.h"
+#include "net/stream_server.h"
+#include "net/tcp.h"
+#include "worker/worker_state.h"
+
+namespace essaim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Held {
+  market::SliceOffer offer;
+  std::string path;
+};
+
+// One served set: the state and the worker that serves it. Connections hold a shared_ptr for as long as
+// they are served, so a replaced set lives on until its last connection closes.
+struct ServedSet {
+  explicit ServedSet(worker::WorkerState s) : state(std::move(s)) {}
+  worker::WorkerState state;
+  std::unique_ptr<worker::Worker> worker;
+};
+
+class Joiner {
+ public:
+  explicit Joiner(const JoinConfig& c) : c_(c) {}
+
+  void log(const std::string& line) const {
+    if (!c_.quiet) std::fprintf(stderr, "essaim worker: %s\n", line.c_str());
+  }
+
+  // GET /api/whoami + /api/model, retried for a while: the coordinator may still be starting.
+  Status introduce() {
+    ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(c_.coordinator, c_.token));
+    client_.emplace(std::move(client));
+    Status last = Status::ok();
+    for (int attempt = 0; attempt < 30; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      Result<std::string> id = client_->whoami_node_id();
+      if (!id) {
+        last = id.status();
+        if (last.message().find("answered 4") != std::string::npos) return last;  // a wrong token stays wrong
+        continue;
+      }
+      Result<market::Catalogue> cat = client_->model();
+      if (!cat) {
+        last = cat.status();
+        continue;
+      }
+      node_id_ = *id;
+      catalogue_ = std::move(*cat);
+      fingerprint_ = {.model_identity = catalogue_.fingerprint.model_identity,
+                      .protocol_version = proto::kProtocolVersion,
+                      .kernel_abi = std::to_string(worker::build_fingerprint().kernel_abi)};
+      return Status::ok();
+    }
+    return last;
+  }
+
+  // A slice file is served only if its bytes hash to the catalogue's SHA-256, it opens as a slice of the
+  // catalogue's model and its per-expert digests match.
+  Status verify_slice(const Held& h) const {
+    ESSAIM_ASSIGN_OR_RETURN(std::string sha, market::file_sha256_hex(h.path));
+    if (sha != h.offer.sha256) return Status::error("SHA-256 " + sha + " is not the catalogue's");
+    ESSAIM_ASSIGN_OR_RETURN(ExpertSlice slice, ExpertSlice::open(h.path));
+    ESSAIM_RETURN_IF_ERROR(slice.verify_digests());
+    Result<worker::WorkerState> alone = worker::WorkerState::open({h.path});
+    if (!alone) return alone.status();
+    if (digest_hex(alone->model()) != catalogue_.fingerprint.model_identity) {
+      return Status::error("cut from model " + digest_hex(alone->model()) + ", not the catalogue's");
+    }
+    return Status::ok();
+  }
+
+  void scan_data_dir() {
+    std::error_code ec;
+    fs::create_directories(c_.data_dir, ec);
+    for (const market::SliceOffer& o : catalogue_.slices) {
+      const fs::path p = fs::path(c_.data_dir) / o.name;
+      if (!fs::exists(p, ec)) continue;
+      Held h{o, p.string()};
+      if (Status st = verify_slice(h); !st) {
+        log("removing " + o.name + ": " + st.message());
+        fs::remove(p, ec);
+        continue;
+      }
+      if (held_bytes() + o.bytes > c_.budget_bytes) {
+        log("not serving " + o.name + " (over --budget-mb); kept on disk");
+        continue;
+      }
+      held_.push_back(std::move(h));
+      log("re-verified " + o.name);
+    }
+  }
+
+  uint64_t held_bytes() const {
+    uint64_t n = 0;
+    for (const Held& h : held_) n += h.offer.bytes;
+    return n;
+  }
+
+  // Builds the served set from held_ and makes it current; connections already open keep theirs.
+  Status rebuild() {
+    std::shared_ptr<ServedSet> next;
+    if (!held_.empty()) {
+      std::vector<std::string> paths;
+      for (const Held& h : held_) paths.push_back(h.path);
+      ESSAIM_ASSIGN_OR_RETURN(worker::WorkerState state, worker::WorkerState::open(paths));
+      next = std::make_shared<ServedSet>(std::move(state));
+      next->worker = std::make_unique<worker::Worker>(next->state, c_.worker);
+    }
+    std::lock_guard lock(served_mu_);
+    served_ = std::move(next);
+    return Status::ok();
+  }
+
+  std::shared_ptr<ServedSet> current() const {
+    std::lock_guard lock(served_mu_);
+    return served_;
+  }
+
+  void serve(net::ByteStream& s) const {
+    std::shared_ptr<ServedSet> set = current();
+    if (!set) return s.close();  // nothing to serve yet: the backbone retries later
+    set->worker->serve_connection(s);
+  }
+
+  void refuse(net::ByteStream& s) const {
+    if (std::shared_ptr<ServedSet> set = current()) return set->worker->refuse_over_capacity(s);
+    s.close();
+  }
+
+  double load() {
+    std::shared_ptr<ServedSet> set = current();
+    const auto now = Clock::now();
+    if (!set) return 0;
+    const uint64_t ns = set->worker->stats().compute_ns;
+    double l = 0;
+    if (set.get() == load_set_ && now > load_at_) {
+      const double wall = std::chrono::duration<double, std::nano>(now - load_at_).count();
+      const double lanes = double(std::max<size_t>(1, c_.worker.lanes));
+      l = std::clamp(double(ns - std::min(ns, load_ns_)) / (wall * lanes), 0.0, 1.0);
+    }
+    load_set_ = set.get();
+    load_ns_ = ns;
+    load_at_ = now;
+    return l;
+  }
+
+  void heartbeat() {
+    market::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
+                           .capacity_bytes = c_.budget_bytes, .load = load()};
+    for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
+    Result<market::CoverageAnswer> a = client_->heartbeat(beat);
+    if (!a) {
+      log("heartbeat: " + a.status().message());
+      return;
+    }
+    heartbeat_s_ = a->heartbeat_s;
+    if (!a->fingerprint_ok && !warned_fingerprint_) {
+      log("the coordinator says this build's fingerprint does not match the model's: no work will be assigned");
+      warned_fingerprint_ = true;
+    }
+  }
+
+  bool has_room() const {
+    const uint64_t used = held_bytes();
+    for (const market::SliceOffer& o : catalogue_.slices) {
+      const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.name == o.name; });
+      if (!held && used + o.bytes <= c_.budget_bytes) return true;
+    }
+    return false;
+  }
+
+  // One volunteer round: drops, then downloads what fits. Returns whether the served set changed.
+  bool volunteer_round(const std::atomic<bool>& stop) {
+    std::vector<market::RangeRef> holding;
+    for (const Held& h : held_) holding.push_back(h.offer.range);
+    Result<market::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
+    if (!v) {
+      log("volunteer: " + v.status().message());
+      return false;
+    }
+    bool changed = false;
+    for (const market::RangeRef& d : v->drop) {
+      auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == d; });
+      if (it == held_.end()) continue;
+      log("dropping " + it->offer.name + " (no longer scarce)");
+      std::error_code ec;
+      fs::remove(it->path, ec);
+      held_.erase(it);
+      changed = true;
+    }
+    for (const market::SliceOffer& o : v->assign) {
+      if (stop) break;
+      const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) {
+        return h.offer.name == o.name || h.offer.range == o.range;
+      });
+      if (held || held_bytes() + o.bytes > c_.budget_bytes) continue;
+      // The assignment must be a catalogue entry: a volunteer answer names nothing the catalogue lacks.
+      const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const market::SliceOffer& c) {
+        return c.name == o.name && c.sha256 == o.sha256 && c.bytes == o.bytes && c.range == o.range;
+      });
+      if (!listed) {
+        log("ignoring assignment " + o.name + ": not in the catalogue as given");
+        continue;
+      }
+      const auto t0 = Clock::now();
+      Result<market::DownloadReport> r = market::download_slice(client_->url(), c_.token, o, c_.data_dir);
+      if (!r) {
+        log(r.status().message());
+        continue;
+      }
+      Held h{o, r->path};
+      if (Status st = verify_slice(h); !st) {
+        log("refusing " + o.name + ": " + st.message());
+        std::error_code ec;
+        fs::remove(h.path, ec);
+        continue;
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      log("downloaded " + o.name + " (" + std::to_string(r->bytes_fetched) + " bytes in " + std::to_string(s) + " s)");
+      held_.push_back(std::move(h));
+      changed = true;
+    }
+    return changed;
+  }
+
+  int run(sigset_t stop_signals) {
+    if (Status st = introduce(); !st) {
+      std::fprintf(stderr, "essaim worker: --coordinator %s: %s\n", c_.coordinator.c_str(), st.message().c_str());
+      return 1;
+    }
+    log("node " + node_id_ + ", model " + catalogue_.fingerprint.model_identity + " (" + catalogue_.architecture + "), " +
+        std::to_string(catalogue_.slices.size()) + " slices in the catalogue");
+    scan_data_dir();
+    if (Status st = rebuild(); !st) {
+      std::fprintf(stderr, "essaim worker: %s\n", st.message().c_str());
+      return 1;
+    }
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(c_.listen);
+    if (!where) {
+      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", c_.listen.c_str(), where.error().message.c_str());
+      return 2;
+    }
+    auto listener = net::TcpListener::listen(where->first, where->second);
+    if (!listener) {
+      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", c_.listen.c_str(), listener.error().message.c_str());
+      return 1;
+    }
+    const uint16_t port = (*listener)->port();
+    address_ = !c_.advertise.empty() ? c_.advertise
+                                     : (where->first.find(':') != std::string::npos ? "[" + where->first + "]" : where->first) +
+                                           ":" + std::to_string(port);
+    net::StreamServer server(std::move(*listener), [this](net::ByteStream& s) { serve(s); },
+                             {.on_refused = [this](net::ByteStream& s) { refuse(s); }});
+    std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
+    std::fflush(stdout);
+
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    std::thread market_thread([&] {
+      int rounds = 0;
+      bool volunteer_now = true;
+      while (!stop) {
+        heartbeat();
+        if (volunteer_now || has_room() || rounds % 5 == 4) {
+          // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
+          // replaces this node's pending reservation (which counts as a holder for other volunteers).
+          for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
+            if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
+            log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
+            heartbeat();
+          }
+          volunteer_now = false;
+        }
+        ++rounds;
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::duration<double>(heartbeat_s_), [&] { return stop.load(); });
+      }
+    });
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    market_thread.join();
+    server.stop();
+    if (std::shared_ptr<ServedSet> set = current()) {
+      std::fprintf(stderr, "essaim worker: stats %s\n", set->worker->stats().to_json().c_str());
+    }
+    return 0;
+  }
+
+ private:
+  const JoinConfig& c_;
+  std::optional<market::MarketClient> client_;
+  std::string node_id_, address_;
+  market::Catalogue catalogue_;
+  market::Fingerprint fingerprint_;
+  std::vector<Held> held_;  // the market thread's
+  double heartbeat_s_ = 2;
+  bool warned_fingerprint_ = false;
+  mutable std::mutex served_mu_;
+  std::shared_ptr<ServedSet> served_;
+  const ServedSet* load_set_ = nullptr;
+  uint64_t load_ns_ = 0;
+  Clock::time_point load_at_{};
+};
+
+}  // namespace
+
+int run_joined_worker(const JoinConfig& config, sigset_t stop_signals) {
+  Joiner j(config);
+  return j.run(stop_signals);
+}
+
+}  // namespace essaim::cli

@@ -1,0 +1,41 @@
+// `essaim worker --coordinator URL --token T --budget-mb N --data-dir DIR --listen HOST:PORT`: a worker that
+// joins the coverage market by itself (docs/market.md, "The worker's side"):
+//   1. asks who it is (GET /api/whoami) and what the model is (GET /api/model);
+//   2. re-verifies every catalogue slice already in DIR (file SHA-256 against the catalogue, then the
+//      slice's own per-expert digests); a bad one is deleted;
+//   3. volunteers its free budget, downloads what it is assigned (resumable, verified: market/slice_download.h),
+//      drops what it is told to drop, and serves the result;
+//   4. heartbeats every heartbeat_s (holdings with their SHA-256, address, fingerprint, capacity, load) and
+//      volunteers again when its budget has room or after a drop.
+// The served set changes without dropping a connection: each connection is served by the set that was
+// current when it arrived (kept alive until it closes); new connections see the new set, and backbones open
+// new connections when their expert map changes.
+//
+//   JoinConfig c{.coordinator = "http://127.0.0.1:8080", .token = t, .budget_bytes = 256 << 20, .data_dir = "d"};
+//   return run_joined_worker(c, stop_signals);       // returns after SIGINT/SIGTERM
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <string>
+
+#include "worker/worker.h"
+
+namespace essaim::cli {
+
+struct JoinConfig {
+  std::string coordinator;
+  std::string token;
+  uint64_t budget_bytes = 0;
+  std::string data_dir;
+  std::string listen = "127.0.0.1:0";
+  std::string advertise;          // host:port backbones should dial; default: the listen host and bound port
+  worker::WorkerOptions worker;   // everything but the served set
+  bool quiet = false;
+};
+
+// Exit codes as `essaim worker`: 0 after a stop signal, 1 when the market or the port cannot be used.
+int run_joined_worker(const JoinConfig& config, sigset_t stop_signals);
+
+}  // namespace essaim::cli

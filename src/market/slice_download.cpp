@@ -1,0 +1,188 @@
+// The whole file is hashed after the last byte arrives rather than on the fly: a resumed download would
+// otherwise have to trust (or re-read) the part written before the restart, and re-reading once at the
+// end costs one pass at disk speed for every byte, which is the check we want anyway.
+#include "market/slice_download.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/progress.h"
+#include "gguf/model_identity.h"
+
+namespace essaim::market {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::optional<uint64_t> file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return uint64_t(st.st_size);
+}
+
+// "bytes a-b/total" -> (a, b, total).
+bool parse_content_range(const std::string& v, uint64_t& a, uint64_t& b, uint64_t& total) {
+  unsigned long long x = 0, y = 0, t = 0;
+  char tail = 0;
+  if (std::sscanf(v.c_str(), "bytes %llu-%llu/%llu%c", &x, &y, &t, &tail) != 3) return false;
+  a = x;
+  b = y;
+  total = t;
+  return a <= b && b < total;
+}
+
+struct Fatal {  // an answer no retry will change (auth, unknown slice): stop at once
+  bool yes = false;
+};
+
+}  // namespace
+
+Result<std::string> file_sha256_hex(const std::string& path) {
+  ESSAIM_ASSIGN_OR_RETURN(Sha256Digest d, sha256_file(path));
+  return digest_hex(d);
+}
+
+Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
+                                      const std::string& data_dir, const DownloadOptions& options) {
+  if (!is_plain_slice_name(offer.name)) return Status::error("slice name '" + offer.name + "' is not a plain file name");
+  if (!is_hex64(offer.sha256)) return Status::error("slice " + offer.name + ": the catalogue's sha256 is not 64 hex digits");
+  DownloadReport report;
+  report.path = (fs::path(data_dir) / offer.name).string();
+  const std::string part = report.path + ".part";
+
+  if (std::optional<uint64_t> have = file_size(report.path)) {
+    if (*have == offer.bytes) {
+      Result<std::string> sha = file_sha256_hex(report.path);
+      if (sha && *sha == offer.sha256) {
+        report.already_present = true;
+        return report;
+      }
+    }
+    std::error_code ec;
+    fs::remove(report.path, ec);  // a stale or damaged copy: fetched again below
+  }
+  if (std::optional<uint64_t> have = file_size(part); have && *have <= offer.bytes) report.resumed_from = *have;
+
+  Progress progress(offer.name, offer.bytes, ProgressOptions{.enabled = options.progress ? std::nullopt : std::optional<bool>(false)});
+  std::string last_error = "no attempt made";
+  auto pause = options.retry_pause;
+  for (int attempt = 1; attempt <= options.attempts; ++attempt) {
+    report.attempts = attempt;
+    if (attempt > 1) {
+      std::this_thread::sleep_for(pause);
+      pause *= 2;
+    }
+    uint64_t offset = file_size(part).value_or(0);
+    if (offset > offer.bytes) offset = 0;  // longer than the slice: not ours
+    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return Status::error("cannot write " + part + ": " + errno_text());
+    if (::ftruncate(fd, off_t(offset)) != 0 || ::lseek(fd, off_t(offset), SEEK_SET) < 0) {
+      ::close(fd);
+      return Status::error("cannot prepare " + part + ": " + errno_text());
+    }
+    progress.set_total(offer.bytes);
+    Status fetched = Status::ok();
+    Fatal fatal;
+    if (offset < offer.bytes) {
+      HttpCall call{.method = "GET", .target = offer.url, .bearer = token, .body = {}, .headers = {}};
+      call.read_timeout = options.read_timeout;
+      if (offset > 0) call.headers.emplace_back("Range", "bytes=" + std::to_string(offset) + "-");
+      uint64_t expected = offer.bytes - offset;
+      uint64_t written = 0;
+      fetched = http_stream(
+          coordinator, call,
+          [&](const HttpAnswer& head) -> Status {
+            if (head.status == 401 || head.status == 403 || head.status == 404) {
+              fatal.yes = true;
+              return Status::error("the coordinator answered " + std::to_string(head.status) +
+                                   (head.status == 404 ? " (no such slice)" : " (check --token)"));
+            }
+            if (head.status == 200 && offset > 0) {  // the server ignored the Range: start over
+              if (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) < 0) return Status::error("cannot truncate " + part);
+              offset = 0;
+              expected = offer.bytes;
+            } else if (head.status == 206) {
+              uint64_t a = 0, b = 0, total = 0;
+              const std::optional<std::string> cr = head.header("content-range");
+              if (!cr || !parse_content_range(*cr, a, b, total) || a != offset || b + 1 != offer.bytes ||
+                  total != offer.bytes) {
+                return Status::error("206 with Content-Range '" + cr.value_or("") + "', expected bytes " +
+                                     std::to_string(offset) + "-" + std::to_string(offer.bytes - 1) + "/" +
+                                     std::to_string(offer.bytes));
+              }
+            } else if (head.status != 200) {
+              if (head.status == 416 && ::ftruncate(fd, 0) == 0) {}  // our part is not a prefix: restart clean
+              return Status::error("the coordinator answered " + std::to_string(head.status));
+            }
+            if (std::optional<std::string> sha = head.header("x-essaim-sha256"); sha && *sha != offer.sha256) {
+              fatal.yes = true;  // the server serves another file under this name than its catalogue says
+              return Status::error("X-Essaim-Sha256 " + *sha + " differs from the catalogue's " + offer.sha256);
+            }
+            const std::optional<std::string> len = head.header("content-length");
+            if (len && *len != std::to_string(expected)) {
+              return Status::error("Content-Length " + *len + ", expected " + std::to_string(expected));
+            }
+            progress.advance(offset - std::min<uint64_t>(offset, progress.done()));
+            return Status::ok();
+          },
+          [&](std::span<const char> bytes) -> Status {
+            if (written + bytes.size() > expected) return Status::error("the body is longer than the slice");
+            size_t off = 0;
+            while (off < bytes.size()) {
+              const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+              if (n < 0 && errno == EINTR) continue;
+              if (n <= 0) return Status::error("writing " + part + ": " + errno_text());
+              off += size_t(n);
+            }
+            written += bytes.size();
+            report.bytes_fetched += bytes.size();
+            progress.advance(bytes.size());
+            return Status::ok();
+          });
+    }
+    const bool synced = ::fsync(fd) == 0;
+    ::close(fd);
+    if (!synced) return Status::error("cannot sync " + part + ": " + errno_text());
+    if (fatal.yes) return fetched.with_context("downloading " + offer.name);
+    const uint64_t have = file_size(part).value_or(0);
+    if (!fetched) {
+      last_error = fetched.message();
+      if (have > offer.bytes) ::truncate(part.c_str(), 0);
+      continue;  // resumed from what arrived
+    }
+    if (have != offer.bytes) {
+      last_error = "got " + std::to_string(have) + " bytes, the catalogue says " + std::to_string(offer.bytes);
+      ::truncate(part.c_str(), 0);
+      continue;
+    }
+    Result<std::string> sha = file_sha256_hex(part);
+    if (!sha) return sha.status().with_context("hashing " + part);
+    if (*sha != offer.sha256) {
+      last_error = "SHA-256 " + *sha + " differs from the catalogue's " + offer.sha256;
+      ::truncate(part.c_str(), 0);  // which byte is wrong is unknown: all of it again
+      progress.set_total(offer.bytes);
+      continue;
+    }
+    if (::rename(part.c_str(), report.path.c_str()) != 0) {
+      return Status::error("cannot rename " + part + " to " + report.path + ": " + errno_text());
+    }
+    if (const int dir = ::open(data_dir.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
+      ::fsync(dir);  // the rename survives a crash
+      ::close(dir);
+    }
+    progress.finish();
+    return report;
+  }
+  return Status::error("downloading " + offer.name + ": gave up after " + std::to_string(options.attempts) +
+                       " attempts; last: " + last_error);
+}
+
+}  // namespace essaim::market
