@@ -30,10 +30,10 @@ struct Chunks {
   std::vector<uint32_t> too_large;  // rows that fit no request at all
 };
 Chunks split_for_limits(const ExpertBatch& b, const std::vector<int32_t>& owner, int32_t link, uint64_t row_bytes,
-                        uint64_t n_embd, uint64_t limit_request, uint64_t limit_response) {
+                        uint64_t n_embd, ExpertOutput output, uint64_t limit_request, uint64_t limit_response) {
   auto fits = [&](uint64_t rows, uint64_t pairs) {
     return proto::expert_request_payload_bytes(rows, pairs, row_bytes) <= limit_request &&
-           proto::expert_response_payload_bytes(pairs, n_embd) <= limit_response;
+           proto::expert_response_payload_bytes(pairs, n_embd, output) <= limit_response;
   };
   Chunks c;
   c.requests.emplace_back();
@@ -61,9 +61,10 @@ Chunks split_for_limits(const ExpertBatch& b, const std::vector<int32_t>& owner,
 
 // The EXPERT_REQUEST for some pairs of a batch (CSR: per row its experts, then the rows' bytes as they are).
 proto::ExpertRequest make_request(const ExpertBatch& b, const std::vector<uint32_t>& pairs, uint64_t id,
-                                  uint64_t row_bytes) {
+                                  uint64_t row_bytes, ExpertOutput output) {
   proto::ExpertRequest req;
   req.request_id = id;
+  req.output = output;
   req.layer = uint32_t(b.layer);
   req.act_type = b.act_type;
   req.act_row_bytes = row_bytes;
@@ -96,7 +97,7 @@ struct RemoteExpertExecutor::Outgoing {
 };
 
 RemoteExpertExecutor::RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options)
-    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool) {}
+    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool, options_.expert_output) {}
 
 RemoteExpertExecutor::~RemoteExpertExecutor() = default;
 
@@ -231,8 +232,8 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   for (size_t i = 0; i < n_links; ++i) {
     if (!sessions[i]) continue;
     LinkSession& s = *sessions[i];
-    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, s.conn->peer_max_payload_bytes(),
-                                     s.conn->max_payload_bytes());
+    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, options_.expert_output,
+                                     s.conn->peer_max_payload_bytes(), s.conn->max_payload_bytes());
     if (!chunks.too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(chunks.too_large));
     for (size_t c = 0; c < chunks.requests.size(); ++c) {
       if (c >= options_.max_requests_per_worker) {
@@ -241,7 +242,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
       }
       Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s),
                  .pairs = std::move(chunks.requests[c])};
-      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes);
+      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes, options_.expert_output);
       o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
       if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
         if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
@@ -276,6 +277,11 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
                      .message = "answer of " + std::to_string(a.response->n_outputs) + " rows of " +
                                 std::to_string(a.response->n_embd) + " for " + std::to_string(o.pairs.size()) +
                                 " pairs of " + std::to_string(E)};
+    } else if (a.response && a.response->output != options_.expert_output) {
+      // An f32 answer to a bf16 request would put unrounded values into the combine: not the agreed bits.
+      a = LinkAnswer{.response = std::nullopt, .reason = FallbackReason::BAD_RESPONSE,
+                     .message = "answer in " + std::string(expert_output_name(a.response->output)) +
+                                ", asked for " + std::string(expert_output_name(options_.expert_output))};
     }
     if (!a.response) {
       // OVERLOADED is back-pressure from a healthy worker; every other failure ends its session.
@@ -284,7 +290,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
       continue;
     }
     ++responses;
-    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E);
+    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output);
     links_[o.link]->note_success();
     if (options_.audit_every > 0 && ++answers_seen_ % options_.audit_every == 0) {
       audited.emplace_back(&o, std::move(*a.response));

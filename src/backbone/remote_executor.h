@@ -55,6 +55,10 @@ struct DispatchOptions {
   size_t max_requests_per_worker = 8;    // per layer call; pairs beyond are computed locally (OVERLOADED)
   uint32_t audit_every = 0;              // recompute every Nth answer from the replica and compare (0 = off)
   std::string label = "essaim backbone";  // sent in the HELLO, for the workers' logs
+  // The lean wire (docs/dispatch.md): BF16 asks every worker for bf16 rows (2 bytes a value) and rounds the
+  // replica's own share and fallbacks the same way, so the result equals a monolithic run whose
+  // LocalExpertExecutor has the same mode, bit for bit. F32 (the default) changes nothing.
+  ExpertOutput expert_output = ExpertOutput::F32;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).

@@ -46,6 +46,7 @@ struct Args {
   std::string label;
   bool quiet = false;
   std::string device = "cpu";
+  std::string expert_output = "any";
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -76,6 +77,10 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--label", a.label, "Name announced to backbones, for their logs");
   cmd.add_flag("-q,--quiet", a.quiet, "Do not log connections");
   cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
+      ->capture_default_str();
+  cmd.add_option("--expert-output", a.expert_output,
+                 "Output formats answered: any (f32 or bf16, as each backbone asks), f32 or bf16 (others refused)")
+      ->check(CLI::IsMember({"any", "f32", "bf16"}))
       ->capture_default_str();
 }
 
@@ -159,6 +164,7 @@ int run(Args a) {
   };
   options.executor = device->executor.get();
   options.isa_class = device->isa_class;
+  if (a.expert_output != "any") options.only_output = expert_output_from_name(a.expert_output);
   if (device->executor) std::fprintf(stderr, "essaim worker: computing on %s\n", device->description.c_str());
   if (!a.quiet) options.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
   worker::Worker w(*state, options);

@@ -36,6 +36,11 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
   cmd.add_flag("--require-workers", f.require_workers,
                "Fail (exit 1) when a listed worker does not connect or a MoE layer has experts no worker serves, "
                "instead of computing them on the backbone");
+  cmd.add_option("--expert-output", f.expert_output,
+                 "Precision of expert outputs before the combine: f32 (default) or bf16 (rounded wherever "
+                 "computed, 2 bytes a value on the wire; sharded = monolithic bit for bit in either mode)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
 }
 
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote) {
@@ -88,9 +93,11 @@ CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertEx
 Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who) {
   ExecutorChoice choice;
+  const std::optional<ExpertOutput> output = expert_output_from_name(f.expert_output);
+  if (!output) return Status::error("--expert-output must be f32 or bf16, not '" + f.expert_output + "'");
   if (f.workers.empty() && f.expert_map.empty()) {
     if (f.require_workers) return Status::error("--require-workers needs --worker or --expert-map");
-    choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
+    choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool, *output);
     return choice;
   }
   backbone::ExpertMap map;
@@ -104,6 +111,7 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   backbone::DispatchOptions options;
   options.timeout = std::chrono::milliseconds(f.timeout_ms);
   options.audit_every = f.audit_every;
+  options.expert_output = *output;
   if (f.verbose) {
     const std::string prefix = std::string(who) + ": ";
     options.link.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };

@@ -30,6 +30,7 @@ struct DispatchFlags {
   bool verbose = false;              // log worker sessions to stderr
   uint32_t audit_every = 0;
   bool require_workers = false;      // a worker down or a layer uncovered at start is an error
+  std::string expert_output = "f32";  // f32 | bf16: the lean wire (docs/dispatch.md), local and remote alike
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
@@ -48,7 +49,7 @@ struct CoverageReport {
 };
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote);
 
-// Local when no --worker / --expert-map is given; otherwise connects to the workers (waiting up to the
+// Local when no --worker / --expert-map is given (with --expert-output's rounding); otherwise connects to the workers (waiting up to the
 // connect timeout for each), prints on stderr how many are up, which did not connect and which layers no
 // worker covers (once, at start), and returns the dispatcher — or, with --require-workers, an error when
 // anything is missing.
