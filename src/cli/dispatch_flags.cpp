@@ -41,6 +41,16 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                  "computed, 2 bytes a value on the wire; sharded = monolithic bit for bit in either mode)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  cmd.add_option("--replica-choice", f.replica_choice,
+                 "Which worker serves an expert several hold: nearest (measured round trip and load, spread over "
+                 "equal ones) or first (map order)")
+      ->check(CLI::IsMember({"nearest", "first"}))
+      ->capture_default_str();
+  cmd.add_option("--hedge-factor", f.hedge_factor,
+                 "Send a duplicate to a second replica when a request is late by this many times its worker's "
+                 "mean round trip (0 = never)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
 }
 
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote) {
@@ -112,6 +122,9 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   options.timeout = std::chrono::milliseconds(f.timeout_ms);
   options.audit_every = f.audit_every;
   options.expert_output = *output;
+  options.replicas.policy = f.replica_choice == "first" ? backbone::ReplicaPolicy::FIRST : backbone::ReplicaPolicy::NEAREST;
+  options.replicas.hedge = f.hedge_factor > 0;
+  options.replicas.hedge_factor = f.hedge_factor;
   if (f.verbose) {
     const std::string prefix = std::string(who) + ": ";
     options.link.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };

@@ -31,6 +31,8 @@ struct DispatchFlags {
   uint32_t audit_every = 0;
   bool require_workers = false;      // a worker down or a layer uncovered at start is an error
   std::string expert_output = "f32";  // f32 | bf16: the lean wire (docs/dispatch.md), local and remote alike
+  std::string replica_choice = "nearest";  // nearest | first (map order)
+  double hedge_factor = 3.0;               // hedge a request late by this × its worker's mean round trip; 0 = off
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
