@@ -49,6 +49,8 @@ std::string DispatchStats::to_json() const {
   j["requests"] = requests;
   j["responses"] = responses;
   j["audits"] = audits;
+  j["hedges"] = hedges;
+  j["hedge_wins"] = hedge_wins;
   nlohmann::ordered_json fr = nlohmann::ordered_json::object(), fp = nlohmann::ordered_json::object();
   for (size_t r = 0; r < kFallbackReasonCount; ++r) {
     fr[std::string(fallback_reason_name(FallbackReason(r)))] = fallback_requests[r];
@@ -69,7 +71,9 @@ std::string DispatchStats::to_json() const {
   for (const WorkerReport& w : workers)
     ws.push_back({{"address", w.address}, {"label", w.label}, {"connected", w.connected}, {"sessions", w.sessions},
                   {"requests", w.requests}, {"pairs_served", w.pairs_served}, {"failures", w.failures},
-                  {"audits", w.audits}, {"audits_failed", w.audits_failed}, {"last_error", w.last_error}});
+                  {"audits", w.audits}, {"audits_failed", w.audits_failed},
+                  {"mean_round_trip_ms", w.mean_round_trip_ms},
+                  {"last_error", w.last_error}});
   j["workers"] = ws;
   j["seconds"] = seconds;
   j["max_call_seconds"] = max_call_seconds;

@@ -50,6 +50,7 @@ struct WorkerReport {
   uint64_t failures = 0;        // requests that fell back (any reason)
   uint64_t audits = 0;          // its answers recomputed from the replica and compared
   uint64_t audits_failed = 0;   // of those, answers that differed (the worker is then dropped)
+  double mean_round_trip_ms = 0;  // moving average of its accepted answers' round trips (replica choice)
   std::string last_error;       // why the last session or connect attempt ended, if one did
 };
 
@@ -62,6 +63,8 @@ struct DispatchStats {
   uint64_t requests = 0;               // EXPERT_REQUESTs sent
   uint64_t responses = 0;              // accepted EXPERT_RESPONSEs
   uint64_t audits = 0;                 // responses re-computed locally and compared
+  uint64_t hedges = 0;                 // duplicates sent to a second replica for a late request
+  uint64_t hedge_wins = 0;             // of which the duplicate's answer was the one used
   std::array<uint64_t, kFallbackReasonCount> fallback_requests{};  // requests, by reason (0 for UNAVAILABLE)
   std::array<uint64_t, kFallbackReasonCount> fallback_pairs{};     // pairs, by reason
   std::vector<LayerWire> layers;       // indexed by layer

@@ -30,10 +30,10 @@ struct Chunks {
   std::vector<uint32_t> too_large;  // rows that fit no request at all
 };
 Chunks split_for_limits(const ExpertBatch& b, const std::vector<int32_t>& owner, int32_t link, uint64_t row_bytes,
-                        uint64_t n_embd, uint64_t limit_request, uint64_t limit_response) {
+                        uint64_t n_embd, ExpertOutput output, uint64_t limit_request, uint64_t limit_response) {
   auto fits = [&](uint64_t rows, uint64_t pairs) {
     return proto::expert_request_payload_bytes(rows, pairs, row_bytes) <= limit_request &&
-           proto::expert_response_payload_bytes(pairs, n_embd) <= limit_response;
+           proto::expert_response_payload_bytes(pairs, n_embd, output) <= limit_response;
   };
   Chunks c;
   c.requests.emplace_back();
@@ -61,9 +61,10 @@ Chunks split_for_limits(const ExpertBatch& b, const std::vector<int32_t>& owner,
 
 // The EXPERT_REQUEST for some pairs of a batch (CSR: per row its experts, then the rows' bytes as they are).
 proto::ExpertRequest make_request(const ExpertBatch& b, const std::vector<uint32_t>& pairs, uint64_t id,
-                                  uint64_t row_bytes) {
+                                  uint64_t row_bytes, ExpertOutput output) {
   proto::ExpertRequest req;
   req.request_id = id;
+  req.output = output;
   req.layer = uint32_t(b.layer);
   req.act_type = b.act_type;
   req.act_row_bytes = row_bytes;
@@ -83,6 +84,24 @@ proto::ExpertRequest make_request(const ExpertBatch& b, const std::vector<uint32
   return req;
 }
 
+// A well-formed answer of the wrong shape or format becomes a BAD_RESPONSE failure.
+LinkAnswer checked_answer(LinkAnswer a, size_t n_pairs, uint64_t E, ExpertOutput output) {
+  if (!a.response) return a;
+  const proto::ExpertResponse& r = *a.response;
+  if (r.n_outputs != n_pairs || r.n_embd != E || r.outputs.size() != n_pairs * E) {
+    return LinkAnswer{.response = std::nullopt, .reason = FallbackReason::BAD_RESPONSE,
+                      .message = "answer of " + std::to_string(r.n_outputs) + " rows of " + std::to_string(r.n_embd) +
+                                 " for " + std::to_string(n_pairs) + " pairs of " + std::to_string(E)};
+  }
+  if (r.output != output) {
+    // An f32 answer to a bf16 request would put unrounded values into the combine: not the agreed bits.
+    return LinkAnswer{.response = std::nullopt, .reason = FallbackReason::BAD_RESPONSE,
+                      .message = "answer in " + std::string(expert_output_name(r.output)) + ", asked for " +
+                                 std::string(expert_output_name(output))};
+  }
+  return a;
+}
+
 }  // namespace
 
 // One request in flight, and the pairs its answer fills: pair i of the request is flat pair pairs[i]
@@ -93,11 +112,24 @@ struct RemoteExpertExecutor::Outgoing {
   uint64_t id = 0;
   std::vector<uint32_t> pairs;
   uint64_t request_bytes = 0;
+  Clock::time_point sent_at{};
   bool answered = false;  // its answer was accepted into `out` unaudited
 };
 
+// What came back for one request: the answer (or why none), who gave it, and what hedging did.
+struct RemoteExpertExecutor::Answer {
+  LinkAnswer answer;
+  size_t link = 0;                      // the link that answered, or whose failure this is
+  std::shared_ptr<LinkSession> session;
+  Clock::time_point sent_at{};          // of the request that answered
+  bool hedged = false;                  // a duplicate went to hedge_link
+  size_t hedge_link = 0;
+  uint64_t hedge_bytes = 0;             // its request frame
+};
+
 RemoteExpertExecutor::RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options)
-    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool),
+    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool, options_.expert_output),
+      chooser_(0, options_.replicas),
       audit_(0, {.every = options_.audit_every, .adaptive = options_.adaptive_audit}) {}
 
 RemoteExpertExecutor::~RemoteExpertExecutor() = default;
@@ -118,6 +150,7 @@ std::unique_ptr<RemoteExpertExecutor> RemoteExpertExecutor::create(const ExpertS
                     }};
     ex->links_.push_back(std::make_unique<WorkerLink>(std::move(le), mine, ex->options_.link));
   }
+  ex->chooser_ = ReplicaChooser(ex->links_.size(), ex->options_.replicas);
   ex->audit_ = AuditPolicy(ex->links_.size(), {.every = ex->options_.audit_every, .adaptive = ex->options_.adaptive_audit});
   return ex;
 }
@@ -170,7 +203,7 @@ DispatchStats RemoteExpertExecutor::stats() const {
     s.workers[i].sessions = r.sessions;
     s.workers[i].last_error = r.last_error;
   }
-  return s;
+  return s;  // mean_round_trip_ms is copied into stats_ by compute()
 }
 
 Status RemoteExpertExecutor::compute_local(const ExpertBatch& b, const std::vector<uint32_t>& pairs,
@@ -207,6 +240,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   }
   std::vector<int32_t> owner(n_pairs, -1);
   std::vector<uint32_t> local_pairs, unavailable_pairs;
+  std::vector<uint64_t> load(n_links, 0);  // pairs given to each link in this call (replica choice)
+  std::vector<size_t> candidates;
+  std::vector<bool> was_candidate(n_links, false);
   uint64_t asked = 0;
   for (size_t p = 0; p < n_pairs; ++p) {
     const int32_t id = b.ids[p];
@@ -215,13 +251,22 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     if (replica_.find(b.layer, id) == nullptr)
       return Status::error("layer " + std::to_string(b.layer) + ": expert " + std::to_string(id) + " is not held");
     ++asked;
-    for (size_t i = 0; i < n_links && owner[p] < 0; ++i)
-      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) owner[p] = int32_t(i);
-    if (owner[p] >= 0) continue;
+    candidates.clear();
+    for (size_t i = 0; i < n_links; ++i)
+      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) candidates.push_back(i);
+    for (size_t c : candidates) was_candidate[c] = true;
+    if (!candidates.empty()) {
+      const size_t chosen = chooser_.choose(candidates, load);
+      owner[p] = int32_t(chosen);
+      ++load[chosen];
+      continue;
+    }
     bool was_held = false;
     for (size_t i = 0; i < n_links && !was_held; ++i) was_held = holdings_contain(absent_held[i], lay, uint32_t(id));
     (was_held ? unavailable_pairs : local_pairs).push_back(uint32_t(p));
   }
+
+  chooser_.decay_unused(was_candidate, load);
 
   // 2. Requests, split to fit both frame limits, all sent before anything is computed here.
   std::vector<Outgoing> sent;
@@ -235,8 +280,8 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   for (size_t i = 0; i < n_links; ++i) {
     if (!sessions[i]) continue;
     LinkSession& s = *sessions[i];
-    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, s.conn->peer_max_payload_bytes(),
-                                     s.conn->max_payload_bytes());
+    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, options_.expert_output,
+                                     s.conn->peer_max_payload_bytes(), s.conn->max_payload_bytes());
     if (!chunks.too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(chunks.too_large));
     for (size_t c = 0; c < chunks.requests.size(); ++c) {
       if (c >= options_.max_requests_per_worker) {
@@ -245,8 +290,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
       }
       Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s),
                  .pairs = std::move(chunks.requests[c])};
-      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes);
+      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes, options_.expert_output);
       o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
+      o.sent_at = Clock::now();
       if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
         if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
         fall_back(i, f->reason, std::move(o.pairs));
@@ -272,34 +318,42 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   uint64_t bytes_received = 0, responses = 0, audits = 0;
   std::vector<uint64_t> link_served(n_links, 0), link_audits(n_links, 0), link_audits_failed(n_links, 0);
   std::vector<std::pair<const Outgoing*, proto::ExpertResponse>> audited;
-  for (Outgoing& o : sent) {
-    LinkAnswer a = links_[o.link]->wait(o.id, deadline);
-    if (a.response && (a.response->n_outputs != o.pairs.size() || a.response->n_embd != E ||
-                       a.response->outputs.size() != o.pairs.size() * E)) {
-      a = LinkAnswer{.response = std::nullopt, .reason = FallbackReason::BAD_RESPONSE,
-                     .message = "answer of " + std::to_string(a.response->n_outputs) + " rows of " +
-                                std::to_string(a.response->n_embd) + " for " + std::to_string(o.pairs.size()) +
-                                " pairs of " + std::to_string(E)};
+  uint64_t hedges = 0, hedge_wins = 0;
+  std::vector<size_t> answered_by(sent.size(), 0);  // for the audit: who gave each audited answer
+  for (size_t si = 0; si < sent.size(); ++si) {
+    Outgoing& o = sent[si];
+    Answer ans = await_answer(b, o, deadline, sessions, load);
+    LinkAnswer& a = ans.answer;
+    if (ans.hedged) {
+      ++hedges;
+      ++link_requests[ans.hedge_link];
+      bytes_sent += ans.hedge_bytes;
     }
     if (!a.response) {
       // OVERLOADED is back-pressure from a healthy worker; every other failure ends its session.
-      if (a.reason != FallbackReason::OVERLOADED) links_[o.link]->fail(*o.session, a.reason, a.message);
-      fall_back(o.link, a.reason, o.pairs);
+      if (a.reason != FallbackReason::OVERLOADED) links_[ans.link]->fail(*ans.session, a.reason, a.message);
+      fall_back(ans.link, a.reason, o.pairs);
       continue;
     }
+    if (ans.hedged && ans.link == ans.hedge_link) ++hedge_wins;
     ++responses;
-    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E);
-    links_[o.link]->note_success();
-    if (audit_.enabled() && !audit_.dropped(o.link) && audit_.should_audit(o.link)) {
+    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output);
+    links_[ans.link]->note_success();
+    const Clock::time_point got = a.received_at == Clock::time_point{} ? Clock::now() : a.received_at;
+    chooser_.record(ans.link, std::chrono::duration<double>(got - ans.sent_at).count(), o.pairs.size());
+    answered_by[si] = ans.link;
+    if (audit_.enabled() && !audit_.dropped(ans.link) && audit_.should_audit(ans.link)) {
       audited.emplace_back(&o, std::move(*a.response));
       continue;
     }
-    link_served[o.link] += o.pairs.size();
+    link_served[ans.link] += o.pairs.size();
     o.answered = true;
     const std::vector<float>& rows = a.response->outputs;
     for (size_t i = 0; i < o.pairs.size(); ++i)
       std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
   }
+  // The link that gave an audited answer (the original or its hedge), by the Outgoing's place in `sent`.
+  auto audited_link = [&](const Outgoing* o) { return answered_by[size_t(o - sent.data())]; };
   std::vector<uint32_t> later;
   for (size_t f = failed_before_wait; f < failed.size(); ++f)
     later.insert(later.end(), failed[f].second.begin(), failed[f].second.end());
@@ -308,29 +362,31 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   // An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped.
   for (const auto& [o, resp] : audited) {
     ++audits;
-    ++link_audits[o->link];
     bool same = true;
     for (size_t i = 0; i < o->pairs.size() && same; ++i)
       same = std::memcmp(out.data() + size_t(o->pairs[i]) * E, resp.outputs.data() + i * E, E * sizeof(float)) == 0;
-    audit_.record(o->link, same);
+    const size_t by = audited_link(o);
+    ++link_audits[by];
+    audit_.record(by, same);
     if (same) {
-      link_served[o->link] += o->pairs.size();
+      link_served[by] += o->pairs.size();
       continue;
     }
-    ++link_audits_failed[o->link];
-    links_[o->link]->fail(*o->session, FallbackReason::AUDIT_MISMATCH, "an audited answer differs from the replica");
-    fall_back(o->link, FallbackReason::AUDIT_MISMATCH, o->pairs);
+    ++link_audits_failed[by];
+    if (const std::shared_ptr<LinkSession> bad = by == o->link ? o->session : sessions[by])
+      links_[by]->fail(*bad, FallbackReason::AUDIT_MISMATCH, "an audited answer differs from the replica");
+    fall_back(by, FallbackReason::AUDIT_MISMATCH, o->pairs);
   }
   // A worker caught lying in this call may have lied in its other answers of the call too: those are
   // recomputed here as well, so nothing it sent this call reaches `out`.
   std::vector<uint32_t> distrusted;
-  for (const Outgoing& o : sent) {
-    if (link_audits_failed[o.link] == 0) continue;
-    const bool was_audited = std::any_of(audited.begin(), audited.end(), [&](const auto& a) { return a.first == &o; });
-    if (was_audited || !o.answered) continue;
-    link_served[o.link] -= std::min<uint64_t>(link_served[o.link], o.pairs.size());
+  for (size_t si = 0; si < sent.size(); ++si) {
+    const Outgoing& o = sent[si];
+    const size_t by = answered_by[si];
+    if (!o.answered || link_audits_failed[by] == 0) continue;  // audited answers were recomputed above
+    link_served[by] -= std::min<uint64_t>(link_served[by], o.pairs.size());
     distrusted.insert(distrusted.end(), o.pairs.begin(), o.pairs.end());
-    fall_back(o.link, FallbackReason::AUDIT_MISMATCH, o.pairs);
+    fall_back(by, FallbackReason::AUDIT_MISMATCH, o.pairs);
   }
   ESSAIM_RETURN_IF_ERROR(compute_local(b, distrusted, out));
 
@@ -343,6 +399,8 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   st.requests += sent.size();
   st.responses += responses;
   st.audits += audits;
+  st.hedges += hedges;
+  st.hedge_wins += hedge_wins;
   if (!unavailable_pairs.empty()) st.fallback_pairs[size_t(FallbackReason::UNAVAILABLE)] += unavailable_pairs.size();
   for (const auto& [why, pairs] : failed) {
     ++st.fallback_requests[size_t(why)];
@@ -353,6 +411,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     st.workers[i].requests += link_requests[i];
     st.workers[i].pairs_served += link_served[i];
     st.workers[i].failures += link_failures[i];
+    st.workers[i].mean_round_trip_ms = 1e3 * chooser_.mean_round_trip(i);
     st.workers[i].audits += link_audits[i];
     st.workers[i].audits_failed += link_audits_failed[i];
     st.pairs_remote += link_served[i];
@@ -366,6 +425,115 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   st.seconds += seconds;
   st.max_call_seconds = std::max(st.max_call_seconds, seconds);
   return Status::ok();
+}
+
+RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatch& b, const Outgoing& o,
+                                                                net::Deadline deadline,
+                                                                const std::vector<std::shared_ptr<LinkSession>>& sessions,
+                                                                std::vector<uint64_t>& load) {
+  const ExpertLayer* layer = replica_.any(b.layer);
+  const uint64_t E = uint64_t(layer->n_embd);
+  auto checked = [&](LinkAnswer a) { return checked_answer(std::move(a), o.pairs.size(), E, options_.expert_output); };
+  Answer r{.answer = {}, .link = o.link, .session = o.session, .sent_at = o.sent_at};
+  const std::chrono::nanoseconds late = chooser_.hedge_after(o.link);
+  if (!options_.replicas.hedge) {
+    r.answer = checked(links_[o.link]->wait(o.id, deadline));
+    return r;
+  }
+  // Until the request is late (or the deadline, for a link without history), only its own answer counts.
+  const net::Deadline hedge_at =
+      late == std::chrono::nanoseconds::max() || o.sent_at + late >= deadline ? deadline : o.sent_at + late;
+  std::optional<LinkAnswer> early = links_[o.link]->poll(o.id, hedge_at);
+  if (early) {
+    r.answer = checked(std::move(*early));
+    if (r.answer.response || Clock::now() >= deadline) return r;
+    // A failed answer (an ERROR, OVERLOADED, a wrong shape, a broken session) with time left: another live
+    // replica is asked before the backbone computes the pairs itself.
+  } else if (hedge_at >= deadline) {
+    r.answer = checked(links_[o.link]->wait(o.id, Clock::now()));  // the deadline passed: TIMEOUT
+    return r;
+  }
+  // Late relative to its own history. A second replica: live, another link, holding every pair's expert,
+  // with frame limits the same request fits.
+  const uint64_t row_bytes = layer->activation_row_bytes();
+  std::vector<size_t> candidates;
+  for (size_t j = 0; j < links_.size(); ++j) {
+    if (j == o.link || !sessions[j]) continue;
+    bool all = true;
+    for (size_t i = 0; i < o.pairs.size() && all; ++i)
+      all = holdings_contain(sessions[j]->routable, uint32_t(b.layer), uint32_t(b.ids[o.pairs[i]]));
+    const uint64_t rows = o.request_bytes;  // the duplicate is the same request with another id
+    all = all && rows - proto::kFrameHeaderBytes <= sessions[j]->conn->peer_max_payload_bytes() &&
+          proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output) <=
+              sessions[j]->conn->max_payload_bytes();
+    if (all) candidates.push_back(j);
+  }
+  // Without a second replica (or a duplicate that cannot be sent) the original is all there is.
+  auto original_only = [&]() -> Answer {
+    if (!early) r.answer = checked(links_[o.link]->wait(o.id, deadline));
+    return r;
+  };
+  if (candidates.empty()) return original_only();
+  const size_t h = chooser_.choose(candidates, load);
+  LinkSession& hs = *sessions[h];
+  const uint64_t hid = links_[h]->begin_request(hs);
+  const proto::ExpertRequest dup = make_request(b, o.pairs, hid, row_bytes, options_.expert_output);
+  const Clock::time_point hedge_sent = Clock::now();
+  if (std::optional<LinkAnswer> f = links_[h]->send(hs, dup, deadline)) {
+    if (f->reason != FallbackReason::TOO_LARGE) links_[h]->fail(hs, f->reason, f->message);
+    return original_only();
+  }
+  load[h] += o.pairs.size();
+  r.hedged = true;
+  r.hedge_link = h;
+  r.hedge_bytes = o.request_bytes;
+
+  // The first good answer of the two wins and the other request is forgotten (its late answer is dropped,
+  // and a slow worker is not blamed for being slower). A failure on one side leaves the other to wait for;
+  // when both fail, the first failure is blamed here and the second returned. Polled in 1 ms slices.
+  struct Side {
+    size_t link;
+    uint64_t id;
+    std::shared_ptr<LinkSession> session;
+    Clock::time_point sent_at;
+    bool open = true;
+  };
+  Side sides[2] = {{o.link, o.id, o.session, o.sent_at}, {h, hid, sessions[h], hedge_sent}};
+  std::vector<Answer> failures;
+  if (early) {  // the original already failed: only the duplicate is waited for
+    sides[0].open = false;
+    failures.push_back(r);
+  }
+  while (sides[0].open || sides[1].open) {
+    const Clock::time_point now = Clock::now();
+    const bool expired = now >= deadline;
+    const net::Deadline slice = expired ? now : std::min<net::Deadline>(deadline, now + std::chrono::milliseconds(1));
+    for (int k = 0; k < 2; ++k) {
+      Side& side = sides[k];
+      if (!side.open) continue;
+      const bool other_open = sides[1 - k].open;
+      std::optional<LinkAnswer> a;
+      if (expired) a = links_[side.link]->wait(side.id, now);
+      else a = links_[side.link]->poll(side.id, k == 0 || !other_open ? slice : now);
+      if (!a) continue;
+      side.open = false;
+      Answer got = r;
+      got.answer = checked(std::move(*a));
+      got.link = side.link;
+      got.session = side.session;
+      got.sent_at = side.sent_at;
+      if (got.answer.response) {
+        Side& other = sides[1 - k];
+        if (other.open) (void)links_[other.link]->wait(other.id, Clock::time_point{});  // unregister, blame no one
+        return got;
+      }
+      failures.push_back(std::move(got));
+    }
+  }
+  const Answer& first = failures.front();
+  if (first.answer.reason != FallbackReason::OVERLOADED)
+    links_[first.link]->fail(*first.session, first.answer.reason, first.answer.message);
+  return failures.back();
 }
 
 Result<std::unique_ptr<RemoteExpertExecutor>> remote_executor_for_model(const Model& model, const ExpertMap& map,

@@ -9,14 +9,17 @@
 //   std::fputs(ex->stats().to_text().c_str(), stderr);
 //
 // One layer call, compute(batch, out):
-//   1. owner of each pair = the first worker (map order) whose live session may serve the expert; none: local
+//   1. owner of each pair = a live worker that may serve the expert — the first in map order, or under
+//      ReplicaPolicy::NEAREST the cheapest by measured round trip and this call's load; none: local
 //   2. per owner, one EXPERT_REQUEST (split only to fit frame limits): the rows with at least one of its
 //      experts, those experts per row, the activation rows as the model quantised them — all sent first
 //   3. the local share computed from the replica (LocalExpertExecutor) while the workers compute
 //   4. answers collected until the call's deadline (start + timeout); each accepted answer fills its own
 //      slots of `out`; a timeout, disconnect, protocol error, ERROR or wrong-shaped answer marks that
 //      worker's session failed (it reconnects in the background, with backoff) and its pairs are computed
-//      from the replica — by the same kernels on the same bytes, hence the same bits
+//      from the replica — by the same kernels on the same bytes, hence the same bits. With hedging, a request
+//      late relative to its worker's own history gets a duplicate on a second live replica holding all its
+//      pairs, and the first good answer of the two is used (the same bits either way)
 // `out` is then exactly what LocalExpertExecutor would have written; the weighted combine in slot order
 // stays in the model. A call never waits for a connection, and never past the deadline for an answer:
 // its wall time is at most the timeout plus the local compute.
@@ -36,6 +39,7 @@
 #include "backbone/audit_policy.h"
 #include "backbone/dispatch_stats.h"
 #include "backbone/expert_map.h"
+#include "backbone/replica_choice.h"
 #include "backbone/worker_link.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -57,6 +61,13 @@ struct DispatchOptions {
   uint32_t audit_every = 0;              // recompute every Nth answer from the replica and compare (0 = off)
   bool adaptive_audit = false;           // per-worker adaptive audits instead (backbone/audit_policy.h)
   std::string label = "essaim backbone";  // sent in the HELLO, for the workers' logs
+  // The lean wire (docs/dispatch.md): BF16 asks every worker for bf16 rows (2 bytes a value) and rounds the
+  // replica's own share and fallbacks the same way, so the result equals a monolithic run whose
+  // LocalExpertExecutor has the same mode, bit for bit. F32 (the default) changes nothing.
+  ExpertOutput expert_output = ExpertOutput::F32;
+  // Which live replica serves a pair, and hedging of late requests (backbone/replica_choice.h). The default
+  // is map order without hedging (what M1 pinned); `essaim run/eval/serve` choose the nearest and hedge.
+  ReplicaChoiceOptions replicas;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).
@@ -91,7 +102,12 @@ class RemoteExpertExecutor final : public ExpertExecutor {
 
  private:
   struct Outgoing;
+  struct Answer;
   RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options);
+  // The answer to one sent request by the deadline, sending a hedged duplicate when it is late and a second
+  // replica may serve all its pairs. Called under call_mu_.
+  Answer await_answer(const ExpertBatch& b, const Outgoing& o, net::Deadline deadline,
+                      const std::vector<std::shared_ptr<LinkSession>>& sessions, std::vector<uint64_t>& load);
   // Computes the pairs selected by `mask` (indices into batch.ids) from the replica into out.
   Status compute_local(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out);
 
@@ -101,6 +117,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   LocalExpertExecutor local_;
   std::vector<std::unique_ptr<WorkerLink>> links_;  // map order
   std::mutex call_mu_;                              // one layer call at a time
+  ReplicaChooser chooser_;                          // guarded by call_mu_ (its averages: stats_mu_ copy below)
   AuditPolicy audit_;                               // which answers to audit, who is dropped; guarded by call_mu_
   mutable std::mutex stats_mu_;
   DispatchStats stats_;                             // guarded by stats_mu_ (workers[] hold the dispatcher's counts)

@@ -200,6 +200,7 @@ void WorkerLink::deliver(uint64_t generation, uint64_t id, LinkAnswer answer) {
     if (it == pending_.end() || it->second.generation != generation || it->second.done) return;
     it->second.done = true;
     it->second.answer = std::move(answer);
+    it->second.answer.received_at = std::chrono::steady_clock::now();
   }
   cv_.notify_all();
 }
@@ -250,6 +251,18 @@ LinkAnswer WorkerLink::wait(uint64_t request_id, net::Deadline deadline) {
   else if (stopping_) a = LinkAnswer{.response = std::nullopt, .reason = FallbackReason::DISCONNECTED, .message = "stopping"};
   pending_.erase(it);
   return a;
+}
+
+std::optional<LinkAnswer> WorkerLink::poll(uint64_t request_id, net::Deadline deadline) {
+  {
+    std::unique_lock lock(mu_);
+    auto ready = [&] {
+      auto it = pending_.find(request_id);
+      return it == pending_.end() || it->second.done || stopping_;
+    };
+    if (!cv_.wait_until(lock, deadline, ready)) return std::nullopt;
+  }
+  return wait(request_id, net::Deadline{});  // settled: collect it without waiting
 }
 
 void WorkerLink::fail(const LinkSession& s, FallbackReason reason, const std::string& why) {

@@ -74,6 +74,7 @@ struct LinkAnswer {
   std::optional<proto::ExpertResponse> response;  // set on success
   FallbackReason reason = FallbackReason::DISCONNECTED;  // otherwise: why
   std::string message;
+  std::chrono::steady_clock::time_point received_at{};  // when the reader thread had it (round-trip averages)
 };
 
 class WorkerLink {
@@ -99,6 +100,9 @@ class WorkerLink {
   std::optional<LinkAnswer> send(LinkSession& s, const proto::ExpertRequest& r, net::Deadline deadline);
   // The answer to a sent request, or why there is none by the deadline; unregisters it either way.
   LinkAnswer wait(uint64_t request_id, net::Deadline deadline);
+  // Like wait, but a request still unanswered at the deadline stays registered (nullopt): the dispatcher
+  // watches a request and its hedged duplicate on another link in turn (docs/dispatch.md, "Hedging").
+  std::optional<LinkAnswer> poll(uint64_t request_id, net::Deadline deadline);
   // The dispatcher gives up on this session (timeout, garbage, audit): close it and reconnect after the
   // backoff. No-op when s is no longer the current session.
   void fail(const LinkSession& s, FallbackReason reason, const std::string& why);

@@ -34,7 +34,8 @@ int run_serve(ServeArgs& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: every thread inherits it
 
-  if (!a.swarm.workers.empty() || !a.swarm.expert_map.empty() || !a.swarm.coordinator.empty()) {
+  if (!a.swarm.workers.empty() || !a.swarm.expert_map.empty() || !a.swarm.coordinator.empty() ||
+      a.swarm.expert_output != "f32") {
     const DispatchFlags swarm = a.swarm;
     a.server.executor.make = [swarm](const Model& model, ThreadPool* pool) -> Result<std::unique_ptr<ExpertExecutor>> {
       ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(model, pool, swarm, "essaim serve"));

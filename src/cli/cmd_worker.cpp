@@ -51,6 +51,7 @@ struct Args {
   // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
   std::string coordinator, token, data_dir, advertise;
   double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
+  std::string expert_output = "any";
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -90,6 +91,10 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--data-dir", a.data_dir, "With --coordinator: where slices are kept (re-verified at start)");
   cmd.add_option("--advertise", a.advertise,
                  "With --coordinator: HOST:PORT backbones should dial (default: the --listen host and bound port)");
+  cmd.add_option("--expert-output", a.expert_output,
+                 "Output formats answered: any (f32 or bf16, as each backbone asks), f32 or bf16 (others refused)")
+      ->check(CLI::IsMember({"any", "f32", "bf16"}))
+      ->capture_default_str();
 }
 
 std::string holdings_text(const worker::WorkerState& s) {
@@ -145,6 +150,7 @@ int run(Args a) {
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,
                    .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
+    if (a.expert_output != "any") join.worker.only_output = expert_output_from_name(a.expert_output);
     if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
     return run_joined_worker(join, stop_signals);
   }
@@ -191,6 +197,7 @@ int run(Args a) {
   };
   options.executor = device->executor.get();
   options.isa_class = device->isa_class;
+  if (a.expert_output != "any") options.only_output = expert_output_from_name(a.expert_output);
   if (device->executor) std::fprintf(stderr, "essaim worker: computing on %s\n", device->description.c_str());
   if (!a.quiet) options.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
   worker::Worker w(*state, options);

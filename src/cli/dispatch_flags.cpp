@@ -48,6 +48,21 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
   cmd.add_flag("--require-workers", f.require_workers,
                "Fail (exit 1) when a listed worker does not connect or a MoE layer has experts no worker serves, "
                "instead of computing them on the backbone");
+  cmd.add_option("--expert-output", f.expert_output,
+                 "Precision of expert outputs before the combine: f32 (default) or bf16 (rounded wherever "
+                 "computed, 2 bytes a value on the wire; sharded = monolithic bit for bit in either mode)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd.add_option("--replica-choice", f.replica_choice,
+                 "Which worker serves an expert several hold: nearest (measured round trip and load, spread over "
+                 "equal ones) or first (map order)")
+      ->check(CLI::IsMember({"nearest", "first"}))
+      ->capture_default_str();
+  cmd.add_option("--hedge-factor", f.hedge_factor,
+                 "Send a duplicate to a second replica when a request is late by this many times its worker's "
+                 "mean round trip (0 = never)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
 }
 
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote) {
@@ -97,8 +112,15 @@ CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertEx
   return r;
 }
 
+// The replica choice and hedging flags, for the fixed map and the market's alike.
+void apply_replica_flags(const DispatchFlags& f, backbone::DispatchOptions& options) {
+  options.replicas.policy = f.replica_choice == "first" ? backbone::ReplicaPolicy::FIRST : backbone::ReplicaPolicy::NEAREST;
+  options.replicas.hedge = f.hedge_factor > 0;
+  options.replicas.hedge_factor = f.hedge_factor;
+}
+
 Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
-                                            const char* who) {
+                                            const char* who, ExpertOutput output) {
   if (f.token.empty()) return Status::error("--coordinator needs --token");
   ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(f.coordinator, f.token));
   ESSAIM_ASSIGN_OR_RETURN(market::Catalogue cat, client.model());
@@ -123,6 +145,8 @@ Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool
   options.dispatch.timeout = std::chrono::milliseconds(f.timeout_ms);
   options.dispatch.audit_every = f.audit_every;
   options.dispatch.adaptive_audit = f.audit_every == 0 && !f.no_audit;
+  options.dispatch.expert_output = output;
+  apply_replica_flags(f, options.dispatch);
   if (f.verbose) {
     options.dispatch.link.log = [prefix](const std::string& line) {
       std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str());
@@ -139,10 +163,12 @@ Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool
 Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who) {
   ExecutorChoice choice;
-  if (!f.coordinator.empty()) return make_market_executor(model, pool, f, who);
+  const std::optional<ExpertOutput> output = expert_output_from_name(f.expert_output);
+  if (!output) return Status::error("--expert-output must be f32 or bf16, not '" + f.expert_output + "'");
+  if (!f.coordinator.empty()) return make_market_executor(model, pool, f, who, *output);
   if (f.workers.empty() && f.expert_map.empty()) {
     if (f.require_workers) return Status::error("--require-workers needs --worker or --expert-map");
-    choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool);
+    choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool, *output);
     return choice;
   }
   backbone::ExpertMap map;
@@ -156,6 +182,8 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   backbone::DispatchOptions options;
   options.timeout = std::chrono::milliseconds(f.timeout_ms);
   options.audit_every = f.audit_every;
+  options.expert_output = *output;
+  apply_replica_flags(f, options);
   if (f.verbose) {
     const std::string prefix = std::string(who) + ": ";
     options.link.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };

@@ -36,6 +36,9 @@ struct DispatchFlags {
   std::string token;                 // a node token (or the admin token)
   int64_t map_refresh_ms = 1000;
   bool no_audit = false;             // with --coordinator: no adaptive audits (to measure their cost)
+  std::string expert_output = "f32";  // f32 | bf16: the lean wire (docs/dispatch.md), local and remote alike
+  std::string replica_choice = "nearest";  // nearest | first (map order)
+  double hedge_factor = 3.0;               // hedge a request late by this × its worker's mean round trip; 0 = off
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
@@ -56,7 +59,7 @@ struct CoverageReport {
 };
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote);
 
-// Local when no --worker / --expert-map is given; otherwise connects to the workers (waiting up to the
+// Local when no --worker / --expert-map is given (with --expert-output's rounding); otherwise connects to the workers (waiting up to the
 // connect timeout for each), prints on stderr how many are up, which did not connect and which layers no
 // worker covers (once, at start), and returns the dispatcher — or, with --require-workers, an error when
 // anything is missing.

@@ -50,7 +50,20 @@ Status validate_expert_batch(const ExpertBatch& batch, const ExpertLayer& layer,
   return Status::ok();
 }
 
+void round_requested_outputs(ExpertOutput mode, const ExpertBatch& batch, int32_t n_embd, std::span<float> out) {
+  if (mode == ExpertOutput::F32) return;
+  const size_t E = size_t(n_embd);
+  for (size_t p = 0; p < batch.ids.size(); ++p)
+    if (batch.ids[p] != -1 && (p + 1) * E <= out.size()) round_expert_outputs(mode, out.subspan(p * E, E));
+}
+
 Status LocalExpertExecutor::compute(const ExpertBatch& batch, std::span<float> out) {
+  ESSAIM_RETURN_IF_ERROR(compute_f32(batch, out));
+  if (output_ != ExpertOutput::F32) round_requested_outputs(output_, batch, store_.any(batch.layer)->n_embd, out);
+  return Status::ok();
+}
+
+Status LocalExpertExecutor::compute_f32(const ExpertBatch& batch, std::span<float> out) {
   std::span<const ExpertLayer> ranges = store_.ranges(batch.layer);
   if (ranges.empty()) return Status::error("no experts held for layer " + std::to_string(batch.layer));
   ESSAIM_RETURN_IF_ERROR(validate_expert_batch(batch, ranges.front(), out.size()));

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "core/expert_output.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -60,17 +61,27 @@ class ExpertStore {
   std::vector<std::vector<ExpertLayer>> layers_;
 };
 
-// Computes every requested expert from a store, in this process.
+// Computes every requested expert from a store, in this process. Under ExpertOutput::BF16 every slot it
+// writes is rounded to bf16 (core/expert_output.h) before it returns, so the combine sees what a worker in
+// that mode would have sent; F32 (the default) leaves expert_ffn's bits as they are.
 class LocalExpertExecutor final : public ExpertExecutor {
  public:
-  LocalExpertExecutor(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
+  LocalExpertExecutor(const ExpertStore& store, ThreadPool* pool, ExpertOutput output = ExpertOutput::F32)
+      : store_(store), pool_(pool), output_(output) {}
   // Checks the batch against the store (layer held, act_type and sizes match, every id held) first.
   Status compute(const ExpertBatch& batch, std::span<float> out) override;
+  ExpertOutput output() const { return output_; }
 
  private:
+  Status compute_f32(const ExpertBatch& batch, std::span<float> out);
   const ExpertStore& store_;
   ThreadPool* pool_;
+  ExpertOutput output_;
 };
+
+// Rounds the slots of `out` a batch asked for (id != -1) to the mode's precision; untouched slots stay as
+// they are (another owner may have written them). Every executor that honours a mode calls this.
+void round_requested_outputs(ExpertOutput mode, const ExpertBatch& batch, int32_t n_embd, std::span<float> out);
 
 // Checks the parts of a batch that do not depend on who computes it: counts, sizes consistent with
 // `layer`, activation format. Which ids are held is the executor's check. Shared with the worker.

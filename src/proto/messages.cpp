@@ -75,6 +75,7 @@ void put(WireWriter& w, const ExpertRequest& m) {
   w.u32(static_cast<uint32_t>(m.n_pairs()));
   w.i32(int32_t(m.act_type));
   w.u64(m.act_row_bytes);
+  w.u8(uint8_t(m.output));
   w.array(std::span<const uint32_t>(m.row_expert_counts));
   w.array(std::span<const uint32_t>(m.expert_ids));
   w.bytes(m.activations);
@@ -84,7 +85,16 @@ void put(WireWriter& w, const ExpertResponse& m) {
   w.u64(m.request_id);
   w.u32(m.n_outputs);
   w.u32(m.n_embd);
-  w.array(std::span<const float>(m.outputs));
+  w.u8(uint8_t(m.output));
+  if (m.output == ExpertOutput::BF16) {
+    // The rounding happens here for a worker that computed f32 rows; rows already rounded are kept as they
+    // are (round_to_bf16_bits is exact on bf16 values, NaN payloads included).
+    std::vector<uint16_t> half(m.outputs.size());
+    for (size_t i = 0; i < half.size(); ++i) half[i] = round_to_bf16_bits(m.outputs[i]);
+    w.array(std::span<const uint16_t>(half));
+  } else {
+    w.array(std::span<const float>(m.outputs));
+  }
 }
 void put(WireWriter& w, const ExpertError& m) {
   w.u64(m.request_id);
@@ -159,10 +169,16 @@ ProtoResult<Message> get_request(WireReader& r) {
   ExpertRequest m;
   uint32_t n_rows = 0, n_pairs = 0;
   int32_t type_id = 0;
+  uint8_t output = 0;
   if (!(r.u64(m.request_id) && r.u32(m.layer) && r.u32(n_rows) && r.u32(n_pairs) && r.i32(type_id) &&
-        r.u64(m.act_row_bytes))) {
+        r.u64(m.act_row_bytes) && r.u8(output))) {
     return truncated("EXPERT_REQUEST header");
   }
+  if (output >= uint8_t(ExpertOutput::COUNT)) {
+    return err(ProtoErrorKind::BAD_VALUE, "EXPERT_REQUEST output format " + std::to_string(output) +
+                                              " is not 0 (f32) or 1 (bf16)");
+  }
+  m.output = ExpertOutput(output);
   std::optional<GgmlType> type = ggml_type_from_id(type_id);
   if (!type || type_traits(*type).block_size == 0) {
     return err(ProtoErrorKind::BAD_VALUE, "EXPERT_REQUEST activation type " + std::to_string(type_id) +
@@ -191,13 +207,26 @@ ProtoResult<Message> get_request(WireReader& r) {
 
 ProtoResult<Message> get_response(WireReader& r) {
   ExpertResponse m;
-  if (!(r.u64(m.request_id) && r.u32(m.n_outputs) && r.u32(m.n_embd))) {
+  uint8_t output = 0;
+  if (!(r.u64(m.request_id) && r.u32(m.n_outputs) && r.u32(m.n_embd) && r.u8(output))) {
     return truncated("EXPERT_RESPONSE header");
   }
+  if (output >= uint8_t(ExpertOutput::COUNT)) {
+    return err(ProtoErrorKind::BAD_VALUE, "EXPERT_RESPONSE output format " + std::to_string(output) +
+                                              " is not 0 (f32) or 1 (bf16)");
+  }
+  m.output = ExpertOutput(output);
   // u32 * u32 fits in u64; fits() divides, so the byte count cannot overflow either.
-  if (!r.array(uint64_t(m.n_outputs) * m.n_embd, m.outputs)) {
-    return truncated("EXPERT_RESPONSE outputs (" + std::to_string(m.n_outputs) + " x " +
-                     std::to_string(m.n_embd) + " f32)");
+  const uint64_t n_values = uint64_t(m.n_outputs) * m.n_embd;
+  const std::string what = "EXPERT_RESPONSE outputs (" + std::to_string(m.n_outputs) + " x " +
+                           std::to_string(m.n_embd) + " " + std::string(expert_output_name(m.output)) + ")";
+  if (m.output == ExpertOutput::BF16) {
+    std::vector<uint16_t> half;
+    if (!r.array(n_values, half)) return truncated(what);
+    m.outputs.resize(half.size());
+    for (size_t i = 0; i < half.size(); ++i) m.outputs[i] = bf16_to_f32(half[i]);
+  } else if (!r.array(n_values, m.outputs)) {
+    return truncated(what);
   }
   if (auto f = finish(r, FrameType::EXPERT_RESPONSE); !f) return f.error();
   return Message(std::move(m));
@@ -295,11 +324,11 @@ FrameType message_frame_type(const Message& m) {
 }
 
 uint64_t expert_request_payload_bytes(uint64_t n_rows, uint64_t n_pairs, uint64_t act_row_bytes) {
-  return 8 + 4 + 4 + 4 + 4 + 8 + 4 * n_rows + 4 * n_pairs + n_rows * act_row_bytes;
+  return 8 + 4 + 4 + 4 + 4 + 8 + 1 + 4 * n_rows + 4 * n_pairs + n_rows * act_row_bytes;
 }
 
-uint64_t expert_response_payload_bytes(uint64_t n_outputs, uint64_t n_embd) {
-  return 8 + 4 + 4 + 4 * n_outputs * n_embd;
+uint64_t expert_response_payload_bytes(uint64_t n_outputs, uint64_t n_embd, ExpertOutput output) {
+  return 8 + 4 + 4 + 1 + expert_output_value_bytes(output) * n_outputs * n_embd;
 }
 
 ProtoResult<void> validate_expert_request(const ExpertRequest& r) {
@@ -340,7 +369,9 @@ uint64_t message_payload_bytes(const Message& m) {
     uint64_t operator()(const ExpertRequest& r) const {
       return expert_request_payload_bytes(r.n_rows(), r.n_pairs(), r.act_row_bytes);
     }
-    uint64_t operator()(const ExpertResponse& r) const { return expert_response_payload_bytes(r.n_outputs, r.n_embd); }
+    uint64_t operator()(const ExpertResponse& r) const {
+      return expert_response_payload_bytes(r.n_outputs, r.n_embd, r.output);
+    }
     uint64_t operator()(const ExpertError& e) const { return 8 + 1 + t(e.message); }
     uint64_t operator()(const Ping&) const { return 8; }
     uint64_t operator()(const Pong&) const { return 8; }

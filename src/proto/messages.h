@@ -1,4 +1,4 @@
-// The messages of the expert protocol, v2 (docs/protocol.md has every byte). One message per frame; the
+// The messages of the expert protocol, v3 (docs/protocol.md has every byte). One message per frame; the
 // frame type names the message. Encoders trust their input (our own code built it: inconsistent counts
 // trip ESSAIM_CHECK); decoders trust nothing and return a typed ProtoError.
 //
@@ -11,8 +11,10 @@
 //   ProtoResult<Message> m = decode_message(frame);        // frame from a FrameDecoder
 //   if (auto* r = std::get_if<ExpertRequest>(&*m)) ...
 //
-// A response carries one f32 row of n_embd per (row, expert) pair, in the request's pair order: row 0's
+// A response carries one row of n_embd per (row, expert) pair, in the request's pair order: row 0's
 // experts in the order listed, then row 1's, ... (the backbone maps pair i back to its (token, slot)).
+// The request's output format (v3) says how the rows travel: f32, or bf16 (2 bytes a value, the values
+// rounded by round_to_bf16_bits, core/expert_output.h); in memory they are floats either way.
 #pragma once
 
 #include <array>
@@ -23,12 +25,13 @@
 #include <variant>
 #include <vector>
 
+#include "core/expert_output.h"
 #include "core/ggml_type.h"
 #include "proto/frame.h"
 
 namespace essaim::proto {
 
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 // First four payload bytes of every HELLO: "ESSM".
 inline constexpr uint32_t kHelloMagic = 0x4D535345;
 static_assert(kHelloMagic == ('E' | 'S' << 8 | 'S' << 16 | 'M' << 24));
@@ -119,6 +122,7 @@ struct ExpertRequest {
   // weights (Q8_K for K-quants), or F32 (the worker then quantises each row itself, with the same result).
   GgmlType act_type = GgmlType::F32;
   uint64_t act_row_bytes = 0;                // bytes of one activation row
+  ExpertOutput output = ExpertOutput::F32;   // v3: the precision the answer's rows are rounded to and sent in
   std::vector<uint32_t> row_expert_counts;   // [n_rows] experts this worker computes for each row
   std::vector<uint32_t> expert_ids;          // [n_pairs] expert indices within the layer, row-major
   std::vector<uint8_t> activations;          // [n_rows][act_row_bytes]
@@ -131,6 +135,7 @@ struct ExpertResponse {
   uint64_t request_id = 1;
   uint32_t n_outputs = 0;      // = the request's n_pairs
   uint32_t n_embd = 0;
+  ExpertOutput output = ExpertOutput::F32;  // v3: = the request's; BF16 rows are encoded rounded (2 bytes a value)
   std::vector<float> outputs;  // [n_outputs][n_embd], in the request's pair order
   bool operator==(const ExpertResponse&) const = default;  // compares float values; tests use bit patterns
 };
@@ -176,7 +181,7 @@ FrameType message_frame_type(const Message& m);
 
 // Payload sizes, for senders that split work to fit the peer's limit before building anything.
 uint64_t expert_request_payload_bytes(uint64_t n_rows, uint64_t n_pairs, uint64_t act_row_bytes);
-uint64_t expert_response_payload_bytes(uint64_t n_outputs, uint64_t n_embd);
+uint64_t expert_response_payload_bytes(uint64_t n_outputs, uint64_t n_embd, ExpertOutput output = ExpertOutput::F32);
 
 // Structural consistency of a request (counts sum to n_pairs, rows sized, type valid). The decoder runs it
 // on every request; senders may run it before encoding.

@@ -67,7 +67,7 @@ std::optional<ExpertError> check_expert_request(const ExpertStore& store, const 
       return fail(ErrorCode::UNKNOWN_EXPERT, "expert " + std::to_string(e) + " of layer " + std::to_string(layer) +
                                                  " is not held here (held: " + held_ranges(store, layer) + ")");
   }
-  const uint64_t response = proto::expert_response_payload_bytes(r.n_pairs(), uint64_t(l->n_embd));
+  const uint64_t response = proto::expert_response_payload_bytes(r.n_pairs(), uint64_t(l->n_embd), r.output);
   if (response > max_response_payload)
     return fail(ErrorCode::BAD_SHAPE, "the response to " + std::to_string(r.n_pairs()) + " pairs would take " +
                                           std::to_string(response) + " bytes, over the peer's frame limit of " +
@@ -93,7 +93,7 @@ Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, c
   const uint64_t act_bytes = l->activation_row_bytes();
 
   proto::ExpertResponse resp{.request_id = r.request_id, .n_outputs = uint32_t(n_pairs), .n_embd = uint32_t(E),
-                             .outputs = {}};
+                             .output = r.output, .outputs = {}};
   if (n_pairs == 0) return resp;
 
   // Rows in the layer's kernel form: as received, or quantised here per row exactly as the backbone does.
@@ -132,6 +132,9 @@ Result<proto::ExpertResponse> compute_expert_request(const ExpertStore& store, c
     LocalExpertExecutor local(store, pool);
     ESSAIM_RETURN_IF_ERROR(local.compute(batch, resp.outputs));
   }
+  // The lean wire (v3): rounded here, whichever device computed the f32 rows, with the one rounding the
+  // backbone's replica uses (core/expert_output.h), so a fallback or a monolithic run gets the same bits.
+  round_expert_outputs(r.output, resp.outputs);
   return resp;
 }
 

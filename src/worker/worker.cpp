@@ -202,6 +202,13 @@ void Worker::read_loop(FrameConnection& c, const std::shared_ptr<Session>& s) {
 
 void Worker::handle_request(FrameConnection& c, const std::shared_ptr<Session>& s, proto::ExpertRequest req) {
   const ExpertStore& store = state_.store();
+  if (options_.only_output && req.output != *options_.only_output) {
+    push_error(*s, req.request_id, ErrorCode::BAD_ENCODING,
+               "this worker answers only in " + std::string(expert_output_name(*options_.only_output)) +
+                   " (essaim worker --expert-output), the request asks for " +
+                   std::string(expert_output_name(req.output)));
+    return;
+  }
   if (std::optional<proto::ExpertError> e = check_expert_request(store, req, c.peer_max_payload_bytes())) {
     push_error(*s, e->request_id, e->code, std::move(e->message));
     return;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "net/admission.h"
@@ -65,6 +66,10 @@ struct WorkerOptions {
   // safe to call from several lanes. isa_class, when set, replaces the CPU ISA in the HELLO's fingerprint.
   ExpertExecutor* executor = nullptr;
   std::string isa_class{};
+  // Output formats this worker answers in (docs/protocol.md, v3 `output_format`): unset = f32 and bf16,
+  // as each request asks; set = only that one, other requests get BAD_ENCODING (a worker on a thin link
+  // that must never send f32 rows, say).
+  std::optional<ExpertOutput> only_output{};
   std::function<void(const std::string&)> log{};    // connection events (refusals, closes); null = silent
 };
 

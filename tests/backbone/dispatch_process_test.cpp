@@ -144,5 +144,24 @@ TEST(DispatchCli, EvalAndRunWithWorkersMatchTheMonolithicOnes) {
   EXPECT_NE(err.find("pairs served"), std::string::npos) << err;
 }
 
+TEST(DispatchCli, ExpertOutputBf16WithWorkersMatchesTheMonolithicBf16Run) {
+  const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
+  Swarm swarm = start_swarm(m, 2);
+  std::string workers;
+  for (const auto& p : swarm.processes) workers += " --worker " + p->address();
+  const std::string bin = essaim_binary(), d = m.dir + "/cli-bf16";
+  std::filesystem::create_directories(d);
+  const std::string eval = bin + " eval -m " + m.path + " --tokens 5,17,99,3,42,7,250,11,64 --threads 1";
+  ASSERT_EQ(run_shell(eval + " --logits-out " + d + "/f32.npy 2>/dev/null"), 0);
+  ASSERT_EQ(run_shell(eval + " --expert-output bf16 --logits-out " + d + "/mono.npy 2>/dev/null"), 0);
+  ASSERT_EQ(run_shell(eval + workers + " --expert-output bf16 --logits-out " + d + "/swarm.npy 2>" + d + "/eval.err"), 0)
+      << read_file(d + "/eval.err");
+  EXPECT_EQ(run_shell(bin + " npy-diff " + d + "/mono.npy " + d + "/swarm.npy > " + d + "/diff.txt"), 0)
+      << read_file(d + "/diff.txt");
+  // bf16 mode is another output than f32: the flag does something.
+  EXPECT_EQ(run_shell(bin + " npy-diff " + d + "/f32.npy " + d + "/mono.npy > /dev/null"), 1);
+  EXPECT_EQ(run_shell(eval + " --expert-output f16 --logits-out " + d + "/x.npy 2>/dev/null"), 2);  // usage error
+}
+
 }  // namespace
 }  // namespace essaim::backbone::testing

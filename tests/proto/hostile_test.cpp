@@ -76,7 +76,7 @@ TEST(Hostile, EveryPrefixOfEveryMessageIsTruncatedAndExtraBytesAreRefused) {
 
 // Builds an EXPERT_REQUEST payload field by field, so that counts can lie about what follows.
 std::vector<uint8_t> request_payload(uint32_t n_rows, uint32_t n_pairs, int32_t type, uint64_t row_bytes,
-                                     size_t tail_bytes) {
+                                     size_t tail_bytes, uint8_t output_format = 0) {
   std::vector<uint8_t> p;
   WireWriter w(p);
   w.u64(1);
@@ -85,6 +85,7 @@ std::vector<uint8_t> request_payload(uint32_t n_rows, uint32_t n_pairs, int32_t 
   w.u32(n_pairs);
   w.i32(type);
   w.u64(row_bytes);
+  w.u8(output_format);  // v3
   p.resize(p.size() + tail_bytes, 0);
   return p;
 }
@@ -114,6 +115,10 @@ TEST(Hostile, RequestCountsAreCheckedBeforeAllocation) {
   w.u32(11);
   p.resize(p.size() + 292, 0);
   EXPECT_EQ(decode_error(FrameType::EXPERT_REQUEST, p), ProtoErrorKind::BAD_VALUE);
+  // An output format other than f32 (0) or bf16 (1), checked before any count is trusted.
+  for (uint8_t f : {uint8_t(2), uint8_t(255)})
+    EXPECT_EQ(decode_error(FrameType::EXPERT_REQUEST, request_payload(0xFFFFFFFF, 0, q8k, 292, 64, f)),
+              ProtoErrorKind::BAD_VALUE);
 }
 
 TEST(Hostile, ResponseCountsAreCheckedBeforeAllocation) {
@@ -122,8 +127,12 @@ TEST(Hostile, ResponseCountsAreCheckedBeforeAllocation) {
   w.u64(1);
   w.u32(0xFFFFFFFF);
   w.u32(0xFFFFFFFF);
-  p.resize(p.size() + 64);
+  p.resize(p.size() + 64);  // output format 0 (f32), then too few bytes
   EXPECT_EQ(decode_error(FrameType::EXPERT_RESPONSE, p), ProtoErrorKind::TRUNCATED);
+  p[16] = 1;  // bf16: half the bytes per value, still refused before allocating
+  EXPECT_EQ(decode_error(FrameType::EXPERT_RESPONSE, p), ProtoErrorKind::TRUNCATED);
+  p[16] = 2;
+  EXPECT_EQ(decode_error(FrameType::EXPERT_RESPONSE, p), ProtoErrorKind::BAD_VALUE);
 }
 
 TEST(Hostile, HelloFieldsValidated) {

@@ -47,17 +47,70 @@ TEST(Messages, ExpertRequestBytesAreExactlyAsDocumented) {
   r.activations.assign(68, 0xAB);
   std::vector<uint8_t> b = encode_message(r);
   ASSERT_EQ(b.size(), 9 + expert_request_payload_bytes(2, 3, 34));
-  std::vector<uint8_t> head = {4, 120, 0, 0, 0, 0, 0, 0, 0,  // EXPERT_REQUEST, payload 120 bytes
+  std::vector<uint8_t> head = {4, 121, 0, 0, 0, 0, 0, 0, 0,  // EXPERT_REQUEST, payload 121 bytes
                                7, 0, 0, 0, 0, 0, 0, 0,       // request id
                                3, 0, 0, 0,                   // layer
                                2, 0, 0, 0,                   // n_rows
                                3, 0, 0, 0,                   // n_pairs
                                8, 0, 0, 0,                   // act type Q8_0
                                34, 0, 0, 0, 0, 0, 0, 0,      // row bytes
+                               0,                            // output format (v3): f32
                                2, 0, 0, 0, 1, 0, 0, 0,       // counts
                                17, 0, 0, 0, 40, 0, 0, 0, 17, 0, 0, 0};
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + head.size()), head);
   EXPECT_EQ(b.size() - head.size(), 68u);
+}
+
+TEST(Messages, Bf16ResponseBytesAreExactlyAsDocumented) {
+  // v3 lean wire: output format byte after n_embd, then 2 bytes per value, the values rounded to nearest
+  // even by the encoder (1 + 2^-8 is a tie that goes to the even 1.0; 1 + 3·2^-8 goes up to 1 + 2^-6).
+  ExpertResponse r{.request_id = 9, .n_outputs = 1, .n_embd = 3, .output = ExpertOutput::BF16, .outputs = {}};
+  r.outputs = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.0f};
+  std::vector<uint8_t> b = encode_message(r);
+  ASSERT_EQ(b.size(), 9 + expert_response_payload_bytes(1, 3, ExpertOutput::BF16));
+  EXPECT_EQ(b, (std::vector<uint8_t>{5, 23, 0, 0, 0, 0, 0, 0, 0,  // EXPERT_RESPONSE, payload 23 bytes
+                                     9, 0, 0, 0, 0, 0, 0, 0,     // request id
+                                     1, 0, 0, 0, 3, 0, 0, 0,     // n_outputs, n_embd
+                                     1,                          // output format: bf16
+                                     0x80, 0x3F, 0x82, 0x3F, 0x00, 0xC0}));
+  Message back = round_trip(r);
+  const auto& got = std::get<ExpertResponse>(back);
+  EXPECT_EQ(got.output, ExpertOutput::BF16);
+  EXPECT_EQ(got.outputs, (std::vector<float>{1.0f, 1.0f + 1.0f / 64, -2.0f}));
+  // The same answer in f32 takes 2 more bytes per value.
+  EXPECT_EQ(expert_response_payload_bytes(8, 3072, ExpertOutput::F32) -
+                expert_response_payload_bytes(8, 3072, ExpertOutput::BF16),
+            8u * 3072 * 2);
+}
+
+TEST(Messages, Bf16ResponseKeepsEveryBf16BitPatternIncludingNaNs) {
+  // Every one of the 65536 bf16 patterns, signalling NaNs included, decodes and re-encodes to the same bytes.
+  ExpertResponse r{.request_id = 3, .n_outputs = 256, .n_embd = 256, .output = ExpertOutput::BF16, .outputs = {}};
+  for (uint32_t h = 0; h < 65536; ++h) r.outputs.push_back(bf16_to_f32(uint16_t(h)));
+  std::vector<uint8_t> b = encode_message(r);
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(b[9 + 17 + 2 * h] | b[9 + 17 + 2 * h + 1] << 8, int(h)) << h;
+  ProtoResult<Frame> f = decode_one_frame(b, kDefaultMaxPayloadBytes);
+  ASSERT_TRUE(f);
+  ProtoResult<Message> back = decode_message(*f);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(encode_message(*back), b);
+}
+
+TEST(Messages, UnknownOutputFormatIsRefused) {
+  ExpertRequest q{.request_id = 7, .layer = 3, .act_type = GgmlType::Q8_0, .act_row_bytes = 34,
+                  .row_expert_counts = {1}, .expert_ids = {17}, .activations = std::vector<uint8_t>(34, 1)};
+  std::vector<uint8_t> b = encode_message(q);
+  b[9 + 32] = 2;  // the output format byte
+  ProtoResult<Message> m = decode_message(FrameType::EXPERT_REQUEST, std::span(b).subspan(9));
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().kind, ProtoErrorKind::BAD_VALUE);
+  EXPECT_NE(m.error().message.find("output format 2"), std::string::npos) << m.error().message;
+  ExpertResponse r{.request_id = 9, .n_outputs = 1, .n_embd = 1, .output = ExpertOutput::F32, .outputs = {1.0f}};
+  std::vector<uint8_t> rb = encode_message(r);
+  rb[9 + 16] = 7;
+  ProtoResult<Message> mr = decode_message(FrameType::EXPERT_RESPONSE, std::span(rb).subspan(9));
+  ASSERT_FALSE(mr);
+  EXPECT_EQ(mr.error().kind, ProtoErrorKind::BAD_VALUE);
 }
 
 TEST(Messages, HelloBytesStartWithMagicAndVersion) {
