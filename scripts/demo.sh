@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: install dependencies, build, then run essaim on an embedded default —
 # a synthetic model written by `essaim synth` (no weights can be downloaded here) — as a local swarm: the
-# model cut into expert slices, three `essaim worker` processes each holding a third of every layer's
-# experts, a backbone generating text through them, the sharded logits compared with the monolithic
+# model cut into expert slices, served by `essaim coordinator`, three `essaim worker` processes that join the
+# coverage market by themselves (each volunteers, downloads and serves two slices), a backbone generating
+# text through the coordinator's live expert map, the sharded logits compared with the monolithic
 # ones (max |Δ| must be 0; docs/dispatch.md), and `essaim serve` on the same swarm answering one
 # OpenAI-style chat request (docs/serve.md).
 set -euo pipefail
@@ -22,20 +23,39 @@ echo "== essaim slice: cut every layer into slices of 2 experts (byte ranges of 
 rm -rf "$out/slices"
 "$bin" slice -m "$out/tiny-q4k.gguf" --plan 2 -o "$out/slices"
 
-echo "== essaim worker x3: each serves experts 0-1, 2-3 or 4-5 of every layer (port 0: the OS picks)"
-worker_pids=()
-trap 'kill "${worker_pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-workers=()
-for experts in 0-1 2-3 4-5; do
-  "$bin" worker --slice "$out/slices/qwen3moe.L0.E$experts.gguf" --slice "$out/slices/qwen3moe.L1.E$experts.gguf" \
-    --listen 127.0.0.1:0 --threads 1 --quiet > "$out/worker.E$experts.out" &
-  worker_pids+=($!)
-  for _ in $(seq 100); do grep -q '^listening on ' "$out/worker.E$experts.out" && break; sleep 0.1; done
-  address=$(sed -n 's/^listening on //p' "$out/worker.E$experts.out")
-  [ -n "$address" ] || { echo "worker for experts $experts did not start" >&2; exit 1; }
-  echo "worker for experts $experts of each layer on $address"
-  workers+=(--worker "$address")
+echo "== essaim coordinator: the coverage market for these slices (SQLite; port 0: the OS picks)"
+admin=demo-admin-token-0123456789
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+rm -rf "$out/market" && mkdir -p "$out/market"
+"$bin" coordinator --model "$out/tiny-q4k.gguf" --slices "$out/slices" --db "$out/market/coord.sqlite" \
+  --listen 127.0.0.1:0 --admin-token "$admin" --replicas 1 --heartbeat-s 2 > "$out/market/coord.out" 2> "$out/market/coord.err" &
+pids+=($!)
+for _ in $(seq 100); do grep -q '^listening on ' "$out/market/coord.out" && break; sleep 0.1; done
+coordinator="http://$(sed -n 's/^listening on //p' "$out/market/coord.out")"
+[ "$coordinator" != "http://" ] || { echo "the coordinator did not start:" >&2; cat "$out/market/coord.err" >&2; exit 1; }
+echo "coordinator on $coordinator"
+
+echo "== essaim worker x3: each joins by itself with a 0.5 MiB budget (two slices): volunteers, downloads, serves"
+start=$(date +%s.%N)
+for i in 1 2 3; do
+  token=$(curl -sf -X POST "$coordinator/api/nodes" -H "Authorization: Bearer $admin" -d "{\"name\":\"demo-$i\"}" \
+    | sed -n 's/.*"token":"\([0-9a-f]*\)".*/\1/p')
+  [ -n "$token" ] || { echo "could not register worker $i" >&2; exit 1; }
+  "$bin" worker --coordinator "$coordinator" --token "$token" --budget-mb 0.5 --data-dir "$out/market/worker$i" \
+    --listen 127.0.0.1:0 --threads 1 --quiet > "$out/market/worker$i.out" 2> "$out/market/worker$i.err" &
+  pids+=($!)
 done
+held=0
+for _ in $(seq 300); do
+  held=$(curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin" | grep -o '"expert_first"' | wc -l)
+  [ "$held" -ge 6 ] && break
+  sleep 0.1
+done
+[ "$held" -ge 6 ] || { echo "the swarm did not cover the model:" >&2; cat "$out"/market/worker*.err >&2; exit 1; }
+echo "full coverage (6 slices on 3 workers) in $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s:"
+curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin"; echo
+workers=(--coordinator "$coordinator" --token "$admin")
 
 echo "== essaim run: the backbone generates through the swarm (greedy; random weights, so the text is noise)"
 "$bin" run -m "$out/tiny-q4k.gguf" -p "Once upon a time" -n 32 --temp 0 "${workers[@]}"
@@ -49,7 +69,7 @@ echo "== essaim npy-diff: the sharded logits equal the monolithic ones bit for b
 echo "== essaim serve: the OpenAI API on the same swarm (port 0: the OS picks), then one curl request"
 "$bin" serve -m "$out/tiny-q4k.gguf" --host 127.0.0.1 --port 0 -np 4 -c 512 -t 1 "${workers[@]}" \
   > "$out/serve.out" 2> "$out/serve.err" &
-worker_pids+=($!)
+pids+=($!)
 for _ in $(seq 100); do grep -q '^listening on ' "$out/serve.out" && break; sleep 0.1; done
 server=$(sed -n 's/^listening on //p' "$out/serve.out")
 [ -n "$server" ] || { echo "essaim serve did not start:" >&2; cat "$out/serve.err" >&2; exit 1; }
@@ -59,3 +79,6 @@ curl -sS "http://$server/v1/chat/completions" -H 'Content-Type: application/json
   -d '{"messages":[{"role":"user","content":"Hello, swarm!"}],"max_tokens":16,"temperature":0}'
 echo
 curl -sS "http://$server/metrics" | grep -E '^essaim_(serve_generated_tokens_total|dispatch_worker_pairs_served_total)'
+echo "== the market's ledger: the pairs each worker's answers were accepted for, and their audits"
+sleep 6  # the backbones report every 5 s
+curl -sS "$coordinator/api/rewards" -H "Authorization: Bearer $admin"; echo

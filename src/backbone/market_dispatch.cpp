@@ -106,7 +106,7 @@ Status MarketExpertExecutor::take_map(const std::string& text) {
   const std::string key = map_key(map);
   {
     std::lock_guard lock(state_mu_);
-    if (key == (pending_ ? pending_text_ : current_text_) && maps_taken_ > 0) return Status::ok();
+    if (key == (swap_pending_ ? pending_text_ : current_text_) && maps_taken_ > 0) return Status::ok();
   }
   std::unique_ptr<RemoteExpertExecutor> next;
   if (!map.workers.empty()) {
@@ -118,9 +118,8 @@ Status MarketExpertExecutor::take_map(const std::string& text) {
   }
   std::lock_guard lock(state_mu_);
   if (pending_) retired_executors_.push_back(std::move(pending_));  // never used: nothing to fold
-  pending_ = std::move(next);
+  pending_ = std::move(next);  // null for an empty map: the swap then installs "no executor" (all local)
   pending_text_ = key;
-  if (!pending_) pending_text_ = key;  // an empty map: the swap installs "no executor"
   if (maps_taken_ == 0) {
     current_ = std::move(pending_);
     current_text_ = key;
