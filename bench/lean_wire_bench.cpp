@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backbone/remote_executor.h"
@@ -158,6 +159,10 @@ json run_case(const Options& o, const ModelCase& c, ThreadPool& pool) {
     Result<std::unique_ptr<backbone::RemoteExpertExecutor>> remote =
         backbone::remote_executor_for_model(m, map, &pool, dopt);
     if (!remote) die(remote.status().message());
+    // The first handshake hashes the experts each worker claims (the weights check); with big experts that
+    // can outlast a worker's handshake deadline, and the retry after the backoff finds the digests cached.
+    for (int i = 0; i < 900 && (*remote)->connected() != size_t(o.workers); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if ((*remote)->connected() != size_t(o.workers)) die("not every worker connected: " + (*remote)->stats().to_json());
     const std::vector<float> sharded = eval_logits(m, tokens, **remote, pool);
     const std::vector<float>& want = mode == ExpertOutput::BF16 ? mono_bf16 : mono_f32;
