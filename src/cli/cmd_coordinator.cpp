@@ -93,7 +93,9 @@ void register_coordinator(CLI::App& app, int& exit_code) {
   cmd->add_option("--slices", a->slices, "Directory of the slices and manifest.json (cut there when it has no manifest)")->required();
   cmd->add_option("--db", a->db, "SQLite file path, or a postgresql:// URL")->required();
   cmd->add_option("--listen", a->listen, "HOST:PORT to serve HTTP on (port 0: the OS chooses)")->capture_default_str();
-  cmd->add_option("--admin-token", a->admin_token, "The admin token (registers and revokes nodes), 16+ characters")->required();
+  // Also from the environment, so the token need not appear in `ps` output.
+  cmd->add_option("--admin-token", a->admin_token, "The admin token (registers and revokes nodes), 16+ characters")
+      ->required()->envname("ESSAIM_ADMIN_TOKEN");
   cmd->add_option("--replicas", a->replicas, "Holders wanted per slice")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--heartbeat-s", a->heartbeat_s, "Seconds between node heartbeats (a node silent 3x this is no longer a holder)")
       ->capture_default_str()->check(CLI::Range(1, 3600));
