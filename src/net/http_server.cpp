@@ -269,6 +269,10 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(server_.limits.write_deadline);
     asio::async_write(stream_, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
       self->writing_ = false;
+      if (self->closed_) {  // closed while this write was in flight (its completion was already queued)
+        self->out_.clear();
+        return;
+      }
       if (ec) return self->client_gone();
       std::function<void()> written = std::move(self->out_.front().written);
       self->out_.pop_front();
@@ -292,7 +296,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
-    out_.clear();
+    // A write in flight still reads out_.front() (the reactor may be copying it to the socket on another
+    // thread): that one stays until its completion runs.
+    if (writing_) {
+      while (out_.size() > 1) out_.pop_back();
+      out_.front().written = nullptr;
+    } else {
+      out_.clear();
+    }
     beast::error_code ignored;
     stream_.socket().close(ignored);
     if (!complete_ && on_disconnect_) {
