@@ -306,8 +306,16 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
       std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, cfg.heartbeat_s);
       std::set<std::tuple<std::string, int64_t, int64_t>> holds;
       for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
+      // A reservation stands for a download in progress; one of a node that is gone (revoked, dropped, or
+      // heartbeating before and silent for 3 heartbeats now) downloads nothing, so it must not hide a scarce range.
+      std::set<std::string> gone;
+      for (const NodeRow& n : s.nodes) {
+        const std::string st = node_status(n, now_ms, cfg.heartbeat_s);
+        if (st == "revoked" || st == "dropped" || (st == "stale" && n.last_heartbeat_ms > 0)) gone.insert(n.node_id);
+      }
       for (const PendingRow& p : pending) {
         if (p.node_id == v->node_id) continue;  // its own earlier assignment is offered again
+        if (gone.count(p.node_id)) continue;
         if (holds.count({p.node_id, p.layer, p.expert_first})) continue;  // already counted as a holder
         for (size_t i = 0; i < cat.slices.size(); ++i) {
           if (cat.slices[i].layer == p.layer && cat.slices[i].expert_first == p.expert_first) ++holders[i];

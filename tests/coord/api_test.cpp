@@ -185,6 +185,28 @@ TEST_F(ApiTest, HeartbeatDemandVolunteerMapAndExpiry) {
   EXPECT_EQ(request(port_, "GET", "/api/expert-map", "", tb).j()["workers"].size(), 1u);
 }
 
+TEST_F(ApiTest, AReservationOfANodeThatWentSilentStopsCounting) {
+  auto volunteer = [&](const std::string& id, const std::string& token) {
+    return request(port_, "POST", "/api/expert-volunteer", json{{"node_id", id}, {"budget_bytes", 1200}}.dump(), token);
+  };
+  auto [e, te] = add_node("e");
+  ASSERT_EQ(heartbeat(e, te, json::array()).status, 200);
+  Reply ve = volunteer(e, te);
+  ASSERT_EQ(ve.j()["assign"].size(), 1u) << ve.body;
+  const json taken = ve.j()["assign"][0]["name"];
+  // While e is alive its reservation counts as a holder: another volunteer gets another slice.
+  auto [f, tf] = add_node("f");
+  Reply vf = volunteer(f, tf);
+  ASSERT_EQ(vf.j()["assign"].size(), 1u);
+  EXPECT_NE(vf.j()["assign"][0]["name"], taken);
+  // e is killed mid-download (silent for more than 3 heartbeats): its slice is offered to the next volunteer.
+  now_ += 31'000;
+  auto [g, tg] = add_node("g");
+  Reply vg = volunteer(g, tg);
+  ASSERT_EQ(vg.j()["assign"].size(), 1u);
+  EXPECT_EQ(vg.j()["assign"][0]["name"], taken);
+}
+
 TEST_F(ApiTest, UsageWorkRewardsAndDrop) {
   auto [a, ta] = add_node("a");
   ASSERT_EQ(heartbeat(a, ta, {holding(0), holding(2)}).status, 200);
