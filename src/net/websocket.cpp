@@ -188,7 +188,7 @@ class WsImpl final : public WsStream {
     size_t n = std::min(buf.size(), front.size() - front_pos_);
     std::memcpy(buf.data(), front.data() + front_pos_, n);
     front_pos_ += n;
-    if (front_pos_ == front.size()) pop_front_locked();
+    if (front_pos_ == front.size()) pop_front_locked(front.size());
     return n;
   }
 
@@ -196,9 +196,10 @@ class WsImpl final : public WsStream {
     std::unique_lock lk(mu_);
     NetStatus ready = wait_readable(lk, deadline);
     if (!ready) return ready.error();
+    const size_t size = inbox_.front().size();
     std::vector<uint8_t> m = std::move(inbox_.front());
     if (front_pos_ != 0) m.erase(m.begin(), m.begin() + ptrdiff_t(front_pos_));
-    pop_front_locked();
+    pop_front_locked(size);
     return m;
   }
 
@@ -258,9 +259,9 @@ class WsImpl final : public WsStream {
       bool up;
       {
         std::lock_guard lk(mu_);
-        up = upgraded_ && !read_ended_;
+        up = upgraded_;
       }
-      if (!up) {
+      if (!up || !ws_.is_open()) {  // not upgraded, or a close frame went either way already
         shut_socket();
         timer_.cancel();
         done_one();
@@ -348,8 +349,8 @@ class WsImpl final : public WsStream {
     return from_ec(read_ec_, peer_, "read");
   }
 
-  void pop_front_locked() {
-    inbox_bytes_ -= inbox_.front().size();
+  void pop_front_locked(size_t front_size) {
+    inbox_bytes_ -= front_size;  // (the front may have been moved from already)
     inbox_.pop_front();
     front_pos_ = 0;
     if (!reading_ && !read_ended_ && inbox_bytes_ < limits_.read_ahead_bytes) {
