@@ -252,6 +252,7 @@ struct RelayServer::Impl {
         return;
       }
       net::NetStatus st = to->write_message(*m, net::deadline_in(opts.write_stall));
+      const std::string to_name = st ? std::string() : to->peer_name();  // `to` may go once writers_to drops
       {
         std::lock_guard pl(pair.mu);
         pair.writers_to[other]--;
@@ -261,7 +262,7 @@ struct RelayServer::Impl {
         const DropReason why = st.error().kind == net::NetErrorKind::TIMEOUT ? DropReason::STALLED_PEER : DropReason::PEER_GONE;
         dropped_messages[size_t(why)]++;
         dropped_bytes[size_t(why)] += m->size();
-        if (why == DropReason::STALLED_PEER) log("dropping a pair: " + to->peer_name() + " stopped reading");
+        if (why == DropReason::STALLED_PEER) log("dropping a pair: " + to_name + " stopped reading");
         close_other(pair, me, WsCloseCode::INTERNAL, why == DropReason::STALLED_PEER ? "stalled: did not read in time" : "gone");
         mine.close_with(WsCloseCode::INTERNAL, why == DropReason::STALLED_PEER ? "the peer stopped reading" : "the peer is gone");
         return;
