@@ -55,6 +55,10 @@ struct DispatchOptions {
   size_t max_requests_per_worker = 8;    // per layer call; pairs beyond are computed locally (OVERLOADED)
   uint32_t audit_every = 0;              // recompute every Nth answer from the replica and compare (0 = off)
   std::string label = "essaim backbone";  // sent in the HELLO, for the workers' logs
+  // Workers behind a relay (addresses ws[s]://HOST:PORT/node/NODE_ID, docs/relay.md): this node's token,
+  // presented to the relay, and an extra CA file to trust for wss:// (besides the system store).
+  std::string relay_token;
+  std::string relay_ca_file;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).

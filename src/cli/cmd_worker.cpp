@@ -5,6 +5,7 @@
 //   essaim worker --slice m.L03.E00-15.gguf --slice m.L04.E00-15.gguf --listen 0.0.0.0:9000 --threads 4
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
+//   essaim worker --slice m.L03.E00-15.gguf --relay wss://relay.example.org:443 --token T  # behind NAT (docs/relay.md)
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
 // error (docs/cli.md).
@@ -24,6 +25,7 @@
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
+#include "relay/relay_client.h"
 #include "worker/compute_device.h"
 #include "worker/worker.h"
 
@@ -46,6 +48,9 @@ struct Args {
   std::string label;
   bool quiet = false;
   std::string device = "cpu";
+  // Behind NAT: dial out to a relay instead of listening (docs/relay.md).
+  std::string relay, token, ca_file;
+  size_t relay_idle = 2;
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -77,6 +82,13 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_flag("-q,--quiet", a.quiet, "Do not log connections");
   cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
       ->capture_default_str();
+  cmd.add_option("--relay", a.relay, "ws[s]://HOST:PORT of a relay to serve through (no port opened here; needs --token)");
+  cmd.add_option("--token", a.token, "This node's token, presented to the relay");
+  cmd.add_option("--ca-file", a.ca_file, "Extra PEM CA certificate to trust for a wss:// relay (besides the system store)")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--relay-idle", a.relay_idle, "Idle connections kept registered at the relay (backbones take one each)")
+      ->check(CLI::Range(size_t(1), size_t(64)))
+      ->capture_default_str();
 }
 
 std::string holdings_text(const worker::WorkerState& s) {
@@ -98,6 +110,8 @@ Args resolve(Args a) {
   } else if (!a.experts.empty() || !a.layers.empty()) {
     throw UsageError("--experts and --layers choose slices of a --slices folder");
   }
+  if (!a.relay.empty() && a.token.empty()) throw UsageError("--relay needs --token (this node's token)");
+  if (a.relay.empty() && (!a.token.empty() || !a.ca_file.empty())) throw UsageError("--token and --ca-file go with --relay");
   if (a.slices.empty() && a.slices_dir.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
   if (!a.host.empty() || a.port >= 0) {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
@@ -137,18 +151,6 @@ int run(Args a) {
     std::fprintf(stderr, "essaim worker: --device %s: %s\n", a.device.c_str(), device.status().message().c_str());
     return 2;
   }
-  net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
-  if (!where) {
-    std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
-    return kExitUsage;
-  }
-  net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
-  if (!listener) {
-    std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
-    return 1;
-  }
-  const uint16_t port = (*listener)->port();
-
   worker::WorkerOptions options{
       .label = a.label,
       .threads = a.threads,
@@ -166,10 +168,42 @@ int run(Args a) {
                digest_hex(state->model()).c_str(), state->source_architecture().c_str(), state->slices().size(),
                double(state->slice_bytes()) / (1 << 20), holdings_text(*state).c_str(),
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
-  net::StreamServer server(std::move(*listener), [&w](net::ByteStream& s) { w.serve_connection(s); },
+  std::unique_ptr<net::Acceptor> acceptor;
+  std::string where_text;
+  if (!a.relay.empty()) {
+    net::NetResult<net::WsUrl> url = net::parse_ws_url(a.relay);
+    if (!url) {
+      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", a.relay.c_str(), url.error().message.c_str());
+      return kExitUsage;
+    }
+    relay::RelayAcceptor::Options ro{.relay = *url, .token = a.token, .build = {}, .ws = {.ca_file = a.ca_file},
+                                     .idle_connections = a.relay_idle};
+    ro.build.model = w.hello().model;
+    ro.build.protocol_version = w.hello().version;
+    ro.build.kernel_abi = w.hello().fingerprint.kernel_abi;
+    if (!a.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    acceptor = std::make_unique<relay::RelayAcceptor>(std::move(ro));
+    where_text = url->text();
+    where_text.resize(where_text.size() - url->path.size());  // "ws://host:port": the port is the relay's
+  } else {
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
+    if (!where) {
+      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
+      return kExitUsage;
+    }
+    net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
+    if (!listener) {
+      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
+      return 1;
+    }
+    const uint16_t port = (*listener)->port();
+    where_text = where->first + ":" + std::to_string(port);
+    acceptor = std::move(*listener);
+  }
+  net::StreamServer server(std::move(acceptor), [&w](net::ByteStream& s) { w.serve_connection(s); },
                            {.on_refused = [&w](net::ByteStream& s) { w.refuse_over_capacity(s); }});
-  // Tests and scripts wait for this line and read the port from it.
-  std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
+  // Tests and scripts wait for this line and read the port from it (the relay's, behind a relay).
+  std::printf("listening on %s\n", where_text.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -23,8 +23,12 @@ std::string index_ranges_text(const std::vector<int32_t>& layers) {
 }  // namespace
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
-  cmd.add_option("--worker", f.workers, "Expert worker HOST:PORT to dispatch to (repeatable; holdings learned at "
-                                        "the handshake; earlier workers are preferred for shared experts)");
+  cmd.add_option("--worker", f.workers, "Expert worker HOST:PORT, or ws[s]://RELAY:PORT/node/NODE_ID behind a relay, to "
+                                        "dispatch to (repeatable; holdings learned at the handshake; earlier workers are "
+                                        "preferred for shared experts)");
+  cmd.add_option("--token", f.token, "This node's token, presented to relays (workers at ws[s]:// addresses)");
+  cmd.add_option("--ca-file", f.ca_file, "Extra PEM CA certificate to trust for wss:// relays (besides the system store)")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--expert-map", f.expert_map, "JSON expert map: workers and, optionally, what to route to each")
       ->check(CLI::ExistingFile);
   cmd.add_option("--worker-timeout-ms", f.timeout_ms,
@@ -104,6 +108,8 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   backbone::DispatchOptions options;
   options.timeout = std::chrono::milliseconds(f.timeout_ms);
   options.audit_every = f.audit_every;
+  options.relay_token = f.token;
+  options.relay_ca_file = f.ca_file;
   if (f.verbose) {
     const std::string prefix = std::string(who) + ": ";
     options.link.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };

@@ -30,6 +30,8 @@ struct DispatchFlags {
   bool verbose = false;              // log worker sessions to stderr
   uint32_t audit_every = 0;
   bool require_workers = false;      // a worker down or a layer uncovered at start is an error
+  std::string token;                 // this node's token, for workers behind a relay (ws[s]:// addresses)
+  std::string ca_file;               // an extra CA to trust for wss:// relays
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);

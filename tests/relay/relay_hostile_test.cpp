@@ -166,6 +166,9 @@ TEST(RelayHostile, TlsGarbage) {
   auto relay = start_relay({.tls = net::WsServerTls{cert.cert, cert.key}});
   (void)raw_exchange(relay->port(), kUpgrade, 1000ms);  // plain text into TLS
   (void)raw_exchange(relay->port(), std::string("\x16\x03\x01\x00\x05hello", 10), 1000ms);
+  // Counted once the failed connection is cleaned up, on the listener's thread.
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().listener.handshake_failures < 2 && net::Clock::now() < until) std::this_thread::sleep_for(20ms);
   EXPECT_GE(relay->stats().listener.handshake_failures, 2u);
   std::filesystem::remove_all(cert.dir);
 }
