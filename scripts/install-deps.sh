@@ -11,6 +11,7 @@ packages=(
   libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
   curl                               # the demo talks to essaim serve
+  openssl                            # the relay tests make throw-away TLS certificates with it
   jq                                 # scripts/bench-vs-llama.sh (JSON of the comparison)
 )
 # The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
