@@ -652,16 +652,20 @@ WsListener::WsListener(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 WsListener::~WsListener() {
   close();
-  impl_->runner.stop();
-  // Run what was still queued (finished handshakes to destroy): their handlers hold the Impl.
-  impl_->runner.ioc.restart();
-  impl_->runner.ioc.poll();
+  // The streams still in their handshake first: destroying one joins its thread, so none of their
+  // callbacks (which hold the Impl for a moment) is left running; then the accept thread.
   std::map<uint64_t, std::unique_ptr<WsStream>> handshaking;
   {
     std::lock_guard lk(impl_->mu);
     handshaking.swap(impl_->handshaking);
-    impl_->ready.clear();
   }
+  handshaking.clear();
+  impl_->runner.stop();
+  // Run what was still queued (finish() calls for streams gone already): they hold the Impl.
+  impl_->runner.ioc.restart();
+  impl_->runner.ioc.poll();
+  std::lock_guard lk(impl_->mu);
+  impl_->ready.clear();
 }
 
 uint16_t WsListener::port() const { return impl_->port; }
