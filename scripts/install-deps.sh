@@ -11,6 +11,7 @@ packages=(
   libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
   curl                               # the demo talks to essaim serve
+  openssl                            # the relay tests make throw-away TLS certificates with it
   jq                                 # scripts/bench-vs-llama.sh (JSON of the comparison)
   libpq-dev postgresql               # the coordinator's PostgreSQL store; its tests start a throw-away cluster
   chromium                           # the coordinator dashboard's headless-browser test

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "net/tcp.h"
+#include "net/websocket.h"
+#include "relay/relay_client.h"
 
 namespace essaim::backbone {
 namespace {
@@ -13,6 +15,12 @@ namespace {
 using json = nlohmann::json;
 
 Status check_address(const std::string& address, const std::string& where) {
+  if (net::looks_like_ws_url(address)) {  // a worker behind a relay: ws[s]://HOST:PORT/node/NODE_ID
+    net::NetResult<net::WsUrl> url = net::parse_ws_url(address);
+    if (!url) return Status::error(where + ": " + url.error().message);
+    Result<std::string> node = relay::node_id_of_url(*url);
+    return node ? Status::ok() : Status::error(where + ": " + node.status().message());
+  }
   net::NetResult<std::pair<std::string, uint16_t>> hp = net::parse_host_port(address);
   if (!hp) return Status::error(where + ": '" + address + "' is not HOST:PORT: " + hp.error().message);
   if (hp->second == 0) return Status::error(where + ": '" + address + "' has port 0; give the worker's port");

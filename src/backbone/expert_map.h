@@ -33,7 +33,7 @@ inline constexpr size_t kMaxMapWorkers = 4096;
 inline constexpr size_t kMaxMapHoldings = 1u << 20;  // over all workers
 
 struct WorkerEndpoint {
-  std::string address;  // "host:port" (checked by net::parse_host_port); the worker's name in stats
+  std::string address;  // "host:port", or "ws[s]://relay:port/node/NODE_ID" behind a relay; the worker's name in stats
   std::string label;    // optional human name from the map file
   // nullopt: route whatever the worker announces. Otherwise route only experts both declared here and
   // announced by the worker (an operator pinning replicas to experts).

@@ -7,6 +7,7 @@
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
 #include "net/tcp.h"
+#include "relay/relay_client.h"
 
 namespace essaim::backbone {
 namespace {
@@ -161,6 +162,21 @@ Result<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::create(const
                                                                            DispatchOptions options) {
   std::vector<DispatchEndpoint> endpoints;
   for (const WorkerEndpoint& w : map.workers) {
+    if (net::looks_like_ws_url(w.address)) {
+      if (options.relay_token.empty()) return Status::error("worker '" + w.address + "' is behind a relay: give --token");
+      net::NetResult<net::WsUrl> url = net::parse_ws_url(w.address);
+      if (!url) return Status::error("worker '" + w.address + "': " + url.error().message);
+      ESSAIM_ASSIGN_OR_RETURN(std::string node, relay::node_id_of_url(*url));
+      const proto::Hello mine = backbone_hello(model, options.label);
+      relay::Preamble pre{.role = relay::RelayRole::BACKBONE, .token = options.relay_token,
+                          .build = {.model = mine.model, .protocol_version = mine.version,
+                                    .kernel_abi = mine.fingerprint.kernel_abi},
+                          .node_id = node};
+      endpoints.push_back(DispatchEndpoint{.name = w.address,
+                                           .connect = relay_connector(*url, std::move(pre), options.relay_ca_file),
+                                           .declared = w.holdings});
+      continue;
+    }
     net::NetResult<std::pair<std::string, uint16_t>> hp = net::parse_host_port(w.address);
     if (!hp) return Status::error("worker '" + w.address + "': " + hp.error().message);
     endpoints.push_back(DispatchEndpoint{.name = w.address, .connect = tcp_connector(hp->first, hp->second),

@@ -68,6 +68,10 @@ struct DispatchOptions {
   // Which live replica serves a pair, and hedging of late requests (backbone/replica_choice.h). The default
   // is map order without hedging (what M1 pinned); `essaim run/eval/serve` choose the nearest and hedge.
   ReplicaChoiceOptions replicas;
+  // Workers behind a relay (addresses ws[s]://HOST:PORT/node/NODE_ID, docs/relay.md): this node's token,
+  // presented to the relay, and an extra CA file to trust for wss:// (besides the system store).
+  std::string relay_token;
+  std::string relay_ca_file;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).

@@ -6,12 +6,22 @@
 
 #include "backbone/expert_map.h"
 #include "net/tcp.h"
+#include "relay/relay_client.h"
 
 namespace essaim::backbone {
 
 Connector tcp_connector(std::string host, uint16_t port) {
   return [host = std::move(host), port](net::Deadline deadline) -> net::NetResult<std::unique_ptr<net::ByteStream>> {
     net::NetResult<std::unique_ptr<net::TcpStream>> s = net::tcp_connect(host, port, deadline);
+    if (!s) return s.error();
+    return std::unique_ptr<net::ByteStream>(std::move(*s));
+  };
+}
+
+Connector relay_connector(net::WsUrl url, relay::Preamble preamble, std::string ca_file) {
+  return [url = std::move(url), preamble = std::move(preamble), ca_file = std::move(ca_file)](
+             net::Deadline deadline) -> net::NetResult<std::unique_ptr<net::ByteStream>> {
+    net::NetResult<std::unique_ptr<net::WsStream>> s = relay::relay_connect(url, preamble, {.ca_file = ca_file}, deadline);
     if (!s) return s.error();
     return std::unique_ptr<net::ByteStream>(std::move(*s));
   };

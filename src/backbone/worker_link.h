@@ -33,6 +33,8 @@
 #include "backbone/dispatch_stats.h"
 #include "net/byte_stream.h"
 #include "net/frame_connection.h"
+#include "net/websocket.h"
+#include "relay/preamble.h"
 #include "proto/handshake.h"
 #include "proto/messages.h"
 
@@ -41,6 +43,8 @@ namespace essaim::backbone {
 // Opens a byte stream to a worker before the deadline (TCP, or an in-memory pipe in tests).
 using Connector = std::function<net::NetResult<std::unique_ptr<net::ByteStream>>(net::Deadline)>;
 Connector tcp_connector(std::string host, uint16_t port);
+// A worker behind a relay (docs/relay.md): dial the relay, present `preamble`, wait for PAIRED.
+Connector relay_connector(net::WsUrl url, relay::Preamble preamble, std::string ca_file);
 
 struct LinkOptions {
   std::chrono::milliseconds connect_timeout{2000};  // connect + handshake, per attempt

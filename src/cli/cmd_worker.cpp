@@ -6,6 +6,7 @@
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
 //   essaim worker --coordinator http://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
+//   essaim worker --slice m.L03.E00-15.gguf --relay wss://relay.example.org:443 --token T  # behind NAT (docs/relay.md)
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
 // error (docs/cli.md).
@@ -26,6 +27,7 @@
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
+#include "relay/relay_client.h"
 #include "worker/compute_device.h"
 #include "worker/worker.h"
 
@@ -49,9 +51,13 @@ struct Args {
   bool quiet = false;
   std::string device = "cpu";
   // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
-  std::string coordinator, token, data_dir, advertise;
+  std::string coordinator, data_dir, advertise;
   double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
   std::string expert_output = "any";
+  // Behind NAT: dial out to a relay instead of listening (docs/relay.md).
+  std::string relay, ca_file;
+  size_t relay_idle = 2;
+  std::string token;  // this node's token: the coordinator's and the relay's
 };
 
 void add_options(CLI::App& cmd, Args& a) {
@@ -85,7 +91,7 @@ void add_options(CLI::App& cmd, Args& a) {
       ->capture_default_str();
   cmd.add_option("--coordinator", a.coordinator,
                  "http://HOST:PORT of a coordinator: volunteer, download the assigned slices and serve them");
-  cmd.add_option("--token", a.token, "With --coordinator: this node's token (from POST /api/nodes)");
+  cmd.add_option("--token", a.token, "This node's token (from POST /api/nodes), for --coordinator and --relay");
   cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold (fractions allowed)")
       ->check(CLI::Range(0.001, double(1 << 30)));
   cmd.add_option("--data-dir", a.data_dir, "With --coordinator: where slices are kept (re-verified at start)");
@@ -94,6 +100,11 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--expert-output", a.expert_output,
                  "Output formats answered: any (f32 or bf16, as each backbone asks), f32 or bf16 (others refused)")
       ->check(CLI::IsMember({"any", "f32", "bf16"}))
+  cmd.add_option("--relay", a.relay, "ws[s]://HOST:PORT of a relay to serve through (no port opened here; needs --token)");
+  cmd.add_option("--ca-file", a.ca_file, "Extra PEM CA certificate to trust for a wss:// relay (besides the system store)")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--relay-idle", a.relay_idle, "Idle connections kept registered at the relay (backbones take one each)")
+      ->check(CLI::Range(size_t(1), size_t(64)))
       ->capture_default_str();
 }
 
@@ -115,8 +126,8 @@ Args resolve(Args a) {
       throw UsageError("--coordinator needs --token, --budget-mb and --data-dir");
     }
     if (a.device != "cpu") throw UsageError("--coordinator workers compute on the CPU for now (--device cpu)");
-  } else if (!a.token.empty() || a.budget_mb > 0 || !a.data_dir.empty() || !a.advertise.empty()) {
-    throw UsageError("--token, --budget-mb, --data-dir and --advertise go with --coordinator");
+  } else if (a.budget_mb > 0 || !a.data_dir.empty() || !a.advertise.empty()) {
+    throw UsageError("--budget-mb, --data-dir and --advertise go with --coordinator");
   }
   if (!a.slices_dir.empty()) {
     if (a.experts.empty()) throw UsageError("--slices needs --experts A-B (and optionally --layers A-B)");
@@ -125,6 +136,11 @@ Args resolve(Args a) {
   } else if (!a.experts.empty() || !a.layers.empty()) {
     throw UsageError("--experts and --layers choose slices of a --slices folder");
   }
+  if (!a.relay.empty() && a.token.empty()) throw UsageError("--relay needs --token (this node's token)");
+  if (!a.relay.empty() && !a.coordinator.empty())
+    throw UsageError("--relay and --coordinator together are not supported yet: a self-joining worker listens on --listen");
+  if (a.relay.empty() && a.coordinator.empty() && (!a.token.empty() || !a.ca_file.empty()))
+    throw UsageError("--token goes with --relay or --coordinator, --ca-file with --relay");
   if (a.slices.empty() && a.slices_dir.empty() && a.coordinator.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
   if (!a.host.empty() || a.port >= 0) {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
@@ -175,18 +191,6 @@ int run(Args a) {
     std::fprintf(stderr, "essaim worker: --device %s: %s\n", a.device.c_str(), device.status().message().c_str());
     return 2;
   }
-  net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
-  if (!where) {
-    std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
-    return kExitUsage;
-  }
-  net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
-  if (!listener) {
-    std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
-    return 1;
-  }
-  const uint16_t port = (*listener)->port();
-
   worker::WorkerOptions options{
       .label = a.label,
       .threads = a.threads,
@@ -205,10 +209,42 @@ int run(Args a) {
                digest_hex(state->model()).c_str(), state->source_architecture().c_str(), state->slices().size(),
                double(state->slice_bytes()) / (1 << 20), holdings_text(*state).c_str(),
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
-  net::StreamServer server(std::move(*listener), [&w](net::ByteStream& s) { w.serve_connection(s); },
+  std::unique_ptr<net::Acceptor> acceptor;
+  std::string where_text;
+  if (!a.relay.empty()) {
+    net::NetResult<net::WsUrl> url = net::parse_ws_url(a.relay);
+    if (!url) {
+      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", a.relay.c_str(), url.error().message.c_str());
+      return kExitUsage;
+    }
+    relay::RelayAcceptor::Options ro{.relay = *url, .token = a.token, .build = {}, .ws = {.ca_file = a.ca_file},
+                                     .idle_connections = a.relay_idle};
+    ro.build.model = w.hello().model;
+    ro.build.protocol_version = w.hello().version;
+    ro.build.kernel_abi = w.hello().fingerprint.kernel_abi;
+    if (!a.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    acceptor = std::make_unique<relay::RelayAcceptor>(std::move(ro));
+    where_text = url->text();
+    where_text.resize(where_text.size() - url->path.size());  // "ws://host:port": the port is the relay's
+  } else {
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
+    if (!where) {
+      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
+      return kExitUsage;
+    }
+    net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
+    if (!listener) {
+      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
+      return 1;
+    }
+    const uint16_t port = (*listener)->port();
+    where_text = where->first + ":" + std::to_string(port);
+    acceptor = std::move(*listener);
+  }
+  net::StreamServer server(std::move(acceptor), [&w](net::ByteStream& s) { w.serve_connection(s); },
                            {.on_refused = [&w](net::ByteStream& s) { w.refuse_over_capacity(s); }});
-  // Tests and scripts wait for this line and read the port from it.
-  std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
+  // Tests and scripts wait for this line and read the port from it (the relay's, behind a relay).
+  std::printf("listening on %s\n", where_text.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

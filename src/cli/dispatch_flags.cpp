@@ -26,8 +26,13 @@ std::string index_ranges_text(const std::vector<int32_t>& layers) {
 }  // namespace
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
-  cmd.add_option("--worker", f.workers, "Expert worker HOST:PORT to dispatch to (repeatable; holdings learned at "
-                                        "the handshake; earlier workers are preferred for shared experts)");
+  cmd.add_option("--worker", f.workers, "Expert worker HOST:PORT, or ws[s]://RELAY:PORT/node/NODE_ID behind a relay, to "
+                                        "dispatch to (repeatable; holdings learned at the handshake; earlier workers are "
+                                        "preferred for shared experts)");
+  cmd.add_option("--token", f.token,
+                 "This node's token: presented to relays (workers at ws[s]:// addresses) and to the --coordinator");
+  cmd.add_option("--ca-file", f.ca_file, "Extra PEM CA certificate to trust for wss:// relays (besides the system store)")
+      ->check(CLI::ExistingFile);
   cmd.add_option("--expert-map", f.expert_map, "JSON expert map: workers and, optionally, what to route to each")
       ->check(CLI::ExistingFile);
   cmd.add_option("--worker-timeout-ms", f.timeout_ms,
@@ -40,7 +45,6 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                  "http://HOST:PORT of a coordinator: dispatch to its live expert map, report usage and work")
       ->excludes("--worker")
       ->excludes("--expert-map");
-  cmd.add_option("--token", f.token, "With --coordinator: a node token (or the admin token)");
   cmd.add_option("--map-refresh-ms", f.map_refresh_ms, "With --coordinator: how often the expert map is fetched")
       ->check(CLI::Range(int64_t(50), int64_t(3'600'000)))
       ->capture_default_str();
@@ -146,6 +150,8 @@ Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool
   options.dispatch.audit_every = f.audit_every;
   options.dispatch.adaptive_audit = f.audit_every == 0 && !f.no_audit;
   options.dispatch.expert_output = output;
+  options.dispatch.relay_token = f.token;  // workers the market lists at ws[s]:// relay addresses
+  options.dispatch.relay_ca_file = f.ca_file;
   apply_replica_flags(f, options.dispatch);
   if (f.verbose) {
     options.dispatch.link.log = [prefix](const std::string& line) {
@@ -184,6 +190,8 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   options.audit_every = f.audit_every;
   options.expert_output = *output;
   apply_replica_flags(f, options);
+  options.relay_token = f.token;
+  options.relay_ca_file = f.ca_file;
   if (f.verbose) {
     const std::string prefix = std::string(who) + ": ";
     options.link.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };

@@ -30,6 +30,19 @@ TEST(ExpertMap, AddressesFromFlags) {
   }
 }
 
+TEST(ExpertMap, RelayAddressesNameANode) {
+  const std::vector<std::string> ok = {"ws://127.0.0.1:8443/node/w1", "wss://relay.example.org/node/n-00ab"};
+  EXPECT_TRUE(expert_map_from_addresses(ok));
+  for (const std::string bad : {"ws://127.0.0.1:8443/", "ws://127.0.0.1:8443/node/", "wss://h:0/node/w1",
+                                "ws://:1/node/w1", "ws://h:1/node/a/b", "ws://h:99999/node/w1"}) {
+    const std::vector<std::string> one = {bad};
+    EXPECT_FALSE(expert_map_from_addresses(one)) << bad;
+  }
+  auto parsed = expert_map_parse(R"({"workers": [{"address": "wss://relay:443/node/w1"}]})");
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  EXPECT_EQ(parsed->workers[0].address, "wss://relay:443/node/w1");
+}
+
 TEST(ExpertMap, ParsesTheDocumentedForm) {
   Result<ExpertMap> m = expert_map_parse(R"({
     "format": "essaim-expert-map", "version": 1,

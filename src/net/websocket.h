@@ -1,0 +1,138 @@
+// WebSocket transports (RFC 6455, Boost.Beast; TLS through OpenSSL): a client stream over ws:// and
+// wss://, and a listener that upgrades incoming connections and answers plain HTTP requests (GET /metrics)
+// on the same port. Both give a WsStream, which is a ByteStream: FrameConnection and the worker and
+// backbone cores run over it unchanged.
+//
+//   NetResult<WsUrl> url = parse_ws_url("wss://relay.example.org:443/node/n-0123");
+//   NetResult<std::unique_ptr<WsStream>> s = ws_connect(*url, {.ca_file = "ca.pem"}, deadline_in(5s));
+//   (*s)->write_message(bytes, deadline_in(1s));        // one binary message
+//   NetResult<std::vector<uint8_t>> m = (*s)->read_message(deadline_in(1s));
+//
+//   auto l = WsListener::listen("127.0.0.1", 0, {.tls = server_tls, .http = metrics_handler});
+//   NetResult<std::unique_ptr<ByteStream>> c = (*l)->accept(deadline_in(1s));   // upgraded already
+//
+// Byte-stream mapping: every write_all() is sent as one binary message; read_some() hands out the bytes
+// of the received messages in order, so message boundaries carry no meaning to a ByteStream user (the
+// expert protocol's frames have their own lengths). read_message()/write_message() keep the boundaries
+// for the relay, which forwards messages unchanged. Text messages are a protocol error (close 1003).
+//
+// Threading: every stream has its own io_context and one thread that runs it (Beast's asynchronous
+// operations, each with a timer), and the blocking calls wait for them on a condition variable with the
+// caller's deadline: one thread may read while another writes, close() from any thread wakes both. Reads
+// run ahead of the reader by at most `read_ahead_bytes` plus one message, then stop (TCP flow control
+// pushes back on the sender): a peer that sends faster than we read costs bounded memory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net/byte_stream.h"
+#include "net/http_server.h"
+
+namespace essaim::net {
+
+// Close codes (RFC 6455 section 7.4.1) that essaim sends, each with a reason text.
+enum class WsCloseCode : uint16_t {
+  NORMAL = 1000,
+  GOING_AWAY = 1001,     // the server stops
+  PROTOCOL = 1002,       // malformed frames or a malformed first message (relay preamble)
+  UNSUPPORTED = 1003,    // a text message
+  POLICY = 1008,         // bad token, fingerprint mismatch, connection limit
+  TOO_BIG = 1009,        // a message over the limit
+  INTERNAL = 1011,       // the peer of a pair failed or stalled
+  TRY_AGAIN = 1013,      // no worker available for that node now
+};
+
+struct WsUrl {
+  bool tls = false;
+  std::string host;
+  uint16_t port = 0;
+  std::string path = "/";  // always starts with '/'
+  std::string text() const;  // back to "ws[s]://host:port/path"
+};
+// "ws://host:port/path" or "wss://host[:port]/path" (default ports 80 and 443; "[::1]" for IPv6).
+NetResult<WsUrl> parse_ws_url(std::string_view text);
+bool looks_like_ws_url(std::string_view text);  // starts with ws:// or wss://
+
+struct WsLimits {
+  // The largest message accepted; a bigger one is refused with close 1009 (Beast enforces it while
+  // reading, before the message is held).
+  uint64_t max_message_bytes = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
+  uint64_t read_ahead_bytes = 4 << 20;
+  // Keep-alive: a ping after idle/2 without traffic, the connection closed after idle without any frame
+  // (a pong counts). 0 = no keep-alive.
+  std::chrono::milliseconds idle_timeout{30000};
+  std::chrono::milliseconds handshake_timeout{10000};  // TLS + HTTP upgrade
+};
+
+class WsStream : public ByteStream {
+ public:
+  NetResult<size_t> read_some(std::span<uint8_t> buf, Deadline deadline) override = 0;
+  NetStatus write_all(std::span<const uint8_t> bytes, Deadline deadline) override = 0;
+  void close() override = 0;  // close 1000
+  // The next whole message (not mixed with read_some on the same stream).
+  virtual NetResult<std::vector<uint8_t>> read_message(Deadline deadline) = 0;
+  virtual NetStatus write_message(std::span<const uint8_t> bytes, Deadline deadline) = 0;
+  // Sends a close frame with this code and reason (after a write in progress), then closes.
+  virtual void close_with(WsCloseCode code, std::string_view reason) = 0;
+  // The close code the peer sent (0 while open or when it vanished without one) and its reason.
+  virtual uint16_t peer_close_code() const = 0;
+  virtual std::string peer_close_reason() const = 0;
+  // The request target of the upgrade ("/", "/node/n-1"); a client stream returns what it asked for.
+  virtual std::string target() const = 0;
+};
+
+struct WsClientOptions {
+  WsLimits limits;
+  // With wss://: the relay's certificate is verified against the system trust store (OpenSSL's default
+  // paths, so SSL_CERT_FILE / SSL_CERT_DIR are honoured), plus this PEM file if given; the host name is
+  // checked against the certificate and sent as SNI.
+  std::string ca_file;
+};
+NetResult<std::unique_ptr<WsStream>> ws_connect(const WsUrl& url, const WsClientOptions& options, Deadline deadline);
+
+struct WsServerTls {
+  std::string cert_file;  // PEM chain
+  std::string key_file;   // PEM private key
+};
+
+struct WsListenerOptions {
+  WsLimits limits;
+  std::optional<WsServerTls> tls;  // none: plain ws://
+  // Answers requests that are not upgrades (GET /metrics); null: 404 for every one.
+  std::function<HttpReply(const HttpRequestView&)> http;
+  size_t max_header_bytes = 8 << 10;  // a bigger request head is answered 431 and closed
+  size_t max_handshakes = 256;        // connections still in TLS/upgrade; more are closed at once
+};
+
+struct WsListenerStats {
+  uint64_t accepted_tcp = 0;
+  uint64_t upgraded = 0;
+  uint64_t http_requests = 0;
+  uint64_t handshake_failures = 0;  // TLS garbage, bad upgrade requests, timeouts
+  uint64_t refused_busy = 0;        // over max_handshakes
+};
+
+class WsListener : public Acceptor {
+ public:
+  static NetResult<std::unique_ptr<WsListener>> listen(std::string_view host, uint16_t port, WsListenerOptions options);
+  ~WsListener() override;
+  uint16_t port() const;
+  // The next upgraded connection (a WsStream).
+  NetResult<std::unique_ptr<ByteStream>> accept(Deadline deadline) override;
+  void close() override;
+  WsListenerStats stats() const;
+  struct Impl;
+
+ private:
+  explicit WsListener(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace essaim::net

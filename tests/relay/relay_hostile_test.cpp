@@ -1,0 +1,218 @@
+// Hostile and broken peers get clean refusals with close codes that say why, and never crash the relay
+// or slow another pair: bad tokens, wrong role byte, fingerprint mismatch, malformed preambles, unmasked
+// client frames, oversized headers, TLS garbage, and a worker that stops reading (after DERP's
+// TestSendFreeze). Label `sanitize`: also run under ASan/UBSan.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "net/tcp.h"
+#include "relay_test_util.h"
+
+namespace essaim::relay {
+namespace {
+
+using namespace testing;
+using namespace std::chrono_literals;
+
+// The close code the relay sent on `s` (waiting for it).
+uint16_t close_code_of(net::WsStream& s) {
+  auto r = s.read_message(net::deadline_in(10s));
+  EXPECT_FALSE(r);
+  return s.peer_close_code();
+}
+
+// A good pair still works: the relay survived whatever came before.
+void expect_relay_alive(uint16_t port) {
+  auto w = worker_end(port, "tok-worker-2");
+  auto b = backbone_end(port, "w2");
+  ASSERT_TRUE(b) << b.error().message;
+  ASSERT_TRUE(w->read_message(net::deadline_in(5s)));
+  std::vector<uint8_t> m = random_bytes(4096, 77);
+  ASSERT_TRUE((*b)->write_message(m, net::deadline_in(5s)));
+  auto got = w->read_message(net::deadline_in(5s));
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, m);
+}
+
+// Sends `bytes`; with `then`, waits for the end of the response head first (a client sends frames only
+// after the 101) and sends `then`. Returns everything read until the peer closes or `wait` passes.
+std::string raw_exchange(uint16_t port, const std::string& bytes, std::chrono::milliseconds wait = 3000ms,
+                         const std::string& then = {}) {
+  auto s = net::tcp_connect("127.0.0.1", port, net::deadline_in(5s));
+  EXPECT_TRUE(s);
+  if (!s) return {};
+  (void)(*s)->write_all(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), net::deadline_in(5s));
+  std::string out;
+  const net::Deadline until = net::deadline_in(wait);
+  if (!then.empty()) {
+    while (out.find("\r\n\r\n") == std::string::npos) {
+      uint8_t buf[1];
+      auto n = (*s)->read_some(buf, until);
+      if (!n) return out;
+      out.push_back(char(buf[0]));
+    }
+    (void)(*s)->write_all(std::span(reinterpret_cast<const uint8_t*>(then.data()), then.size()), net::deadline_in(5s));
+  }
+  for (;;) {
+    uint8_t buf[4096];
+    auto n = (*s)->read_some(buf, until);
+    if (!n) break;
+    out.append(reinterpret_cast<char*>(buf), *n);
+  }
+  return out;
+}
+
+const std::string kUpgrade =
+    "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+TEST(RelayHostile, BadTokenIs1008AndNeverPaired) {
+  auto relay = start_relay();
+  auto w = worker_end(relay->port(), "no-such-token");
+  EXPECT_EQ(close_code_of(*w), 1008);
+  auto b = backbone_end(relay->port(), "w1", "wrong");
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().kind, net::NetErrorKind::REFUSED);
+  EXPECT_NE(b.error().message.find("1008"), std::string::npos) << b.error().message;
+  EXPECT_EQ(relay->stats().refusals[size_t(RefusalReason::BAD_TOKEN)], 2u);
+  expect_relay_alive(relay->port());
+}
+
+TEST(RelayHostile, FingerprintMismatchIsNeverPaired) {
+  auto relay = start_relay();
+  auto w = worker_end(relay->port(), "tok-worker-1", test_build(1));
+  std::this_thread::sleep_for(100ms);  // registered
+  RelayBuild other = test_build(1);
+  other.kernel_abi += 1;
+  auto b = backbone_end(relay->port(), "w1", "tok-backbone-1", other);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("fingerprint"), std::string::npos) << b.error().message;
+  RelayBuild other_model = test_build(2);
+  EXPECT_FALSE(backbone_end(relay->port(), "w1", "tok-backbone-1", other_model));
+  EXPECT_EQ(relay->stats().pairs_total, 0u);
+  EXPECT_EQ(relay->stats().refusals[size_t(RefusalReason::FINGERPRINT)], 2u);
+  // The worker is still idle and pairs with the right build.
+  auto good = backbone_end(relay->port(), "w1", "tok-backbone-1", test_build(1));
+  EXPECT_TRUE(good) << good.error().message;
+}
+
+TEST(RelayHostile, MalformedPreamblesAndWrongRoleAre1002) {
+  auto relay = start_relay();
+  std::vector<std::vector<uint8_t>> bad = {{}, {9}, {3, 1, 0, 0}, std::vector<uint8_t>(2000, 1), {2, 1, 0xff, 0xff}};
+  for (const auto& m : bad) {
+    auto s = net::ws_connect(relay_url(relay->port()), {}, net::deadline_in(5s));
+    ASSERT_TRUE(s);
+    ASSERT_TRUE((*s)->write_message(m, net::deadline_in(5s)));
+    EXPECT_EQ(close_code_of(**s), 1002) << m.size();
+  }
+  EXPECT_EQ(relay->stats().refusals[size_t(RefusalReason::BAD_PREAMBLE)], bad.size());
+  expect_relay_alive(relay->port());
+}
+
+TEST(RelayHostile, NoWorkerIs1013) {
+  auto relay = start_relay({.pair_wait = 200ms});
+  auto b = backbone_end(relay->port(), "w1");
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("1013"), std::string::npos) << b.error().message;
+}
+
+TEST(RelayHostile, PerNodeConnectionLimit) {
+  auto relay = start_relay({.max_connections_per_node = 2});
+  auto a = worker_end(relay->port());
+  auto b = worker_end(relay->port());
+  auto c = worker_end(relay->port());
+  EXPECT_EQ(close_code_of(*c), 1008);
+  EXPECT_EQ(relay->stats().refusals[size_t(RefusalReason::NODE_LIMIT)], 1u);
+}
+
+TEST(RelayHostile, RawBytesUnmaskedFramesHeadersAndGarbage) {
+  auto relay = start_relay();
+  const uint16_t port = relay->port();
+  // An upgrade, then an unmasked binary frame (clients must mask): the relay fails the connection.
+  std::string out = raw_exchange(port, kUpgrade, 3000ms, std::string("\x82\x03" "abc", 5));
+  EXPECT_NE(out.find("101"), std::string::npos) << out;
+  const size_t head_end = out.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos);
+  const std::string after = out.substr(head_end + 4);
+  ASSERT_GE(after.size(), 4u) << "no close frame after the upgrade";
+  EXPECT_EQ(uint8_t(after[0]), 0x88);  // a close frame, code 1002
+  EXPECT_EQ(uint8_t(after[2]) << 8 | uint8_t(after[3]), 1002);
+  // A frame header announcing 2^63 bytes.
+  std::string huge = raw_exchange(port, kUpgrade, 3000ms, std::string("\x82\xff\x7f\xff\xff\xff\xff\xff\xff\xff" "mask", 14));
+  ASSERT_NE(huge.find("\r\n\r\n"), std::string::npos);
+  const std::string huge_close = huge.substr(huge.find("\r\n\r\n") + 4);
+  ASSERT_GE(huge_close.size(), 4u);
+  EXPECT_EQ(uint8_t(huge_close[2]) << 8 | uint8_t(huge_close[3]), 1009);
+  // A text message: 1003.
+  std::string text = raw_exchange(port, kUpgrade, 3000ms, std::string("\x81\x81" "mask" "x", 7));
+  ASSERT_NE(text.find("\r\n\r\n"), std::string::npos);
+  const std::string text_close = text.substr(text.find("\r\n\r\n") + 4);
+  ASSERT_GE(text_close.size(), 4u);
+  EXPECT_EQ(uint8_t(text_close[2]) << 8 | uint8_t(text_close[3]), 1003);
+  // Oversized request head: 431.
+  std::string big_header = "GET / HTTP/1.1\r\nHost: x\r\nX-Junk: " + std::string(20000, 'a') + "\r\n\r\n";
+  EXPECT_NE(raw_exchange(port, big_header).find("431"), std::string::npos);
+  // Not HTTP at all, and half a request that never ends (cut by our deadline).
+  (void)raw_exchange(port, std::string("\x16\x03\x01\x02\x00garbage", 12), 500ms);
+  (void)raw_exchange(port, "GET / HTT", 300ms);
+  // A plain HTTP request elsewhere: 404.
+  EXPECT_NE(raw_exchange(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").find("404"), std::string::npos);
+  expect_relay_alive(port);
+}
+
+TEST(RelayHostile, TlsGarbage) {
+  TestCert cert = make_test_cert("garbage");
+  auto relay = start_relay({.tls = net::WsServerTls{cert.cert, cert.key}});
+  (void)raw_exchange(relay->port(), kUpgrade, 1000ms);  // plain text into TLS
+  (void)raw_exchange(relay->port(), std::string("\x16\x03\x01\x00\x05hello", 10), 1000ms);
+  // Counted once the failed connection is cleaned up, on the listener's thread.
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().listener.handshake_failures < 2 && net::Clock::now() < until) std::this_thread::sleep_for(20ms);
+  EXPECT_GE(relay->stats().listener.handshake_failures, 2u);
+  std::filesystem::remove_all(cert.dir);
+}
+
+// After DERP's TestSendFreeze: a worker that stops reading stalls only its own pair; another pair keeps
+// its pace, and the stalled pair is dropped (1011) once a message has waited write_stall.
+TEST(RelayHostile, StalledWorkerDoesNotSlowAnotherPair) {
+  auto relay = start_relay({.write_stall = 1500ms});
+  const uint16_t port = relay->port();
+  auto stalled = worker_end(port, "tok-worker-1");
+  auto sb = backbone_end(port, "w1");
+  ASSERT_TRUE(sb);
+  ASSERT_TRUE(stalled->read_message(net::deadline_in(5s)));  // PAIRED; then it never reads again
+  // The flooding backbone: writes until its own writes block or fail.
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    std::vector<uint8_t> m = random_bytes(1 << 20, 3);
+    while (!stop && (*sb)->write_message(m, net::deadline_in(500ms))) {
+    }
+  });
+  std::this_thread::sleep_for(300ms);  // the stalled pair's buffers are full by now
+  auto w2 = worker_end(port, "tok-worker-2");
+  auto b2 = backbone_end(port, "w2");
+  ASSERT_TRUE(b2) << b2.error().message;
+  ASSERT_TRUE(w2->read_message(net::deadline_in(5s)));
+  const auto t0 = net::Clock::now();
+  for (int i = 0; i < 200; ++i) {
+    std::vector<uint8_t> m = random_bytes(8192, uint32_t(i));
+    ASSERT_TRUE((*b2)->write_message(m, net::deadline_in(2s)));
+    auto got = w2->read_message(net::deadline_in(2s));
+    ASSERT_TRUE(got) << i;
+    ASSERT_EQ(*got, m);
+  }
+  const double healthy_s = std::chrono::duration<double>(net::Clock::now() - t0).count();
+  EXPECT_LT(healthy_s, 1.0) << "200 round trips took " << healthy_s << " s beside a stalled pair";
+  // The stalled pair is dropped and counted.
+  const net::Deadline until = net::deadline_in(10s);
+  while (relay->stats().dropped_messages[size_t(DropReason::STALLED_PEER)] == 0 && net::Clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(relay->stats().dropped_messages[size_t(DropReason::STALLED_PEER)], 1u);
+  stop = true;
+  flood.join();
+}
+
+}  // namespace
+}  // namespace essaim::relay
