@@ -380,6 +380,17 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 
+// Five to eight rows only (fewer take dot_q45k), so only those forms are instantiated.
+template <typename Block>
+void dot_q45k_5to8(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  switch (nx) {
+    case 5: dot_q45k_wide<Block, 5>(n, w, x, xs, y); break;
+    case 6: dot_q45k_wide<Block, 6>(n, w, x, xs, y); break;
+    case 7: dot_q45k_wide<Block, 7>(n, w, x, xs, y); break;
+    default: dot_q45k_wide<Block, 8>(n, w, x, xs, y); break;
+  }
+}
+
 }  // namespace
 
 void vec_dot_q8_0_q8_0_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
@@ -387,18 +398,12 @@ void vec_dot_q8_0_q8_0_avx2(int64_t n, const void* w, const void* x, size_t xs, 
 }
 // Up to four rows the register-resident form (all accumulators live); more rows the wide form.
 void vec_dot_q4k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  if (nx > 4) {
-    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ4K)
-  } else {
-    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
-  }
+  if (nx > 4) return dot_q45k_5to8<BlockQ4K>(n, w, x, xs, nx, y);
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ4K)
 }
 void vec_dot_q5k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  if (nx > 4) {
-    ESSAIM_DISPATCH_NX8(dot_q45k_wide, BlockQ5K)
-  } else {
-    ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
-  }
+  if (nx > 4) return dot_q45k_5to8<BlockQ5K>(n, w, x, xs, nx, y);
+  ESSAIM_DISPATCH_NX(dot_q45k, BlockQ5K)
 }
 void vec_dot_q6k_q8k_avx2(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   ESSAIM_DISPATCH_NX8(dot_q6k)

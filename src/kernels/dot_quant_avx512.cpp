@@ -1,12 +1,13 @@
 // AVX-512 (F, BW, VL, VNNI) dot products of the quantised formats, bit-identical to dot_scalar.cpp.
 //
-// Same lane bookkeeping as dot_quant_avx2.cpp at twice the width: one zmm of weights covers four Q4_K
-// sub-blocks (or one half of a Q6_K super-block). After the in-lane pair shuffle each 128-bit quarter
-// holds lanes 0..7 of one 16-element run, maddubs forms same-lane pair sums, unpack{lo,hi}_epi16
-// interleaves two sub-blocks and VNNI's vpdpwssd applies their scales and accumulates in one instruction.
-// The activations arrive pre-arranged (prepare_q8k_q45k_avx512, prepare_q8k_pairs16_avx2), so only the
-// weights are shuffled here. Two rows' lanes share one zmm for the f32 steps; each row's values go through
-// exactly the reference's operations.
+// Same lane bookkeeping as dot_quant_avx2.cpp at twice the width. After the in-lane pair shuffle each
+// 128-bit quarter holds lanes 0..7 of one 16-element run and maddubs forms same-lane pair sums. The weight
+// words of two sub-blocks are interleaved and their 128-bit quarters regrouped once per super-block, and
+// the activations arrive arranged the same way (prepare_q8k_q45k_avx512, prepare_q8k_q6k_avx512), so
+// VNNI's vpdpwssd applies both sub-blocks' scales and accumulates into one i32 register per row whose
+// element e is always lane e % 8. A weight block is decoded once for up to eight activation rows, which
+// then run two at a time; two rows' lanes share one zmm for the f32 steps, and each row's values go
+// through exactly the reference's operations.
 // vpdpbusd would sum four neighbouring bytes, i.e. two different canonical lanes after any in-lane
 // shuffle, so it serves only Q8_0 here, whose reference sums a whole block at once.
 #include <immintrin.h>
