@@ -100,6 +100,7 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--expert-output", a.expert_output,
                  "Output formats answered: any (f32 or bf16, as each backbone asks), f32 or bf16 (others refused)")
       ->check(CLI::IsMember({"any", "f32", "bf16"}))
+      ->capture_default_str();
   cmd.add_option("--relay", a.relay, "ws[s]://HOST:PORT of a relay to serve through (no port opened here; needs --token)");
   cmd.add_option("--ca-file", a.ca_file, "Extra PEM CA certificate to trust for a wss:// relay (besides the system store)")
       ->check(CLI::ExistingFile);

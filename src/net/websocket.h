@@ -46,7 +46,7 @@ enum class WsCloseCode : uint16_t {
   POLICY = 1008,         // bad token, fingerprint mismatch, connection limit
   TOO_BIG = 1009,        // a message over the limit
   INTERNAL = 1011,       // the peer of a pair failed or stalled
-  TRY_AGAIN = 1013,      // no worker available for that node now
+  TRY_AGAIN_LATER = 1013,  // (RFC 6455 "Try Again Later"; TRY_AGAIN is a <netdb.h> macro) no worker available for that node now
 };
 
 struct WsUrl {

@@ -103,7 +103,7 @@ struct RelayServer::Impl {
     Result<Preamble> p = decode_preamble(*first);
     if (!p) return refuse(*ws, RefusalReason::BAD_PREAMBLE, WsCloseCode::PROTOCOL, "bad preamble: " + p.status().message());
     TokenVerdict v = tokens->check(p->token);
-    if (v.kind == TokenVerdict::Kind::UNAVAILABLE) return refuse(*ws, RefusalReason::TOKEN_UNAVAILABLE, WsCloseCode::TRY_AGAIN, v.reason);
+    if (v.kind == TokenVerdict::Kind::UNAVAILABLE) return refuse(*ws, RefusalReason::TOKEN_UNAVAILABLE, WsCloseCode::TRY_AGAIN_LATER, v.reason);
     if (!v.ok()) return refuse(*ws, RefusalReason::BAD_TOKEN, WsCloseCode::POLICY, "bad token: " + v.reason);
     if (!take_node_slot(v.node_id)) {
       return refuse(*ws, RefusalReason::NODE_LIMIT, WsCloseCode::POLICY,
@@ -179,7 +179,7 @@ struct RelayServer::Impl {
       };
       if (!cv.wait_until(lk, until, [&] { return stopping || found() || mismatch; }) || stopping) {
         lk.unlock();
-        return refuse(ws, RefusalReason::NO_WORKER, WsCloseCode::TRY_AGAIN, "no worker connected for node " + p.node_id);
+        return refuse(ws, RefusalReason::NO_WORKER, WsCloseCode::TRY_AGAIN_LATER, "no worker connected for node " + p.node_id);
       }
       if (!pair) {
         lk.unlock();
