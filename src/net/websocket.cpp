@@ -377,6 +377,9 @@ class WsImpl final : public WsStream {
 
   void on_read(beast::error_code ec) {
     bool text = !ec && !ws_.got_binary();
+    // The 1003 is claimed before any reader wakes: a reader told of the failed read may close the stream
+    // itself (with its own code), and the first close wins.
+    if (text) close_with(WsCloseCode::UNSUPPORTED, "binary messages only");
     {
       std::lock_guard lk(mu_);
       reading_ = false;
@@ -396,11 +399,7 @@ class WsImpl final : public WsStream {
         cv_.notify_all();
       }
     }
-    if (text) {
-      close_with(WsCloseCode::UNSUPPORTED, "binary messages only");
-      return;
-    }
-    if (!ec) start_read();
+    if (!ec && !text) start_read();
   }
 
   void read_request() {
