@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-arm64}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
-  -DESSAIM_STATIC=ON -DESSAIM_BENCH=OFF "$@" >/dev/null
+  -DESSAIM_STATIC=ON -DESSAIM_BENCH=OFF -DESSAIM_COORD=OFF "$@" >/dev/null
 ninja -C "$BUILD_DIR" ${NINJA_JOBS:+-j "$NINJA_JOBS"} ${BUILD_TARGETS:-essaim-worker kernels_test worker_exact_test}

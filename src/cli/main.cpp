@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   essaim::cli::register_npy_diff(app, exit_code);
   essaim::cli::register_serve(app, exit_code);
   essaim::cli::register_bench(app, exit_code);
+#ifdef ESSAIM_HAVE_COORD
   essaim::cli::register_coordinator(app, exit_code);
+#endif
   return essaim::cli::parse_and_run(app, argc, argv, exit_code);
 }
