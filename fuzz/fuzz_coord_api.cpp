@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (data[0] % 6) {
     case 0:
-      if (auto r = parse_register(body)) require(name_valid(*r));
+      if (auto r = parse_register(body)) require(name_valid(r->name) && role_valid(r->role));
       break;
     case 1:
       if (auto r = parse_coverage(body)) {

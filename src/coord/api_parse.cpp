@@ -87,11 +87,16 @@ Result<std::vector<RangeRef>> get_ranges(const json& o, const char* key, bool wi
 
 }  // namespace
 
-Result<std::string> parse_register(std::string_view body) {
+Result<RegisterRequest> parse_register(std::string_view body) {
   ESSAIM_ASSIGN_OR_RETURN(json j, parse_object(body));
-  ESSAIM_ASSIGN_OR_RETURN(std::string name, get_string(j, "name", kMaxNameBytes));
-  if (!name_valid(name)) return Status::error("'name' must be 1 to 128 bytes without control characters");
-  return name;
+  RegisterRequest r;
+  ESSAIM_ASSIGN_OR_RETURN(r.name, get_string(j, "name", kMaxNameBytes));
+  if (!name_valid(r.name)) return Status::error("'name' must be 1 to 128 bytes without control characters");
+  if (j.contains("role")) {
+    ESSAIM_ASSIGN_OR_RETURN(r.role, get_string(j, "role", 16));
+    if (!role_valid(r.role)) return Status::error("'role' must be \"worker\" or \"backbone\"");
+  }
+  return r;
 }
 
 Result<CoverageRequest> parse_coverage(std::string_view body) {

@@ -46,7 +46,13 @@ struct WorkReport {
   int64_t pairs_accepted = 0, audits = 0, audits_failed = 0;
 };
 
-Result<std::string> parse_register(std::string_view body);  // the node's name
+// POST /api/nodes: {"name": ..., "role": "worker" (default) | "backbone"}. A worker heartbeats and volunteers;
+// a backbone reports work. Neither may do the other's part, so no worker's claim is ever credited.
+struct RegisterRequest {
+  std::string name;
+  std::string role = "worker";
+};
+Result<RegisterRequest> parse_register(std::string_view body);
 Result<CoverageRequest> parse_coverage(std::string_view body);
 Result<VolunteerRequest> parse_volunteer(std::string_view body);
 // n_experts: every layer's counts must have exactly this many entries.

@@ -178,17 +178,18 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
   // Identity.
   if (path == "/api/nodes" && m == "POST") {
     if (!admin) return error(403, "registering a node needs the admin token", "forbidden");
-    Result<std::string> name = parse_register(req.body);
-    if (!name) return error(400, name.status().message(), "invalid_body");
+    Result<RegisterRequest> reg = parse_register(req.body);
+    if (!reg) return error(400, reg.status().message(), "invalid_body");
     NodeRow n;
     n.node_id = "n-" + random_hex(8);
-    n.name = *name;
+    n.name = reg->name;
+    n.role = reg->role;
     n.registered_ms = now_ms;
     const std::string token = random_hex(32);
     if (n.node_id.size() != 18 || token.size() != 64) return error(500, "no random bytes for a token", "internal");
     n.token_sha256 = token_hash(token);
     if (Status st = store->add_node(n); !st) return store_failed(st);
-    return json_reply(201, {{"node_id", n.node_id}, {"token", token}});
+    return json_reply(201, {{"node_id", n.node_id}, {"token", token}, {"role", n.role}});
   }
   if (path.rfind("/api/nodes/", 0) == 0 && m == "DELETE") {
     if (!admin) return error(403, "revoking a node needs the admin token", "forbidden");
@@ -205,15 +206,15 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
     if (!nodes) return store_failed(nodes.status());
     json list = json::array();
     for (const NodeRow& n : *nodes) {
-      list.push_back({{"node_id", n.node_id}, {"name", n.name}, {"status", node_status(n, now_ms, cfg.heartbeat_s)},
-                      {"revoked", n.revoked},
+      list.push_back({{"node_id", n.node_id}, {"name", n.name}, {"role", n.role},
+                      {"status", node_status(n, now_ms, cfg.heartbeat_s)}, {"revoked", n.revoked},
                       {"last_seen_ms_ago", n.last_heartbeat_ms > 0 ? json(now_ms - n.last_heartbeat_ms) : json(nullptr)}});
     }
     return json_reply(200, {{"nodes", list}});
   }
   if (path == "/api/whoami" && m == "GET") {
     if (admin) return json_reply(200, {{"node_id", nullptr}, {"name", "admin"}, {"admin", true}});
-    return json_reply(200, {{"node_id", who.node.node_id}, {"name", who.node.name}});
+    return json_reply(200, {{"node_id", who.node.node_id}, {"name", who.node.name}, {"role", who.node.role}});
   }
 
   // Catalogue.
@@ -230,6 +231,7 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
   // Heartbeat.
   if (path == "/api/expert-coverage" && m == "POST") {
     if (admin) return error(403, "a heartbeat needs the node's own token", "forbidden");
+    if (who.node.role != "worker") return error(403, "a backbone's token holds no experts: heartbeats come from workers", "forbidden");
     Result<CoverageRequest> hb = parse_coverage(req.body);
     if (!hb) return error(400, hb.status().message(), "invalid_body");
     if (hb->node_id != who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
@@ -296,6 +298,7 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
   // this process or another sharing the database) get different slices.
   if (path == "/api/expert-volunteer" && m == "POST") {
     if (admin) return error(403, "volunteering needs the node's own token", "forbidden");
+    if (who.node.role != "worker") return error(403, "a backbone's token holds no experts: workers volunteer", "forbidden");
     Result<VolunteerRequest> v = parse_volunteer(req.body);
     if (!v) return error(400, v.status().message(), "invalid_body");
     if (v->node_id != who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
@@ -370,6 +373,12 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
 
   // Work and rewards.
   if (path == "/api/work" && m == "POST") {
+    // Credited work comes from a backbone's own dispatch counters, never from a worker's claim: a worker's
+    // token could otherwise credit itself or report failed audits against others.
+    if (!admin && who.node.role != "backbone") {
+      return error(403, "work is reported by backbones (a node registered with role \"backbone\", or the admin token)",
+                   "forbidden");
+    }
     Result<std::vector<WorkReport>> w = parse_work(req.body);
     if (!w) return error(400, w.status().message(), "invalid_body");
     json unknown = json::array();

@@ -22,7 +22,7 @@ const char* const kSchema[] = {
     " kernel_abi TEXT NOT NULL DEFAULT '', fingerprint_ok BIGINT NOT NULL DEFAULT 0,"
     " last_heartbeat_ms BIGINT NOT NULL DEFAULT 0, capacity_bytes BIGINT NOT NULL DEFAULT 0,"
     " node_load DOUBLE PRECISION NOT NULL DEFAULT 0, status TEXT NOT NULL DEFAULT 'active',"
-    " reason TEXT NOT NULL DEFAULT '')",
+    " reason TEXT NOT NULL DEFAULT '', role TEXT NOT NULL DEFAULT 'worker')",
     "CREATE TABLE IF NOT EXISTS holdings (node_id TEXT NOT NULL, layer BIGINT NOT NULL, expert_first BIGINT NOT NULL,"
     " expert_count BIGINT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (node_id, layer, expert_first))",
     "CREATE TABLE IF NOT EXISTS expert_usage (layer BIGINT NOT NULL, expert BIGINT NOT NULL, n BIGINT NOT NULL,"
@@ -73,8 +73,8 @@ class SqlStore final : public Store {
 
   Status add_node(const NodeRow& n) override {
     return tx(false, [&] {
-      return q("INSERT INTO nodes (node_id, name, token_sha256, revoked, registered_ms) VALUES ($1, $2, $3, 0, $4)",
-               {n.node_id, n.name, n.token_sha256, s(n.registered_ms)}).status();
+      return q("INSERT INTO nodes (node_id, name, token_sha256, revoked, registered_ms, role) VALUES ($1, $2, $3, 0, $4, $5)",
+               {n.node_id, n.name, n.token_sha256, s(n.registered_ms), n.role}).status();
     });
   }
 
@@ -237,10 +237,10 @@ class SqlStore final : public Store {
  private:
   static constexpr const char* kNodeColumns =
       "SELECT node_id, name, token_sha256, revoked, registered_ms, address, model_identity, protocol_version,"
-      " kernel_abi, fingerprint_ok, last_heartbeat_ms, capacity_bytes, node_load, status, reason FROM nodes";
+      " kernel_abi, fingerprint_ok, last_heartbeat_ms, capacity_bytes, node_load, status, reason, role FROM nodes";
 
   std::optional<NodeRow> node_from(const std::vector<SqlValue>& r) {
-    if (r.size() != 15) return bad(), std::nullopt;
+    if (r.size() != 16) return bad(), std::nullopt;
     for (const SqlValue& v : r) {
       if (!v) return bad(), std::nullopt;
     }
@@ -256,10 +256,11 @@ class SqlStore final : public Store {
     n.kernel_abi = *r[8];
     n.status = *r[13];
     n.reason = *r[14];
+    n.role = *r[15];
     if (!node_id_valid(n.node_id) || !name_valid(n.name) || !is_hex(n.token_sha256, 64) || !revoked || !reg ||
         !proto || !fok || !hb || !cap || !load || (n.status != "active" && n.status != "dropped") ||
         n.address.size() > kMaxAddressBytes || n.model_identity.size() > 64 || n.kernel_abi.size() > 64 ||
-        n.reason.size() > kMaxReasonBytes) {
+        n.reason.size() > kMaxReasonBytes || !role_valid(n.role)) {
       return bad(), std::nullopt;
     }
     n.revoked = *revoked != 0;

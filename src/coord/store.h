@@ -25,7 +25,7 @@
 
 namespace essaim::coord {
 
-inline constexpr int kStoreSchemaVersion = 1;
+inline constexpr int kStoreSchemaVersion = 2;  // 2: nodes.role
 
 struct NodeRow {
   std::string node_id;        // "n-" + 16 hex
@@ -43,6 +43,7 @@ struct NodeRow {
   int64_t capacity_bytes = 0;
   double load = 0;
   std::string status = "active";  // "active" or "dropped" (stale/revoked are derived, not stored)
+  std::string role = "worker";    // "worker" (heartbeats, volunteers) or "backbone" (reports work)
   std::string reason;             // why it was dropped
 };
 

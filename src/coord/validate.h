@@ -33,6 +33,7 @@ inline bool name_valid(std::string_view s) {
   }
   return true;
 }
+inline bool role_valid(std::string_view r) { return r == "worker" || r == "backbone"; }
 inline bool range_valid(int64_t layer, int64_t first, int64_t count) {
   return layer >= 0 && layer <= kMaxLayer && first >= 0 && count >= 1 && first <= kMaxExpert && count <= kMaxExpert + 1 &&
          first + count <= kMaxExpert + 1;

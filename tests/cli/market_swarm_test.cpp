@@ -142,7 +142,9 @@ TEST(MarketSwarm, FromNothingToFullCoverageAndAnExactEval) {
 }
 
 TEST(MarketSwarm, ChurnASpareTakesOverAKilledWorkersRangeAndTheTextStaysExact) {
-  constexpr int kHeartbeatS = 1;
+  // 2 s heartbeats: with 1 s, live workers on a loaded 2-core machine (CI runs two tests at once) could miss
+  // 3 heartbeats and go stale themselves, which sends the spare to the wrong range.
+  constexpr int kHeartbeatS = 2;
   Market m(/*replicas=*/1, kHeartbeatS);
   ASSERT_TRUE(m.up()) << m.log();
   std::vector<std::unique_ptr<BackgroundProcess>> workers;

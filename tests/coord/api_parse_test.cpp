@@ -50,7 +50,11 @@ TEST(ApiParse, VolunteerUsageWork) {
   EXPECT_FALSE(parse_work(R"({"reports": [{"address": "h:1", "pairs_accepted": 5, "audits": 0, "audits_failed": 1}]})"));
   EXPECT_FALSE(parse_register(R"({"name": ""})"));
   EXPECT_FALSE(parse_register("{\"name\": \"a\\u0001b\"}"));
-  EXPECT_EQ(*parse_register(R"({"name": "phone-7"})"), "phone-7");
+  EXPECT_EQ(parse_register(R"({"name": "phone-7"})")->name, "phone-7");
+  EXPECT_EQ(parse_register(R"({"name": "phone-7"})")->role, "worker");
+  EXPECT_EQ(parse_register(R"({"name": "b", "role": "backbone"})")->role, "backbone");
+  EXPECT_FALSE(parse_register(R"({"name": "b", "role": "admin"})"));
+  EXPECT_FALSE(parse_register(R"({"name": "b", "role": 1})"));
 }
 
 TEST(ApiParse, RangeHeader) {

@@ -241,6 +241,31 @@ TEST_F(ApiTest, UsageWorkRewardsAndDrop) {
   EXPECT_NE(metrics.body.find("essaim_coord_nodes{status=\"dropped\"} 1"), std::string::npos) << metrics.body;
 }
 
+TEST_F(ApiTest, WorkIsReportedByBackbonesOnly) {
+  auto [a, ta] = add_node("a");
+  ASSERT_EQ(heartbeat(a, ta, json::array({holding(0)})).status, 200);
+  const std::string report =
+      R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 5, "audits": 1, "audits_failed": 0}]})";
+  // A worker's token credits nothing, not even itself, and cannot blame another.
+  EXPECT_EQ(request(port_, "POST", "/api/work", report, ta).status, 403);
+  Reply reg = request(port_, "POST", "/api/nodes", R"({"name": "bb", "role": "backbone"})", kAdmin);
+  ASSERT_EQ(reg.status, 201) << reg.body;
+  EXPECT_EQ(reg.j()["role"], "backbone");
+  const std::string bb = reg.j()["node_id"], tbb = reg.j()["token"];
+  EXPECT_EQ(request(port_, "GET", "/api/whoami", "", tbb).j()["role"], "backbone");
+  ASSERT_EQ(request(port_, "POST", "/api/work", report, tbb).status, 200);
+  int64_t credited = -1;
+  const json rewards = request(port_, "GET", "/api/rewards", "", ta).j();
+  for (const json& n : rewards["nodes"])
+    if (n["node_id"] == a) credited = n["pairs_credited"];
+  EXPECT_EQ(credited, 5);
+  // A backbone holds no experts: it neither heartbeats holdings nor volunteers.
+  EXPECT_EQ(heartbeat(bb, tbb, json::array({holding(1)})).status, 403);
+  EXPECT_EQ(request(port_, "POST", "/api/expert-volunteer", json{{"node_id", bb}, {"budget_bytes", 1200}}.dump(), tbb).status,
+            403);
+  EXPECT_EQ(request(port_, "POST", "/api/nodes", R"({"name": "x", "role": "king"})", kAdmin).status, 400);
+}
+
 TEST_F(ApiTest, DownloadsWithRange) {
   auto [a, ta] = add_node("a");
   const std::string big = "m.L01.E004.gguf";

@@ -206,7 +206,7 @@ void kill_nine_round(const std::vector<std::string>& argv) {
       } else {
         Reply r = request(port, "POST", "/api/work",
                           json{{"reports", {{{"address", "127.0.0.1:7000"}, {"pairs_accepted", 1}, {"audits", 0},
-                                             {"audits_failed", 0}}}}}.dump(), token);
+                                             {"audits_failed", 0}}}}}.dump(), kAdmin);
         if (r.status == 200) ++acked_work;
         else if (r.status == 0) break;
       }
