@@ -34,6 +34,7 @@
 #include "relay/relay_client.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "decode_steps.h"
 #include "synth/synth.h"
 #include "worker_processes.h"
 
@@ -61,18 +62,6 @@ struct Options {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = 0;
-  in >> l;
-  return l;
-}
-
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "relay_bench: %s\n", what.c_str());
   std::exit(1);
@@ -80,17 +69,9 @@ double load_average() {
 
 std::string ensure_model(const Options& o) {
   if (!o.model.empty()) return o.model;
-  const std::string path = o.data_dir + "/qwen3moe-q35-122b-" + std::to_string(o.layers) + "l-q4_k_m.gguf";
-  if (std::filesystem::exists(path)) return path;
-  std::filesystem::create_directories(o.data_dir);
-  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::Q35_122B,
-                                       .layers = o.layers, .types = SynthTypeMix::Q4_K_M, .seed = 1});
-  if (!plan) die(plan.status().message());
-  std::fprintf(stderr, "relay_bench: writing %s\n", path.c_str());
-  Result<SynthSummary> s = synth_write(*plan, path + ".part");
-  if (!s) die(s.status().message());
-  std::filesystem::rename(path + ".part", path);
-  return path;
+  Result<std::string> path = bench::ensure_q35_122b_model(o.data_dir, o.layers, "relay_bench");
+  if (!path) die(path.status().message());
+  return *path;
 }
 
 using bench::WorkerProcess;
@@ -98,37 +79,15 @@ using Process = WorkerProcess;
 using bench::self_cpu_seconds;
 using bench::workers_cpu_seconds;
 
-struct DecodeRun {
-  std::vector<double> token_s;   // per decoded token
-  std::vector<int32_t> tokens;
-  backbone::DispatchStats before, after;  // around the decode steps only (prefill excluded)
-  double backbone_cpu_s = 0, workers_cpu_s = 0;  // over the decode steps
-};
+using bench::DecodeRun;
+using bench::load_average;
+using bench::median;
 
-// Prefill, then n greedy steps timed one by one. `remote` (may be null) is the executor when sharded.
 DecodeRun decode(const Model& m, const std::vector<int32_t>& prompt, int n, ExpertExecutor& experts,
                  const backbone::RemoteExpertExecutor* remote, ThreadPool& pool, const std::vector<Process>& procs) {
-  DecodeRun r;
-  std::vector<float> logits(size_t(m.info().n_vocab));
-  SequenceCache cache = m.new_cache({.n_ctx = int32_t(prompt.size()) + n + 1});
-  Status s = m.forward({.tokens = prompt, .cache = &cache, .experts = &experts, .pool = &pool,
-                        .logits_mode = LogitsMode::LAST, .logits = logits});
-  if (!s) die(s.message());
-  if (remote) r.before = remote->stats();
-  const double cpu0 = self_cpu_seconds(), wcpu0 = workers_cpu_seconds(procs);
-  for (int i = 0; i < n; ++i) {
-    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    r.tokens.push_back(next);
-    const auto t0 = Clock::now();
-    s = m.forward({.tokens = std::span<const int32_t>(&next, 1), .cache = &cache, .experts = &experts, .pool = &pool,
-                   .logits_mode = LogitsMode::LAST, .logits = logits});
-    if (!s) die(s.message());
-    r.token_s.push_back(since(t0));
-  }
-  r.backbone_cpu_s = self_cpu_seconds() - cpu0;
-  r.workers_cpu_s = workers_cpu_seconds(procs) - wcpu0;
-  if (remote) r.after = remote->stats();
-  return r;
+  Result<DecodeRun> r = bench::decode_steps(m, prompt, n, experts, remote, pool, procs);
+  if (!r) die(r.status().message());
+  return std::move(*r);
 }
 
 

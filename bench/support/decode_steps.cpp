@@ -1,0 +1,63 @@
+#include "decode_steps.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "synth/synth.h"
+
+namespace essaim::bench {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = 0;
+  in >> l;
+  return l;
+}
+
+Result<std::string> ensure_q35_122b_model(const std::string& data_dir, uint32_t layers, const std::string& who) {
+  const std::string path = data_dir + "/qwen3moe-q35-122b-" + std::to_string(layers) + "l-q4_k_m.gguf";
+  if (std::filesystem::exists(path)) return path;
+  std::filesystem::create_directories(data_dir);
+  ESSAIM_ASSIGN_OR_RETURN(SynthPlan plan, synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::Q35_122B,
+                                                      .layers = layers, .types = SynthTypeMix::Q4_K_M, .seed = 1}));
+  std::fprintf(stderr, "%s: writing %s\n", who.c_str(), path.c_str());
+  ESSAIM_ASSIGN_OR_RETURN(SynthSummary summary, synth_write(plan, path + ".part"));
+  (void)summary;
+  std::filesystem::rename(path + ".part", path);
+  return path;
+}
+
+Result<DecodeRun> decode_steps(const Model& m, const std::vector<int32_t>& prompt, int n, ExpertExecutor& experts,
+                               const backbone::RemoteExpertExecutor* remote, ThreadPool& pool,
+                               const std::vector<WorkerProcess>& procs) {
+  using Clock = std::chrono::steady_clock;
+  DecodeRun r;
+  std::vector<float> logits(size_t(m.info().n_vocab));
+  SequenceCache cache = m.new_cache({.n_ctx = int32_t(prompt.size()) + n + 1});
+  ESSAIM_RETURN_IF_ERROR(m.forward({.tokens = prompt, .cache = &cache, .experts = &experts, .pool = &pool,
+                                    .logits_mode = LogitsMode::LAST, .logits = logits}));
+  if (remote) r.before = remote->stats();
+  const double cpu0 = self_cpu_seconds(), wcpu0 = workers_cpu_seconds(procs);
+  for (int i = 0; i < n; ++i) {
+    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    r.tokens.push_back(next);
+    const auto t0 = Clock::now();
+    ESSAIM_RETURN_IF_ERROR(m.forward({.tokens = std::span<const int32_t>(&next, 1), .cache = &cache, .experts = &experts,
+                                      .pool = &pool, .logits_mode = LogitsMode::LAST, .logits = logits}));
+    r.token_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  r.backbone_cpu_s = self_cpu_seconds() - cpu0;
+  r.workers_cpu_s = workers_cpu_seconds(procs) - wcpu0;
+  if (remote) r.after = remote->stats();
+  return r;
+}
+
+}  // namespace essaim::bench
