@@ -48,7 +48,8 @@ for i in 1 2 3; do
 done
 held=0
 for _ in $(seq 300); do
-  held=$(curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin" | grep -o '"expert_first"' | wc -l)
+  # (an empty map, or a coordinator still busy, is not an error yet: grep finding nothing would end the script)
+  held=$({ curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin" || true; } | { grep -o '"expert_first"' || true; } | wc -l)
   [ "$held" -ge 6 ] && break
   sleep 0.1
 done
