@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backbone/remote_executor.h"
+#include "listening_process.h"
 #include "gguf/gguf_slice.h"
 #include "model/model.h"
 #include "net/pipe.h"
@@ -97,28 +98,7 @@ class PipeWorker {
   std::shared_ptr<Slot> slot_;  // shared with the connectors handed out
 };
 
-// A child process that prints "listening on HOST:PORT" on stdout once it accepts connections (`essaim
-// worker`, `essaim-worker`, `essaim serve`); the constructor waits for that line (60 s at most).
-class ListeningProcess {
- public:
-  explicit ListeningProcess(std::vector<std::string> args) { start(std::move(args)); }  // args[0] on PATH
-  ~ListeningProcess();  // SIGTERM if still running, then waits for it (SIGKILL after 5 s)
-  ListeningProcess(const ListeningProcess&) = delete;
-  ListeningProcess& operator=(const ListeningProcess&) = delete;
-
-  uint16_t port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  void kill_hard();  // SIGKILL and reap
-  bool ok() const { return port_ != 0; }
-
- protected:
-  ListeningProcess() = default;
-  void start(std::vector<std::string> args);  // gtest ASSERTs need a void function
-
- private:
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
-};
+using test_support::ListeningProcess;  // tests/support/listening_process.h
 
 // An `essaim-worker` process on 127.0.0.1 with port 0, serving `slices`.
 class WorkerProcess : public ListeningProcess {

@@ -23,6 +23,7 @@
 #include "gguf/model_identity.h"
 #include "gguf/slice_manifest.h"
 #include "http_client.h"
+#include "listening_process.h"
 #include "pg_cluster.h"
 
 extern char** environ;
@@ -39,59 +40,10 @@ namespace fs = std::filesystem;
 const std::string kAdmin = "process-test-admin-token-0123";
 const std::string kEssaim = std::string(ESSAIM_BINARY_DIR) + "/src/cli/essaim";
 
-class CoordProcess {
+// `essaim coordinator` as a child process; its first start cuts the slice plan, hence the longer wait.
+class CoordProcess : public test_support::ListeningProcess {
  public:
-  explicit CoordProcess(std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    const int rc = posix_spawn(&pid_, args[0].c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (rc != 0) {
-      ::close(fds[0]);
-      pid_ = -1;
-      return;
-    }
-    std::string line;
-    const auto give_up = std::chrono::steady_clock::now() + 120s;  // the first start cuts the slices
-    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
-      pollfd p{.fd = fds[0], .events = POLLIN, .revents = 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      line.append(buf, size_t(n));
-    }
-    ::close(fds[0]);
-    const size_t colon = line.rfind(':');
-    if (line.rfind("listening on ", 0) == 0 && colon != std::string::npos) port_ = uint16_t(std::stoul(line.substr(colon + 1)));
-  }
-  ~CoordProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(50ms);
-    }
-    kill_hard();
-  }
-  void kill_hard() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  uint16_t port_ = 0;
+  explicit CoordProcess(std::vector<std::string> args) : ListeningProcess(std::move(args), std::chrono::seconds(120)) {}
 };
 
 class CoordinatorProcess : public ::testing::Test {

@@ -121,6 +121,12 @@ TEST(RelayHostile, PerNodeConnectionLimit) {
   auto relay = start_relay({.max_connections_per_node = 2});
   auto a = worker_end(relay->port());
   auto b = worker_end(relay->port());
+  // Each preamble is handled on its connection's own thread: the third connects once the first two are
+  // registered, so it is the one over the limit (on a loaded machine it could otherwise overtake them).
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (relay->stats().idle_workers < 2 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(relay->stats().idle_workers, 2);
   auto c = worker_end(relay->port());
   EXPECT_EQ(close_code_of(*c), 1008);
   EXPECT_EQ(relay->stats().refusals[size_t(RefusalReason::NODE_LIMIT)], 1u);
