@@ -2,10 +2,11 @@
 # The main job, from a fresh machine: install dependencies, build, then run essaim on an embedded default —
 # a synthetic model written by `essaim synth` (no weights can be downloaded here) — as a local swarm: the
 # model cut into expert slices, served by `essaim coordinator`, three `essaim worker` processes that join the
-# coverage market by themselves (each volunteers, downloads and serves two slices), a backbone generating
-# text through the coordinator's live expert map, the sharded logits compared with the monolithic
-# ones (max |Δ| must be 0; docs/dispatch.md), and `essaim serve` on the same swarm answering one
-# OpenAI-style chat request (docs/serve.md).
+# coverage market by themselves (each volunteers, downloads and serves two slices), a backbone that maps
+# only the backbone file (the dense path, no expert bytes) generating text through the coordinator's live
+# expert map, its logits compared with the monolithic full-model ones (max |Δ| must be 0; docs/dispatch.md),
+# and `essaim serve` from the same backbone file on the same swarm answering one OpenAI-style chat request
+# (docs/serve.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -19,9 +20,11 @@ echo "== essaim synth: a tiny qwen3moe model (q4_k_m)"
 echo "== essaim inspect"
 "$bin" inspect "$out/tiny-q4k.gguf" | head -n 60
 
-echo "== essaim slice: cut every layer into slices of 2 experts (byte ranges of the source, + manifest)"
+echo "== essaim slice: cut every layer into slices of 2 experts (byte ranges of the source, + manifest) and the backbone file"
 rm -rf "$out/slices"
-"$bin" slice -m "$out/tiny-q4k.gguf" --plan 2 -o "$out/slices"
+"$bin" slice -m "$out/tiny-q4k.gguf" --plan 2 --backbone -o "$out/slices"
+backbone="$out/slices/qwen3moe.backbone.gguf"
+echo "backbone file: $(wc -c < "$backbone") bytes of the full model's $(wc -c < "$out/tiny-q4k.gguf") (no routed expert)"
 
 echo "== essaim coordinator: the coverage market for these slices (SQLite; port 0: the OS picks)"
 admin=demo-admin-token-0123456789
@@ -58,17 +61,17 @@ echo "full coverage (6 slices on 3 workers) in $(awk "BEGIN {printf \"%.2f\", $(
 curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin"; echo
 workers=(--coordinator "$coordinator" --token "$admin")
 
-echo "== essaim run: the backbone generates through the swarm (greedy; random weights, so the text is noise)"
-"$bin" run -m "$out/tiny-q4k.gguf" -p "Once upon a time" -n 32 --temp 0 "${workers[@]}"
+echo "== essaim run: the backbone file (dense path only) generates through the swarm (greedy; random weights, so the text is noise)"
+"$bin" run --backbone-file "$backbone" -p "Once upon a time" -n 32 --temp 0 "${workers[@]}"
 
-echo "== essaim eval: teacher-forced logits of every position, monolithic and sharded, as .npy"
+echo "== essaim eval: teacher-forced logits of every position, monolithic (full model) and from the backbone file over the swarm, as .npy"
 "$bin" eval -m "$out/tiny-q4k.gguf" -p "Once upon a time" --logits-out "$out/tiny-q4k.logits.npy"
-"$bin" eval -m "$out/tiny-q4k.gguf" -p "Once upon a time" --logits-out "$out/tiny-q4k.swarm.logits.npy" "${workers[@]}"
+"$bin" eval --backbone-file "$backbone" -p "Once upon a time" --logits-out "$out/tiny-q4k.swarm.logits.npy" "${workers[@]}"
 echo "== essaim npy-diff: the sharded logits equal the monolithic ones bit for bit"
 "$bin" npy-diff "$out/tiny-q4k.logits.npy" "$out/tiny-q4k.swarm.logits.npy"
 
 echo "== essaim serve: the OpenAI API on the same swarm (port 0: the OS picks), then one curl request"
-"$bin" serve -m "$out/tiny-q4k.gguf" --host 127.0.0.1 --port 0 -np 4 -c 512 -t 1 "${workers[@]}" \
+"$bin" serve --backbone-file "$backbone" --host 127.0.0.1 --port 0 -np 4 -c 512 -t 1 "${workers[@]}" \
   > "$out/serve.out" 2> "$out/serve.err" &
 pids+=($!)
 for _ in $(seq 100); do grep -q '^listening on ' "$out/serve.out" && break; sleep 0.1; done
@@ -80,6 +83,6 @@ curl -sS "http://$server/v1/chat/completions" -H 'Content-Type: application/json
   -d '{"messages":[{"role":"user","content":"Hello, swarm!"}],"max_tokens":16,"temperature":0}'
 echo
 curl -sS "http://$server/metrics" | grep -E '^essaim_(serve_generated_tokens_total|dispatch_worker_pairs_served_total)'
-echo "== the market's ledger: the pairs each worker's answers were accepted for, and their audits"
+echo "== the market's ledger: the pairs each worker's answers were accepted for (a backbone without the experts audits nothing)"
 sleep 6  # the backbones report every 5 s
 curl -sS "$coordinator/api/rewards" -H "Authorization: Bearer $admin"; echo

@@ -51,6 +51,8 @@ std::string DispatchStats::to_json() const {
   j["audits"] = audits;
   j["hedges"] = hedges;
   j["hedge_wins"] = hedge_wins;
+  j["pairs_retried"] = pairs_retried;
+  j["calls_failed"] = calls_failed;
   nlohmann::ordered_json fr = nlohmann::ordered_json::object(), fp = nlohmann::ordered_json::object();
   for (size_t r = 0; r < kFallbackReasonCount; ++r) {
     fr[std::string(fallback_reason_name(FallbackReason(r)))] = fallback_requests[r];
@@ -102,6 +104,11 @@ std::string DispatchStats::to_text() const {
         reasons += (reasons.empty() ? "" : ", ") + std::string(fallback_reason_name(FallbackReason(r))) + " " +
                    std::to_string(fallback_pairs[r]);
     t += "dispatch: fallback pairs by reason: " + reasons + "\n";
+  }
+  if (pairs_retried > 0 || calls_failed > 0) {
+    std::snprintf(line, sizeof line, "dispatch: no local copy: %llu pairs served by another replica, %llu layer calls failed\n",
+                  (unsigned long long)pairs_retried, (unsigned long long)calls_failed);
+    t += line;
   }
   for (const WorkerReport& w : workers) {
     std::snprintf(line, sizeof line, "dispatch: worker %s%s%s: %s, %llu requests, %llu pairs served, %llu failed%s%s\n",

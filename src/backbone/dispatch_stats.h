@@ -65,6 +65,10 @@ struct DispatchStats {
   uint64_t audits = 0;                 // responses re-computed locally and compared
   uint64_t hedges = 0;                 // duplicates sent to a second replica for a late request
   uint64_t hedge_wins = 0;             // of which the duplicate's answer was the one used
+  // Without a local copy of the experts (a backbone file, docs/dispatch.md): pairs whose first answer failed
+  // and that another live replica then served, and layer calls that failed because no replica answered.
+  uint64_t pairs_retried = 0;
+  uint64_t calls_failed = 0;
   std::array<uint64_t, kFallbackReasonCount> fallback_requests{};  // requests, by reason (0 for UNAVAILABLE)
   std::array<uint64_t, kFallbackReasonCount> fallback_pairs{};     // pairs, by reason
   std::vector<LayerWire> layers;       // indexed by layer

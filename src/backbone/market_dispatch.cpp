@@ -37,6 +37,8 @@ void add_stats(DispatchStats& into, const DispatchStats& s) {
   into.requests += s.requests;
   into.responses += s.responses;
   into.audits += s.audits;
+  into.pairs_retried += s.pairs_retried;
+  into.calls_failed += s.calls_failed;
   for (size_t i = 0; i < kFallbackReasonCount; ++i) {
     into.fallback_requests[i] += s.fallback_requests[i];
     into.fallback_pairs[i] += s.fallback_pairs[i];

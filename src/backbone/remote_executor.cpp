@@ -103,6 +103,16 @@ LinkAnswer checked_answer(LinkAnswer a, size_t n_pairs, uint64_t E, ExpertOutput
   return a;
 }
 
+// "3, 17, 40" (sorted, distinct, at most 16 then "...") for an error message.
+std::string expert_list_text(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::string t;
+  for (size_t i = 0; i < ids.size() && i < 16; ++i) t += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > 16) t += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return t;
+}
+
 }  // namespace
 
 // One request in flight, and the pairs its answer fills: pair i of the request is flat pair pairs[i]
@@ -129,8 +139,8 @@ struct RemoteExpertExecutor::Answer {
 };
 
 RemoteExpertExecutor::RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options)
-    : replica_(replica), pool_(pool), options_(std::move(options)), local_(replica, pool, options_.expert_output),
-      chooser_(0, options_.replicas),
+    : replica_(replica), local_copy_(!replica.shape_only()), pool_(pool), options_(std::move(options)),
+      local_(replica, pool, options_.expert_output), chooser_(0, options_.replicas),
       audit_(0, {.every = options_.audit_every, .adaptive = options_.adaptive_audit}) {}
 
 RemoteExpertExecutor::~RemoteExpertExecutor() = default;
@@ -152,7 +162,11 @@ std::unique_ptr<RemoteExpertExecutor> RemoteExpertExecutor::create(const ExpertS
     ex->links_.push_back(std::make_unique<WorkerLink>(std::move(le), mine, ex->options_.link));
   }
   ex->chooser_ = ReplicaChooser(ex->links_.size(), ex->options_.replicas);
-  ex->audit_ = AuditPolicy(ex->links_.size(), {.every = ex->options_.audit_every, .adaptive = ex->options_.adaptive_audit});
+  // An audit recomputes an answer from the replica: impossible without its bytes, so a shape-only replica
+  // audits nothing (docs/dispatch.md, "A backbone without the experts").
+  const bool audits = ex->local_copy_;
+  ex->audit_ = AuditPolicy(ex->links_.size(), {.every = audits ? ex->options_.audit_every : 0,
+                                               .adaptive = audits && ex->options_.adaptive_audit});
   return ex;
 }
 
@@ -223,8 +237,9 @@ DispatchStats RemoteExpertExecutor::stats() const {
 }
 
 Status RemoteExpertExecutor::compute_local(const ExpertBatch& b, const std::vector<uint32_t>& pairs,
-                                           std::span<float> out) {
+                                           std::span<float> out, net::Deadline deadline) {
   if (pairs.empty()) return Status::ok();
+  if (!local_copy_) return ask_other_replicas(b, pairs, out, deadline);
   std::vector<int32_t> masked(b.ids.size(), -1);  // [n][k]: only the selected pairs, others untouched
   for (uint32_t p : pairs) masked[p] = b.ids[p];
   ExpertBatch mb = b;
@@ -283,6 +298,18 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   }
 
   chooser_.decay_unused(was_candidate, load);
+  if (!local_copy_ && !(local_pairs.empty() && unavailable_pairs.empty())) {
+    // No worker may serve these now and there is no copy here: fail before anything is sent.
+    std::vector<uint32_t> none = local_pairs;
+    none.insert(none.end(), unavailable_pairs.begin(), unavailable_pairs.end());
+    std::vector<int32_t> ids;
+    for (uint32_t p : none) ids.push_back(b.ids[p]);
+    std::lock_guard lock(stats_mu_);
+    ++stats_.calls_failed;
+    return Status::error("layer " + std::to_string(b.layer) + ": no live worker holds expert" +
+                         (ids.size() == 1 ? " " : "s ") + expert_list_text(ids) +
+                         ", and this backbone has no copy of the experts (loaded from a backbone file)");
+  }
 
   // 2. Requests, split to fit both frame limits, all sent before anything is computed here.
   std::vector<Outgoing> sent;
@@ -324,7 +351,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   std::vector<uint32_t> now = local_pairs;
   now.insert(now.end(), unavailable_pairs.begin(), unavailable_pairs.end());
   for (const auto& [why, pairs] : failed) now.insert(now.end(), pairs.begin(), pairs.end());
-  if (Status st = compute_local(b, now, out); !st) {
+  if (Status st = compute_local(b, now, out, deadline); !st) {
     for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::now());  // unregister, blame no one
     return st;
   }
@@ -374,7 +401,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   for (size_t f = failed_before_wait; f < failed.size(); ++f)
     later.insert(later.end(), failed[f].second.begin(), failed[f].second.end());
   for (const auto& [o, resp] : audited) later.insert(later.end(), o->pairs.begin(), o->pairs.end());
-  ESSAIM_RETURN_IF_ERROR(compute_local(b, later, out));
+  ESSAIM_RETURN_IF_ERROR(compute_local(b, later, out, deadline));
   // An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped.
   for (const auto& [o, resp] : audited) {
     ++audits;
@@ -404,7 +431,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     distrusted.insert(distrusted.end(), o.pairs.begin(), o.pairs.end());
     fall_back(by, FallbackReason::AUDIT_MISMATCH, o.pairs);
   }
-  ESSAIM_RETURN_IF_ERROR(compute_local(b, distrusted, out));
+  ESSAIM_RETURN_IF_ERROR(compute_local(b, distrusted, out, deadline));
 
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   std::lock_guard lock(stats_mu_);
@@ -550,6 +577,108 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
   if (first.answer.reason != FallbackReason::OVERLOADED)
     links_[first.link]->fail(*first.session, first.answer.reason, first.answer.message);
   return failures.back();
+}
+
+Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std::vector<uint32_t>& pairs,
+                                                std::span<float> out, net::Deadline deadline) {
+  const ExpertLayer* layer = replica_.any(b.layer);
+  const uint64_t E = uint64_t(layer->n_embd);
+  const uint64_t row_bytes = layer->activation_row_bytes();
+  const uint32_t lay = uint32_t(b.layer);
+  auto failure = [&](const std::vector<uint32_t>& lost, const std::string& why) {
+    std::vector<int32_t> ids;
+    for (uint32_t p : lost) ids.push_back(b.ids[p]);
+    std::lock_guard lock(stats_mu_);
+    ++stats_.calls_failed;
+    return Status::error("layer " + std::to_string(b.layer) + ": expert" + (ids.size() == 1 ? " " : "s ") +
+                         expert_list_text(ids) + ": " + why +
+                         " (this backbone has no copy of the experts: it was loaded from a backbone file)");
+  };
+  // Live sessions now: a worker whose answer just failed has had its session ended, so it is not asked again.
+  const size_t n_links = links_.size();
+  std::vector<std::shared_ptr<LinkSession>> sessions(n_links);
+  for (size_t i = 0; i < n_links; ++i)
+    if (!audit_.dropped(i)) sessions[i] = links_[i]->session();
+  std::vector<int32_t> owner(b.ids.size(), -1);
+  std::vector<uint64_t> load(n_links, 0);
+  std::vector<uint32_t> nobody;
+  std::vector<size_t> candidates;
+  for (uint32_t p : pairs) {
+    candidates.clear();
+    for (size_t i = 0; i < n_links; ++i)
+      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(b.ids[p]))) candidates.push_back(i);
+    if (candidates.empty()) {
+      nobody.push_back(p);
+      continue;
+    }
+    const size_t chosen = chooser_.choose(candidates, load);
+    owner[p] = int32_t(chosen);
+    ++load[chosen];
+  }
+  if (!nobody.empty()) return failure(nobody, "their worker failed and no other live replica holds them");
+  if (Clock::now() >= deadline) return failure(pairs, "their answer failed and the deadline has passed");
+
+  std::vector<Outgoing> sent;
+  auto forget_sent = [&] {
+    for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::time_point{});  // unregister
+  };
+  for (size_t i = 0; i < n_links; ++i) {
+    if (!sessions[i] || load[i] == 0) continue;
+    LinkSession& s = *sessions[i];
+    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, options_.expert_output,
+                                     s.conn->peer_max_payload_bytes(), s.conn->max_payload_bytes());
+    if (!chunks.too_large.empty()) {
+      forget_sent();
+      return failure(chunks.too_large, "one row's request or answer does not fit the frame limits");
+    }
+    for (std::vector<uint32_t>& c : chunks.requests) {
+      Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s), .pairs = std::move(c)};
+      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes, options_.expert_output);
+      o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
+      o.sent_at = Clock::now();
+      if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
+        if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
+        forget_sent();
+        return failure(o.pairs, "sending them to another replica failed (" + f->message + ")");
+      }
+      sent.push_back(std::move(o));
+    }
+  }
+  uint64_t served = 0, bytes_sent = 0, bytes_received = 0;
+  std::vector<uint64_t> link_served(n_links, 0), link_requests(n_links, 0);
+  for (size_t si = 0; si < sent.size(); ++si) {
+    const Outgoing& o = sent[si];
+    LinkAnswer a = checked_answer(links_[o.link]->wait(o.id, deadline), o.pairs.size(), E, options_.expert_output);
+    ++link_requests[o.link];
+    bytes_sent += o.request_bytes;
+    if (!a.response) {
+      if (a.reason != FallbackReason::OVERLOADED) links_[o.link]->fail(*o.session, a.reason, a.message);
+      for (size_t rest = si + 1; rest < sent.size(); ++rest)
+        (void)links_[sent[rest].link]->wait(sent[rest].id, Clock::time_point{});
+      return failure(o.pairs, "no replica answered before the deadline (the last asked: " +
+                                  std::string(fallback_reason_name(a.reason)) + ", " + a.message + ")");
+    }
+    links_[o.link]->note_success();
+    const std::vector<float>& rows = a.response->outputs;
+    for (size_t i = 0; i < o.pairs.size(); ++i)
+      std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
+    served += o.pairs.size();
+    link_served[o.link] += o.pairs.size();
+    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output);
+  }
+  std::lock_guard lock(stats_mu_);
+  stats_.pairs_retried += served;
+  stats_.pairs_remote += served;
+  stats_.requests += sent.size();
+  stats_.responses += sent.size();
+  for (size_t i = 0; i < n_links; ++i) {
+    stats_.workers[i].requests += link_requests[i];
+    stats_.workers[i].pairs_served += link_served[i];
+  }
+  if (stats_.layers.size() <= size_t(b.layer)) stats_.layers.resize(size_t(b.layer) + 1);
+  stats_.layers[size_t(b.layer)].bytes_sent += bytes_sent;
+  stats_.layers[size_t(b.layer)].bytes_received += bytes_received;
+  return Status::ok();
 }
 
 Result<std::unique_ptr<RemoteExpertExecutor>> remote_executor_for_model(const Model& model, const ExpertMap& map,

@@ -1,6 +1,9 @@
 // The backbone's dispatcher: an ExpertExecutor that sends each (row, expert) pair of a MoE layer to the
 // worker holding that expert, computes the rest from the backbone's resident replica meanwhile, and falls
 // back to the replica for every answer that does not come (docs/invariants.md invariants 1 and 5; docs/dispatch.md).
+// A shape-only replica (a backbone loaded from a backbone file) has no bytes to fall back on: a failed
+// answer is asked of another live replica, and when none answers by the deadline the call fails with an
+// error naming the layer and experts — never a wrong output, never a wait past the deadline.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(ExpertMap map, expert_map_from_addresses({"127.0.0.1:9001", "127.0.0.1:9002"}));
 //   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteExpertExecutor> ex,
@@ -112,10 +115,18 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // replica may serve all its pairs. Called under call_mu_.
   Answer await_answer(const ExpertBatch& b, const Outgoing& o, net::Deadline deadline,
                       const std::vector<std::shared_ptr<LinkSession>>& sessions, std::vector<uint64_t>& load);
-  // Computes the pairs selected by `mask` (indices into batch.ids) from the replica into out.
-  Status compute_local(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out);
+  // Computes the pairs selected by `mask` (indices into batch.ids) from the replica into out. Without a
+  // local copy (a shape-only replica) it asks other live replicas instead (ask_other_replicas).
+  Status compute_local(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out,
+                       net::Deadline deadline);
+  // No local copy: the pairs go to live replicas (the cheapest per pair), answers awaited until the
+  // deadline; a pair no live worker holds, or whose answer does not come, fails the call with a message
+  // naming the layer and experts. Called under call_mu_.
+  Status ask_other_replicas(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out,
+                            net::Deadline deadline);
 
   const ExpertStore& replica_;
+  const bool local_copy_;  // false for a shape-only replica (a backbone file): no fallback, no audits
   ThreadPool* pool_;
   const DispatchOptions options_;
   LocalExpertExecutor local_;

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "gguf/backbone_experts.h"
 #include "gguf/expert_digest.h"
 #include "gguf/gguf_slice.h"
 
@@ -15,7 +16,31 @@ std::string range_text(const proto::Holding& h) {
 
 }  // namespace
 
+// A backbone file carries every expert's digest (gguf/backbone_experts.h): nothing to hash.
+Result<PeerCheck> recorded_weights_check(const GgufFile& file) {
+  ESSAIM_ASSIGN_OR_RETURN(BackboneExperts recorded, read_backbone_experts(file));
+  auto st = std::make_shared<const BackboneExperts>(std::move(recorded));
+  return PeerCheck([st](const proto::Hello& peer) -> std::optional<proto::Refuse> {
+    for (const proto::Holding& h : peer.holdings) {
+      const int64_t li = st->layer_index(h.layer);
+      if (li < 0 || uint64_t(h.first_expert) + h.expert_count > st->expert_count) continue;
+      const std::vector<Sha256Digest>& d = st->digests[size_t(li)];
+      const Sha256Digest mine = holding_digest(std::span(d).subspan(h.first_expert, h.expert_count));
+      if (mine != h.sha256) {
+        return proto::Refuse{
+            proto::RefuseReason::WEIGHTS,
+            "the slice holding experts " + range_text(h) + " of layer " + std::to_string(h.layer) +
+                " has other weights than this backbone's model (content digest " + digest_hex(h.sha256).substr(0, 16) +
+                "..., the backbone file records " + digest_hex(mine).substr(0, 16) +
+                "...): it was cut from another model of the same shape"};
+      }
+    }
+    return std::nullopt;
+  });
+}
+
 Result<PeerCheck> weights_check(const GgufFile& file, std::string cache_path) {
+  if (is_backbone_file(file)) return recorded_weights_check(file);
   struct State {
     MoeLayout layout;
     std::unique_ptr<ExpertDigestCache> cache;

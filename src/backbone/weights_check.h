@@ -22,7 +22,8 @@ namespace essaim::backbone {
 
 using PeerCheck = std::function<std::optional<proto::Refuse>(const proto::Hello&)>;
 
-// `file` (a full model) must outlive the returned function. Holdings outside the model's MoE layers or
+// `file` (a full model, or a backbone file: then the digests it records are used and nothing is hashed)
+// must outlive the returned function. Holdings outside the model's MoE layers or
 // experts are not checked here: the dispatcher never routes them (routable_holdings).
 Result<PeerCheck> weights_check(const GgufFile& file, std::string cache_path = {});
 

@@ -32,7 +32,8 @@ namespace essaim::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model;
+  ModelSource source;
+  std::string model;  // the path loaded (either source), for messages
   std::string tokens;
   std::string prompt;
   std::string logits_out;
@@ -70,7 +71,7 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
 Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids;
@@ -110,6 +111,7 @@ Status run_eval(const EvalArgs& a) {
                double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
   std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
   print_dispatch_stats(chosen, "essaim eval");
+  if (a.source.is_backbone()) print_backbone_memory(*model, "essaim eval");
   if (a.json) {
     ESSAIM_ASSIGN_OR_RETURN(nlohmann::json logits_file, file_summary_json(a.logits_out));
     nlohmann::json j{{"command", "eval"},
@@ -135,7 +137,7 @@ Status run_eval(const EvalArgs& a) {
 void register_eval(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Teacher-forced logits of every position, written as .npy");
-  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  add_model_source_flags(*cmd, args->source);
   auto* tokens = cmd->add_option("--tokens", args->tokens, "Comma-separated token ids");
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize and evaluate");
   tokens->excludes(prompt);
@@ -148,6 +150,8 @@ void register_eval(CLI::App& app, int& exit_code) {
   add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code, tokens, prompt] {
     if (tokens->count() == 0 && prompt->count() == 0) throw UsageError("give --tokens or -p");
+    check_model_source(args->source, args->swarm);
+    args->model = args->source.path();
     Status s = run_eval(*args);
     if (!s) {
       std::fprintf(stderr, "essaim eval: %s\n", s.message().c_str());

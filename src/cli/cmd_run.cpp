@@ -34,7 +34,8 @@ namespace essaim::cli {
 namespace {
 
 struct RunArgs {
-  std::string model;
+  ModelSource source;
+  std::string model;  // the path loaded (either source), for messages
   std::string prompt;
   std::string system;
   int32_t n_predict = 128;
@@ -57,7 +58,7 @@ Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const
 Status run_generate(const RunArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
   const std::string chat_template = vocab.chat_template;
@@ -139,6 +140,7 @@ Status run_generate(const RunArgs& a) {
   std::fprintf(stderr, "essaim run: generation %d tokens in %.3f s (%.2f tok/s)\n", n_gen, gen_s,
                gen_s > 0 ? double(n_gen) / gen_s : 0.0);
   print_dispatch_stats(chosen, "essaim run");
+  if (a.source.is_backbone()) print_backbone_memory(*model, "essaim run");
   if (a.json) {
     nlohmann::json j{{"command", "run"},
                      {"model", a.model},
@@ -174,7 +176,7 @@ Status run_generate(const RunArgs& a) {
 void register_run(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streaming it");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  add_model_source_flags(*cmd, a->source);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the user message with --chat)")->required();
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(CLI::NonNegativeNumber);
   add_sampling_flags(*cmd, a->sampling);
@@ -189,6 +191,8 @@ void register_run(CLI::App& app, int& exit_code) {
   add_json_flag(*cmd, a->json);
   add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {
+    check_model_source(a->source, a->swarm);
+    a->model = a->source.path();
     Status s = run_generate(*a);
     if (!s) {
       std::fprintf(stderr, "essaim run: %s\n", s.message().c_str());

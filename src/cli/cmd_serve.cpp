@@ -11,18 +11,21 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/dispatch_flags.h"
+#include "cli/model_load.h"
 #include "serve/server.h"
 
 namespace essaim::cli {
 namespace {
 
 struct ServeArgs {
+  ModelSource source;
   serve::ServerOptions server;
   DispatchFlags swarm;
 };
@@ -72,6 +75,13 @@ int run_serve(ServeArgs& a) {
         const serve::Scheduler* s = (*server)->scheduler();
         std::fprintf(stderr, "essaim serve: %s ready: %d parallel, context %d per sequence, %d-token batches\n",
                      a.server.model_path.c_str(), a.server.parallel, s->n_ctx(), a.server.batch_tokens);
+        if (a.source.is_backbone()) {
+          const MemoryUse u = memory_use();
+          std::error_code ec;
+          const uintmax_t mapped = std::filesystem::file_size(a.source.path(), ec);
+          std::fprintf(stderr, "essaim serve: backbone file %.1f MiB mapped, peak resident %.1f MiB\n",
+                       ec ? 0.0 : double(mapped) / (1 << 20), double(u.peak_rss) / (1 << 20));
+        }
       } else if (st.message().find("still loading") == std::string::npos) {
         std::fprintf(stderr, "essaim serve: %s\n", st.message().c_str());
         return 1;
@@ -88,7 +98,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<ServeArgs>();
   serve::ServerOptions& o = a->server;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
-  cmd->add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  add_model_source_flags(*cmd, a->source);
   cmd->add_option("--host", o.host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", o.port, "Port (default 8080; 0: the OS chooses)");
   cmd->add_option("--parallel", o.parallel, "Sequences in flight at once (default 4; -np also works)")->check(CLI::Range(1, 1024));
@@ -106,7 +116,12 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
   add_dispatch_flags(*cmd, a->swarm);
-  cmd->callback([a, &exit_code] { exit_code = run_serve(*a); });
+  cmd->callback([a, &exit_code] {
+    check_model_source(a->source, a->swarm);
+    a->server.model_path = a->source.path();
+    a->server.backbone_file = a->source.is_backbone();
+    exit_code = run_serve(*a);
+  });
 }
 
 }  // namespace essaim::cli

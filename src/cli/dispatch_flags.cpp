@@ -71,13 +71,16 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
 
 CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertExecutor& remote) {
   CoverageReport r;
+  // A backbone file holds no expert bytes: what no worker serves cannot be computed here.
+  const bool copy = !model.expert_store().shape_only();
+  const std::string until = copy ? "; its experts are computed on the backbone until it does"
+                                 : "; requests needing experts only it holds fail until it does (no local copy)";
   const backbone::DispatchStats s = remote.stats();
   for (const backbone::WorkerReport& w : s.workers) {
     if (w.connected) continue;
     r.complete = false;
     r.lines.push_back("worker " + w.address + " did not connect (" +
-                      (w.last_error.empty() ? std::string("no answer yet") : w.last_error) +
-                      "); its experts are computed on the backbone until it does");
+                      (w.last_error.empty() ? std::string("no answer yet") : w.last_error) + ")" + until);
   }
   const std::vector<std::vector<proto::Holding>> live = remote.live_holdings();
   const ExpertStore& store = model.expert_store();
@@ -111,7 +114,7 @@ CoverageReport swarm_coverage(const Model& model, const backbone::RemoteExpertEx
   for (const auto& [layers, what] : groups) {
     r.complete = false;
     r.lines.push_back("layer" + std::string(layers.size() == 1 ? " " : "s ") + index_ranges_text(layers) + ": " +
-                      what + "; computed on the backbone");
+                      what + (copy ? "; computed on the backbone" : "; requests needing them fail (no local copy)"));
   }
   return r;
 }

@@ -40,6 +40,8 @@ struct DispatchFlags {
   std::string replica_choice = "nearest";  // nearest | first (map order)
   double hedge_factor = 3.0;               // hedge a request late by this × its worker's mean round trip; 0 = off
   std::string ca_file;               // an extra CA to trust for wss:// relays
+  // Any source of workers: the experts can be dispatched (what --backbone-file needs).
+  bool has_swarm() const { return !workers.empty() || !expert_map.empty() || !coordinator.empty(); }
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);

@@ -1,6 +1,9 @@
 #include "cli/model_load.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "cli/common_flags.h"
 
 #include "core/mapped_file.h"
 #include "core/progress.h"
@@ -30,9 +33,55 @@ Status read_into_memory(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock) {
+Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock, bool backbone_file) {
   if (mlock) ESSAIM_RETURN_IF_ERROR(read_into_memory(path));
-  return load_model(path, {.mlock = mlock});
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, {.mlock = mlock, .backbone_file = backbone_file}));
+  if (backbone_file) {
+    const ModelInfo& info = m->info();
+    std::fprintf(stderr,
+                 "essaim: backbone file %s: %.1f MiB mapped; the routed experts (%.1f MiB in the full model) are "
+                 "served by the swarm\n",
+                 path.c_str(), double(m->file().file_size()) / (1 << 20), double(info.expert_bytes) / (1 << 20));
+  }
+  return m;
+}
+
+void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& model_help) {
+  CLI::Option* m = cmd.add_option("-m,--model", src.model, model_help);
+  CLI::Option* b = cmd.add_option("--backbone-file", src.backbone_file,
+                                  "Backbone file (`essaim slice --backbone`) instead of -m: the dense path only, every "
+                                  "routed expert from the swarm (needs --worker, --expert-map or --coordinator)");
+  m->excludes(b);
+}
+
+void check_model_source(const ModelSource& src, const DispatchFlags& swarm) {
+  if (src.model.empty() && src.backbone_file.empty()) throw UsageError("give -m MODEL or --backbone-file FILE");
+  if (!src.is_backbone()) return;
+  if (!swarm.has_swarm())
+    throw UsageError("--backbone-file holds no experts: give the swarm that serves them (--worker, --expert-map or "
+                     "--coordinator), or load the full model with -m");
+  if (swarm.audit_every != 0)
+    throw UsageError("--worker-audit recomputes answers from the experts' bytes, which a backbone file does not hold");
+}
+
+void print_backbone_memory(const Model& model, const char* who) {
+  const MemoryUse u = memory_use();
+  std::fprintf(stderr, "%s: backbone file %.1f MiB mapped, peak resident %.1f MiB, now %.1f MiB\n", who,
+               double(model.file().file_size()) / (1 << 20), double(u.peak_rss) / (1 << 20), double(u.rss) / (1 << 20));
+}
+
+MemoryUse memory_use() {
+  MemoryUse u;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return u;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %llu kB", &kb) == 1) u.rss = kb * 1024;
+    if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) u.peak_rss = kb * 1024;
+  }
+  std::fclose(f);
+  return u;
 }
 
 }  // namespace essaim::cli

@@ -3,16 +3,47 @@
 // and pinned from the warm page cache.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model_for_cli(args.model, args.mlock));
+//
+// `-m FULL.gguf` or `--backbone-file FILE` (exactly one; the second needs a swarm, docs/dispatch.md):
+//   ModelSource src;
+//   add_model_source_flags(*cmd, src);                       // then, in the callback:
+//   check_model_source(src, swarm);                          // throws UsageError
+//   load_model_for_cli(src.path(), mlock, src.is_backbone());
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
+#include "cli/dispatch_flags.h"
 #include "core/status.h"
 #include "model/model.h"
 
 namespace essaim::cli {
 
-Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock);
+// With backbone_file: the file is an `essaim slice --backbone` output, loaded with its experts bound to the
+// swarm; stderr then says how many bytes are mapped (the backbone file's size) against the full model's.
+Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock, bool backbone_file = false);
+
+struct ModelSource {
+  std::string model;          // -m
+  std::string backbone_file;  // --backbone-file
+  const std::string& path() const { return backbone_file.empty() ? model : backbone_file; }
+  bool is_backbone() const { return !backbone_file.empty(); }
+};
+// -m,--model and --backbone-file, excluding each other.
+void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& model_help = "GGUF model file");
+// Exactly one of the two; --backbone-file needs --worker, --expert-map or --coordinator, and no
+// --worker-audit (an audit recomputes answers from the experts' bytes). Throws UsageError.
+void check_model_source(const ModelSource& src, const DispatchFlags& swarm);
+
+// The process's resident and peak resident memory (VmRSS, VmHWM from /proc/self/status), bytes; 0 if unknown.
+struct MemoryUse {
+  uint64_t rss = 0;
+  uint64_t peak_rss = 0;
+};
+MemoryUse memory_use();
+// "WHO: backbone file N MiB mapped, peak resident M MiB" on stderr (what a backbone without experts costs).
+void print_backbone_memory(const Model& model, const char* who);
 
 }  // namespace essaim::cli

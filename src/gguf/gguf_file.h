@@ -93,6 +93,11 @@ class GgufFile {
   const std::vector<GgufKv>& kvs() const { return kvs_; }           // file order
   const std::vector<GgufTensor>& tensors() const { return tensors_; }  // file (= data) order
 
+  // Adds tensors the file describes in metadata but does not store (a backbone file's routed experts,
+  // gguf/backbone_experts.h): data == nullptr, offset 0, appended after the stored ones. A name already
+  // present is an error. Whoever reads such a tensor's bytes must check data first.
+  Status add_shape_only_tensors(std::vector<GgufTensor> tensors);
+
   const GgufValue* find_kv(std::string_view key) const;
   const GgufTensor* find_tensor(std::string_view name) const;
 

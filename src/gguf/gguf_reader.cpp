@@ -221,4 +221,19 @@ Status GgufFile::read_tensor_infos(GgufCursor& c, int64_t n_tensors) {
   return Status::ok();
 }
 
+Status GgufFile::add_shape_only_tensors(std::vector<GgufTensor> tensors) {
+  for (const GgufTensor& t : tensors)
+    if (tensor_index_.count(t.name) != 0)
+      return Status::error("tensor " + gguf_quote_string(t.name) + " is both stored and described as shape-only");
+  for (GgufTensor& t : tensors) {
+    t.data = nullptr;
+    t.offset = 0;
+    t.file_offset = 0;
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second)
+      return Status::error("shape-only tensor " + gguf_quote_string(t.name) + " given twice");
+    tensors_.push_back(std::move(t));
+  }
+  return Status::ok();
+}
+
 }  // namespace essaim

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "gguf/backbone_experts.h"
 #include "gguf/expert_digest.h"
 #include "gguf/gguf_layout.h"
 
@@ -246,13 +247,14 @@ Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, con
   return f;
 }
 
-OutFile backbone_file(const GgufFile& src, const MoeLayout& moe) {
+OutFile backbone_file(const GgufFile& src, const MoeLayout& moe, BackboneDigests digests) {
   OutFile f;
   f.alignment = src.alignment();
   f.source = &src;
   f.kvs = src.kvs();
   f.kvs.push_back(GgufKv{std::string(kBackboneKeyVersion), u32_value(kBackboneFormatVersion)});
   f.kvs.push_back(GgufKv{std::string(kBackboneKeySourceModel), string_value(digest_hex(moe.source_model))});
+  for (GgufKv& kv : backbone_expert_kvs(moe, digests)) f.kvs.push_back(std::move(kv));
   for (const GgufTensor& t : src.tensors()) {
     // moe_layout claimed every routed-expert tensor, so the name test drops exactly the routed experts.
     if (is_routed_expert_tensor_name(t.name)) continue;
@@ -271,7 +273,7 @@ Result<SliceManifest> plan_manifest(const GgufFile& src, const MoeLayout& moe, c
   m.source_block_count = moe.block_count;
   m.source_expert_count = moe.expert_count;
   if (opt.with_backbone) {
-    m.backbone = ManifestBackbone{stem + ".backbone.gguf", backbone_file(src, moe).size(), {}};
+    m.backbone = ManifestBackbone{stem + ".backbone.gguf", backbone_file(src, moe, BackboneDigests::PLACEHOLDER).size(), {}};
     if (!manifest_file_name_is_plain(m.backbone->file))
       return Status::error("file name stem '" + stem + "' is not a plain file name");
   }

@@ -75,8 +75,12 @@ Status check_slice_range(const MoeLayout& moe, const SliceRange& r);
 
 // An expert slice of src (keys in docs/slicing.md); tensors keep their names, ne[2] = r.expert_count.
 Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, const SliceRange& r);
-// Every tensor but the routed experts, every KV, plus essaim.backbone.{version,source_model}.
-OutFile backbone_file(const GgufFile& src, const MoeLayout& moe);
+// Expert digests in a backbone file's header: COMPUTE hashes every expert (what is written); PLACEHOLDER
+// writes zero digests of the same length (a plan only needs the file's size).
+enum class BackboneDigests : uint8_t { COMPUTE, PLACEHOLDER };
+// Every tensor but the routed experts, every KV, plus essaim.backbone.{version,source_model} and the
+// experts' description without their bytes (gguf/backbone_experts.h).
+OutFile backbone_file(const GgufFile& src, const MoeLayout& moe, BackboneDigests digests = BackboneDigests::COMPUTE);
 
 struct SlicePlanOptions {
   uint32_t experts_per_slice = 32;  // N; the last slice of a layer is shorter when N does not divide X

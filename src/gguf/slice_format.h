@@ -39,7 +39,20 @@ inline constexpr std::string_view kSliceKeyExpertSha256 = "essaim.slice.expert_s
 
 inline constexpr std::string_view kBackboneKeyVersion = "essaim.backbone.version";                    // u32
 inline constexpr std::string_view kBackboneKeySourceModel = "essaim.backbone.source_model";           // hex
-inline constexpr uint32_t kBackboneFormatVersion = 1;
+// v2 records what the routed experts are without their bytes (gguf/backbone_experts.h), so a backbone can
+// load from this file alone and bind its experts to the swarm. v1 files carry only the two keys above.
+inline constexpr uint32_t kBackboneFormatVersion = 2;
+inline constexpr std::string_view kBackboneKeyExpertCount = "essaim.backbone.expert_count";                // u32
+inline constexpr std::string_view kBackboneKeyEmbeddingLength = "essaim.backbone.embedding_length";        // u32
+inline constexpr std::string_view kBackboneKeyExpertFfLength = "essaim.backbone.expert_feed_forward_length"; // u32
+inline constexpr std::string_view kBackboneKeyGateUpFused = "essaim.backbone.gate_up_fused";              // bool
+inline constexpr std::string_view kBackboneKeyActivation = "essaim.backbone.activation";                  // str
+// The MoE layers, ascending.
+inline constexpr std::string_view kBackboneKeyExpertLayers = "essaim.backbone.expert_layers";             // [u32]
+// Per MoE layer the ggml type ids of its expert tensors: gate, up, down (or gate_up, down when fused).
+inline constexpr std::string_view kBackboneKeyExpertTypes = "essaim.backbone.expert_types";               // [u32]
+// [MoE layers × expert_count] 64-hex expert digests, layer-major (as essaim.slice.expert_sha256).
+inline constexpr std::string_view kBackboneKeyExpertSha256 = "essaim.backbone.expert_sha256";             // [str]
 
 // The routed-expert tensors of one layer: ne = [in, out, n_expert], expert e is the byte range
 // [e·nb2, (e+1)·nb2). A layer has GATE+UP+DOWN, or GATE_UP (gate rows then up rows, ne[1] = 2F) + DOWN.

@@ -50,6 +50,10 @@ struct ModelInfo {
 
 struct LoadOptions {
   bool mlock = false;  // pin the mapping in RAM (fails without the privilege / ulimit)
+  // The file is an `essaim slice --backbone` file: the dense path from its bytes, the routed experts from
+  // its records only (a shape-only expert store: expert_store().shape_only()), to be served by workers.
+  // A backbone file without this flag, or a full model with it, is refused with a message saying which.
+  bool backbone_file = false;
 };
 
 struct CacheOptions {

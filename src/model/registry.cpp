@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "gguf/backbone_experts.h"
 #include "model/architectures.h"
 #include "model/model.h"
 #include "kernels/quantize.h"
@@ -36,6 +37,18 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<GgufFile> file, const 
     return Status::error("metadata key 'general.architecture' has type " +
                          std::string(gguf_value_type_name(v->type)) + ", expected STRING");
   const std::string arch = v->str;
+  const bool backbone = is_backbone_file(*file);
+  if (backbone && !options.backbone_file)
+    return Status::error("this is an essaim backbone file (its routed experts were cut away): load it with "
+                         "--backbone-file and a swarm (--worker, --expert-map or --coordinator), or load the full model");
+  if (!backbone && options.backbone_file)
+    return Status::error("not an essaim backbone file (cut one with `essaim slice -m MODEL --backbone -o FILE`); "
+                         "a full model is loaded with -m");
+  if (backbone) {
+    // The experts become tensors without bytes, so the architecture binds them exactly as from a full file.
+    ESSAIM_ASSIGN_OR_RETURN(const BackboneExperts experts, read_backbone_experts(*file));
+    ESSAIM_RETURN_IF_ERROR(file->add_shape_only_tensors(experts.shape_tensors()));
+  }
   for (const ArchEntry& a : kArchitectures) {
     if (a.name != arch) continue;
     if (options.mlock) ESSAIM_RETURN_IF_ERROR(file->mapping().lock().with_context("--mlock"));

@@ -35,6 +35,16 @@ const ExpertLayer* ExpertStore::any(int32_t layer) const {
   return r.empty() ? nullptr : &r.front();
 }
 
+bool ExpertStore::shape_only() const {
+  bool any_range = false;
+  for (const std::vector<ExpertLayer>& layer : layers_)
+    for (const ExpertLayer& range : layer) {
+      if (!range.shape_only()) return false;
+      any_range = true;
+    }
+  return any_range;
+}
+
 Status validate_expert_batch(const ExpertBatch& batch, const ExpertLayer& layer, size_t out_size) {
   if (batch.n_rows < 0 || batch.k <= 0) return Status::error("expert batch: bad row or slot count");
   if (batch.act_type != layer.activation_type())

@@ -56,6 +56,9 @@ class ExpertStore {
   const ExpertLayer* find(int32_t layer, int32_t expert) const;  // the range holding it, or nullptr
   // Every range of a layer must agree on these; nullptr when the layer holds nothing.
   const ExpertLayer* any(int32_t layer) const;
+  // True when the store holds experts and none of them has bytes (a backbone loaded from a backbone file):
+  // whoever dispatches from it has no replica of last resort.
+  bool shape_only() const;
 
  private:
   std::vector<std::vector<ExpertLayer>> layers_;

@@ -14,11 +14,13 @@ namespace {
 
 ExpertMatrices view_of(const ExpertLayer::Tensor3d& t, int64_t rows, uint64_t row_offset) {
   const uint64_t row_stride = type_traits(t.type).block_size ? type_traits(t.type).row_bytes(uint64_t(t.cols)) : 0;
-  return ExpertMatrices{.type = t.type, .cols = t.cols, .rows = rows, .data = t.data + row_offset * row_stride,
+  // A shape-only tensor (no bytes: a backbone file's experts) stays null rather than an offset from null.
+  const uint8_t* data = t.data == nullptr ? nullptr : t.data + row_offset * row_stride;
+  return ExpertMatrices{.type = t.type, .cols = t.cols, .rows = rows, .data = data,
                         .row_stride = row_stride, .expert_stride = row_stride * uint64_t(t.rows)};
 }
 
-Status check_matrices(const ExpertMatrices& m, const char* what, int64_t cols, int64_t rows) {
+Status check_matrices(const ExpertMatrices& m, const char* what, int64_t cols, int64_t rows, bool shape_only) {
   const TypeTraits& tt = type_traits(m.type);
   if (!tt.computable || tt.block_size == 0)
     return Status::error(std::string("expert ") + what + " weights have type " + std::string(tt.name) +
@@ -32,7 +34,7 @@ Status check_matrices(const ExpertMatrices& m, const char* what, int64_t cols, i
                          " is not a multiple of the " + std::string(tt.name) + " block size");
   if (m.row_stride != tt.row_bytes(uint64_t(cols)) || m.expert_stride < m.row_stride * uint64_t(rows))
     return Status::error(std::string("expert ") + what + " strides do not cover the rows");
-  if (m.data == nullptr) return Status::error(std::string("expert ") + what + " weights have no data");
+  if (m.data == nullptr && !shape_only) return Status::error(std::string("expert ") + what + " weights have no data");
   return Status::ok();
 }
 
@@ -66,9 +68,11 @@ ExpertLayer ExpertLayer::fused(const Tensor3d& gate_up, const Tensor3d& down, in
 Status ExpertLayer::validate() const {
   if (n_embd <= 0 || n_ff <= 0 || n_experts <= 0 || expert_begin < 0)
     return Status::error("expert layer has empty or negative dimensions");
-  ESSAIM_RETURN_IF_ERROR(check_matrices(gate, "gate", n_embd, n_ff));
-  ESSAIM_RETURN_IF_ERROR(check_matrices(up, "up", n_embd, n_ff));
-  ESSAIM_RETURN_IF_ERROR(check_matrices(down, "down", n_ff, n_embd));
+  // All three views without bytes is a shape-only layer; one missing among others is a broken one.
+  const bool none = shape_only();
+  ESSAIM_RETURN_IF_ERROR(check_matrices(gate, "gate", n_embd, n_ff, none));
+  ESSAIM_RETURN_IF_ERROR(check_matrices(up, "up", n_embd, n_ff, none));
+  ESSAIM_RETURN_IF_ERROR(check_matrices(down, "down", n_ff, n_embd, none));
   // The activation is quantised once and consumed by both the gate and the up product.
   if (type_traits(gate.type).vec_dot_type != type_traits(up.type).vec_dot_type)
     return Status::error("expert gate (" + std::string(type_name(gate.type)) + ") and up (" +
@@ -78,6 +82,9 @@ Status ExpertLayer::validate() const {
 
 Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, int32_t k, const int32_t* ids,
                   float* out, ThreadPool* pool) {
+  if (layer.shape_only())
+    return Status::error("this process holds no bytes of these experts (a backbone loaded from a backbone file): "
+                         "they can only be computed by workers");
   const int64_t n_pairs = n_rows * k;
   // Group (row, slot) pairs by expert, in ascending pair order: counting sort over the held range.
   std::vector<int64_t> count(size_t(layer.n_experts) + 1, 0);

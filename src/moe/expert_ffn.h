@@ -72,8 +72,12 @@ struct ExpertLayer {
   GgmlType activation_type() const { return type_traits(gate.type).vec_dot_type; }
   uint64_t activation_row_bytes() const { return essaim::activation_row_bytes(gate.type, n_embd); }
   bool holds(int32_t expert) const { return expert >= expert_begin && expert - expert_begin < n_experts; }
+  // Shapes and types without bytes (a backbone loaded from a backbone file, docs/dispatch.md): enough to
+  // quantise activations and size answers; expert_ffn refuses to compute it.
+  bool shape_only() const { return gate.data == nullptr && up.data == nullptr && down.data == nullptr; }
 
-  // Shapes agree, types are computable, gate and up share one activation format, strides cover the rows.
+  // Shapes agree, types are computable, gate and up share one activation format, strides cover the rows,
+  // and either every view has bytes or none has (shape_only).
   // Errors are values: a slice read from disk is untrusted.
   Status validate() const;
 };
