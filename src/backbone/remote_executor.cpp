@@ -478,8 +478,14 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
   const uint64_t E = uint64_t(layer->n_embd);
   auto checked = [&](LinkAnswer a) { return checked_answer(std::move(a), o.pairs.size(), E, options_.expert_output); };
   Answer r{.answer = {}, .link = o.link, .session = o.session, .sent_at = o.sent_at};
-  const std::chrono::nanoseconds late = chooser_.hedge_after(o.link);
-  if (!options_.replicas.hedge) {
+  std::chrono::nanoseconds late = chooser_.hedge_after(o.link);
+  // Without a local copy another replica is the only fallback, so hedging is always on, and a worker with
+  // no history (or hedging off) is late at half the deadline: a stalled worker then costs half a deadline,
+  // not the call. When its duplicate wins, that worker is blamed (TIMEOUT) as a full backbone would at the
+  // deadline, so it is not asked first again until it has reconnected.
+  const bool forced_hedge = !local_copy_ && late == std::chrono::nanoseconds::max();
+  if (forced_hedge) late = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout) / 2;
+  if (!options_.replicas.hedge && local_copy_) {
     r.answer = checked(links_[o.link]->wait(o.id, deadline));
     return r;
   }
@@ -568,6 +574,9 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
       if (got.answer.response) {
         Side& other = sides[1 - k];
         if (other.open) (void)links_[other.link]->wait(other.id, Clock::time_point{});  // unregister, blame no one
+        if (other.open && k == 1 && forced_hedge)
+          links_[o.link]->fail(*o.session, FallbackReason::TIMEOUT,
+                               "no answer within half the deadline; another replica answered (no local copy)");
         return got;
       }
       failures.push_back(std::move(got));

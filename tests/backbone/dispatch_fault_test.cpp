@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "backbone_test_util.h"
+#include "gguf/gguf_slice.h"
+#include "gguf/out_file.h"
 #include "kernels/kernel_traits.h"
 #include "net/frame_connection.h"
 
@@ -242,6 +244,108 @@ TEST(DispatchHandshake, AnUnreachableWorkerNeverDelaysALayerCall) {
   EXPECT_GT(s.fallback_pairs[size_t(FallbackReason::UNAVAILABLE)], 0u) << s.to_json();
   EXPECT_LT(s.max_call_seconds, 1.5) << "a layer call waited for the connect: " << s.to_json();
   EXPECT_EQ(s.requests, 0u);
+}
+
+// A backbone loaded from the backbone file of `m` (docs/dispatch.md, "A backbone without the experts"):
+// the dense path only, a shape-only expert store.
+std::unique_ptr<Model> backbone_only(const SwarmModel& m) {
+  // m.dir is this process's; write_out_file renames a finished file into place, so rewriting it per test
+  // never changes bytes a mapping sees.
+  const std::string path = m.dir + "/lean.backbone.gguf";
+  Result<MoeLayout> moe = moe_layout(m.model->file());
+  EXPECT_TRUE(moe) << moe.status().message();
+  if (!moe) return nullptr;
+  Result<WrittenFile> w = write_out_file(backbone_file(m.model->file(), *moe), path, /*hash=*/false);
+  EXPECT_TRUE(w) << w.status().message();
+  Result<std::unique_ptr<Model>> b = load_model(path, {.backbone_file = true});
+  EXPECT_TRUE(b) << b.status().message();
+  if (!b) return nullptr;
+  EXPECT_TRUE((*b)->expert_store().shape_only());
+  return std::move(*b);
+}
+
+// Logits [n][V] of one forward over all tokens, or the forward's error.
+Result<std::vector<float>> forward_all(const Model& model, std::span<const int32_t> tokens, ExpertExecutor& ex) {
+  ThreadPool pool(2);
+  SequenceCache cache = model.new_cache({.kv_type = KvType::F16, .n_ctx = int32_t(tokens.size())});
+  std::vector<float> logits(tokens.size() * size_t(model.info().n_vocab));
+  ESSAIM_RETURN_IF_ERROR(model.forward({.tokens = tokens, .cache = &cache, .experts = &ex, .pool = &pool,
+                                        .logits_mode = LogitsMode::ALL, .logits = logits}));
+  return logits;
+}
+
+class LeanFault : public ::testing::TestWithParam<FaultCase> {};
+
+// Without a local copy, every misbehaviour of the preferred worker is survived by the other replica: a
+// failed answer is asked of it, a late one (no history: half the deadline) is hedged to it. The logits are
+// the monolithic ones and no answer of the bad worker is used.
+TEST_P(LeanFault, AnotherReplicaAnswersWithTheMonolithicBits) {
+  const FaultCase fc = GetParam();
+  const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
+  const std::unique_ptr<Model> lean = backbone_only(m);
+  ASSERT_NE(lean, nullptr);
+  const std::vector<int32_t> tokens = m.tokens(8, 13);
+  ThreadPool pool(2);
+  BadWorker bad(m, fc.how, m.identity);
+  PipeWorker good(m.split_experts(1)[0]);
+  DispatchOptions o;  // map order (the bad one first), hedging off: the lean path forces it
+  o.timeout = 400ms;
+  o.link.connect_timeout = 10s;
+  o.link.backoff_initial = 20ms;
+  o.link.backoff_max = 200ms;
+  auto ex = RemoteExpertExecutor::create(lean->expert_store(), m.identity, {bad.endpoint(), good.endpoint("good")},
+                                         &pool, o);
+  ASSERT_EQ(ex->wait_connected(net::deadline_in(30s)), 2u);
+  for (int round = 0; round < 2; ++round) {  // the second after the bad worker reconnected (or not)
+    Result<std::vector<float>> got = forward_all(*lean, tokens, *ex);
+    ASSERT_TRUE(got) << name(fc.how) << ": " << got.status().message();
+    expect_same_bits(*got, mono_logits(m, tokens), name(fc.how));
+  }
+  const DispatchStats s = ex->stats();
+  EXPECT_GT(bad.requests_seen(), 0u) << "the bad worker was never asked";
+  EXPECT_EQ(s.workers[0].pairs_served, 0u) << "a bad answer was accepted: " << s.to_json();
+  EXPECT_GT(s.hedges + s.pairs_retried, 0u) << s.to_json();
+  EXPECT_EQ(s.calls_failed, 0u) << s.to_json();
+  EXPECT_EQ(s.audits, 0u) << "nothing to audit against";
+  EXPECT_LT(s.max_call_seconds, 0.4 + kSlackSeconds) << s.to_json();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Peers, LeanFault,
+    ::testing::Values(FaultCase{Misbehaviour::STALL, FallbackReason::TIMEOUT},
+                      FaultCase{Misbehaviour::CLOSE, FallbackReason::DISCONNECTED},
+                      FaultCase{Misbehaviour::GARBAGE, FallbackReason::PROTOCOL},
+                      FaultCase{Misbehaviour::TRUNCATED, FallbackReason::PROTOCOL},
+                      FaultCase{Misbehaviour::WRONG_SHAPE, FallbackReason::BAD_RESPONSE},
+                      FaultCase{Misbehaviour::ERROR_ANSWER, FallbackReason::ERROR_RESPONSE},
+                      FaultCase{Misbehaviour::WRONG_ID, FallbackReason::TIMEOUT}),
+    [](const auto& info) { return std::string(name(info.param.how)); });
+
+// The bad worker alone: no replica answers, so every call fails with the layer and experts named, within
+// the deadline, and the caches are left as they were (the forward is all-or-nothing).
+TEST_P(LeanFault, WithNoReplicaLeftTheCallFailsNamingLayerAndExperts) {
+  const FaultCase fc = GetParam();
+  const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
+  const std::unique_ptr<Model> lean = backbone_only(m);
+  ASSERT_NE(lean, nullptr);
+  ThreadPool pool(2);
+  BadWorker bad(m, fc.how, m.identity);
+  DispatchOptions o;
+  o.timeout = 300ms;
+  o.link.connect_timeout = 10s;
+  auto ex = RemoteExpertExecutor::create(lean->expert_store(), m.identity, {bad.endpoint()}, &pool, o);
+  ASSERT_EQ(ex->wait_connected(net::deadline_in(30s)), 1u);
+  const std::vector<int32_t> tokens = m.tokens(4, 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::vector<float>> got = forward_all(*lean, tokens, *ex);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(got) << name(fc.how);
+  const std::string& msg = got.status().message();
+  EXPECT_NE(msg.find("layer 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expert"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no copy of the experts"), std::string::npos) << msg;
+  EXPECT_LT(secs, 0.3 + kSlackSeconds) << msg;
+  EXPECT_EQ(ex->stats().calls_failed, 1u) << ex->stats().to_json();
 }
 
 }  // namespace

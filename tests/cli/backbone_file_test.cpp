@@ -77,6 +77,8 @@ void expect_same_logits(const CutModel& c, const std::vector<std::string>& range
   EXPECT_TRUE(a == b) << "the backbone file over workers must give the monolithic logits bit for bit";
   EXPECT_NE(swarm.err.find("backbone file"), std::string::npos) << swarm.err;
   EXPECT_NE(swarm.err.find("peak resident"), std::string::npos) << swarm.err;
+  const size_t at = swarm.err.find("backbone file ", swarm.err.find("peak resident") - 60);
+  std::printf("[ memory   ] %s", swarm.err.substr(at, swarm.err.find('\n', at) - at + 1).c_str());
   std::printf("[ mapped   ] backbone file %llu bytes, full model %llu bytes (%.1f%%)\n",
               (unsigned long long)file_bytes(c.backbone), (unsigned long long)file_bytes(c.model),
               100.0 * double(file_bytes(c.backbone)) / double(file_bytes(c.model)));
