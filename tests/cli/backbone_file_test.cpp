@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -160,10 +161,21 @@ std::pair<int, std::string> status_and_text(const std::string& answer) {
   return {status, answer.substr(0, nl)};
 }
 
+// `essaim serve` listens before it loads (503 "loading" until then): wait, bounded, for /health 200.
+bool wait_until_loaded(uint16_t port) {
+  for (int i = 0; i < 300; ++i) {
+    const CliRun h = run_cli("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:" + std::to_string(port) + "/health");
+    if (h.out == "200") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 TEST(BackboneFile, ServeSurvivesAKilledReplicaBitForBitAndFailsOnlyTheStepsWithNoReplicaLeft) {
   const CutModel c = cut_model("serve", "--arch qwen3moe --preset tiny --types q4_k_m --seed 10", 3);
   BackgroundProcess mono("essaim serve -m " + c.model + " --port 0 -np 1");
   ASSERT_NE(mono.port(), 0) << mono.stderr_text();
+  ASSERT_TRUE(wait_until_loaded(mono.port())) << mono.stderr_text();
   const auto [mono_status, want] = status_and_text(completion(mono.port(), 12));
   ASSERT_EQ(mono_status, 200) << want;
 
@@ -172,6 +184,7 @@ TEST(BackboneFile, ServeSurvivesAKilledReplicaBitForBitAndFailsOnlyTheStepsWithN
   BackgroundProcess serve("essaim serve --backbone-file " + c.backbone + " --port 0 -np 1 --worker-timeout-ms 2000" +
                           w.flags);
   ASSERT_NE(serve.port(), 0) << serve.stderr_text();
+  ASSERT_TRUE(wait_until_loaded(serve.port())) << serve.stderr_text();
   auto [s1, t1] = status_and_text(completion(serve.port(), 12));
   EXPECT_EQ(s1, 200) << t1 << serve.stderr_text();
   EXPECT_EQ(t1, want) << "the backbone file over two replicas writes the monolithic text";
