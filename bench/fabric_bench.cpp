@@ -10,6 +10,7 @@
 // expert_rows.h). Prints one JSON document, and the table as markdown on stderr.
 //
 //   build/bench/fabric_bench --data-dir /tmp/essaim-bench                      # the default grid (minutes)
+//                                       # (tiny synth qwen3moe, 8 layers, 16 experts top-2, Q4_K_M)
 //   build/bench/fabric_bench --workers 1,8 --seqs 64 --outputs bf16 --no-rows-512
 //   build/bench/fabric_bench --preset q35-122b --layers 2 --decode 4           # the 122B shapes (~3 GB file)
 //   build/bench/fabric_bench --backbone-flags "--worker-timeout-ms 5000 --hedge-factor 0"
@@ -51,6 +52,7 @@ struct Options {
   std::string worker_bin;
   std::string preset = "tiny";
   uint32_t layers = 8;
+  uint32_t experts = 16;  // tiny preset only: enough for 8 workers to hold 2 each
   std::vector<int> workers = {1, 2, 4, 8};
   std::vector<int> seqs = {1, 16, 64};
   std::vector<std::string> outputs = {"f32", "bf16"};
@@ -59,7 +61,7 @@ struct Options {
   int worker_threads = 1;
   int threads = 2;
   int prompt = 8;
-  int decode = 8;
+  int decode = 16;
   int timeout_ms = 60000;
   std::string backbone_flags;
   bool rows_512 = true;
@@ -80,11 +82,12 @@ std::string ensure_model(const Options& o) {
     return *p;
   }
   if (o.preset != "tiny") die("--preset is tiny or q35-122b");
-  const std::string path = o.data_dir + "/qwen3moe-tiny-" + std::to_string(o.layers) + "l-q4_k_m.gguf";
+  const std::string path = o.data_dir + "/qwen3moe-tiny-" + std::to_string(o.layers) + "l-" +
+                           std::to_string(o.experts) + "x-q4_k_m.gguf";
   if (std::filesystem::exists(path)) return path;
   std::filesystem::create_directories(o.data_dir);
   Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::TINY, .layers = o.layers,
-                                       .types = SynthTypeMix::Q4_K_M, .seed = 1});
+                                       .experts = o.experts, .types = SynthTypeMix::Q4_K_M, .seed = 1});
   if (!plan) die(plan.status().message());
   std::fprintf(stderr, "fabric_bench: writing %s\n", path.c_str());
   Result<SynthSummary> s = synth_write(*plan, path + ".part");
@@ -214,6 +217,10 @@ int run(const Options& o) {
     volatile uint8_t sink = 0;
     for (size_t i = 0; i < bytes.size(); i += 4096) sink = sink + bytes[i];
   }
+  for (int n : o.workers)
+    if (n > m.info().n_expert)
+      die(std::to_string(n) + " workers but " + std::to_string(m.info().n_expert) +
+          " experts per layer: every worker needs at least one (--experts)");
   int moe_layers = 0;
   for (int32_t l = 0; l < m.expert_store().n_layers(); ++l) moe_layers += m.expert_store().ranges(l).empty() ? 0 : 1;
   ThreadPool pool(size_t(o.threads));
@@ -340,6 +347,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "GGUF file (default: a synth qwen3moe, written once)");
   app.add_option("--preset", o.preset, "Synth preset when no --model: tiny (default) or q35-122b");
   app.add_option("--layers", o.layers, "Layers of the synth model (default 8)")->check(CLI::Range(1, 48));
+  app.add_option("--experts", o.experts, "Routed experts per layer of the tiny synth model (default 16)")
+      ->check(CLI::Range(2, 1024));
   app.add_option("--data-dir", o.data_dir, "Where the synth model and its slices are written once (default ./bench-data)");
   app.add_option("--worker-bin", o.worker_bin, "essaim-worker binary (default: <build>/src/cli/essaim-worker)");
   app.add_option("--workers", o.workers, "Worker counts (default 1,2,4,8)")->delimiter(',')->check(CLI::Range(1, 64));
@@ -351,7 +360,7 @@ int main(int argc, char** argv) {
   app.add_option("--worker-threads", o.worker_threads, "Threads per worker (default 1)")->check(CLI::Range(1, 256));
   app.add_option("--threads", o.threads, "Backbone threads (default 2)")->check(CLI::Range(1, 256));
   app.add_option("--prompt", o.prompt, "Prompt tokens per sequence (default 8)")->check(CLI::Range(1, 4096));
-  app.add_option("--decode", o.decode, "Generated tokens per sequence (default 8)")->check(CLI::Range(2, 4096));
+  app.add_option("--decode", o.decode, "Generated tokens per sequence (default 16)")->check(CLI::Range(2, 4096));
   app.add_option("--timeout-ms", o.timeout_ms, "Worker deadline (default 60000: no fallback on a loaded machine)");
   app.add_option("--backbone-flags", o.backbone_flags,
                  "Extra `essaim serve` swarm flags for the backbone, one string (e.g. \"--hedge-factor 0\")");

@@ -32,8 +32,20 @@ Result<std::unique_ptr<Swarm>> Swarm::start(const SwarmOptions& o) {
 }
 
 Swarm::~Swarm() {
-  std::vector<WorkerProcess> live = live_processes();
-  stop_workers(live);
+  // SIGTERM, then at most 5 s for each to exit before SIGKILL: a stuck worker never hangs the caller.
+  const std::vector<WorkerProcess> live = live_processes();
+  for (const WorkerProcess& p : live) ::kill(p.pid, SIGTERM);
+  for (const WorkerProcess& p : live) {
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = ::waitpid(p.pid, nullptr, WNOHANG) == p.pid;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!gone) {
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, nullptr, 0);
+    }
+  }
 }
 
 backbone::ExpertMap Swarm::map() const {
