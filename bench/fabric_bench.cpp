@@ -294,6 +294,7 @@ int run(const Options& o) {
         j["wire_bytes_sent_per_token_per_layer"] = double(after.bytes_sent() - before.bytes_sent()) / token_layers;
         j["wire_bytes_received_per_token_per_layer"] =
             double(after.bytes_received() - before.bytes_received()) / token_layers;
+        j["pairs_per_token_per_layer"] = double(after.pairs_remote - before.pairs_remote) / token_layers;
         j["requests_per_layer_call"] =
             double(after.requests - before.requests) / std::max<double>(1, double(after.layer_calls - before.layer_calls));
         j["hedges"] = after.hedges - before.hedges;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 
 namespace essaim::bench {
 
@@ -97,7 +98,13 @@ Result<ServedRun> serve_concurrently(const Model& m, ExpertExecutor* experts, Th
     run.generated = c->generated;
     run.wall_s = std::chrono::duration<double>(c->last_done - t0).count();
   }
+  // The last step's counters are published after its final events: wait (bounded) for the step to end.
+  const auto until = Clock::now() + std::chrono::seconds(5);
   run.scheduler = sched.stats();
+  while ((run.scheduler.active > 0 || run.scheduler.queued > 0) && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    run.scheduler = sched.stats();
+  }
   return run;
 }
 
