@@ -65,6 +65,7 @@ struct Options {
   int timeout_ms = 60000;
   std::string backbone_flags;
   bool rows_512 = true;
+  bool warmup = true;
   int roofline_threads = 0;
   int roofline_reps = 3;
 };
@@ -109,12 +110,22 @@ serve::SchedulerOptions scheduler_options(const Options& o, int n) {
 
 bench::ServedRun serve(const Model& m, ExpertExecutor* ex, ThreadPool* pool, const Options& o, int n) {
   const std::vector<serve::SequenceRequest> reqs = bench::greedy_requests(m, n, o.prompt, o.decode, /*seed=*/1);
+
   Result<bench::ServedRun> r = bench::serve_concurrently(m, ex, pool, reqs, scheduler_options(o, n),
                                                          std::chrono::minutes(30));
   if (!r) die(r.status().message());
   for (const bench::ServedRequest& q : r->requests)
     if (q.reason != serve::FinishReason::LENGTH) die("a sequence ended early: " + q.error);
   return *r;
+}
+
+// Untimed, once per executor: the largest batch for 2 tokens, so the timed runs find the weights (backbone
+// and workers) in their page tables and the links' round trips measured.
+void warm_up(const Model& m, ExpertExecutor* ex, ThreadPool* pool, const Options& o) {
+  if (!o.warmup) return;
+  Options w = o;
+  w.decode = 2;
+  (void)serve(m, ex, pool, w, *std::max_element(o.seqs.begin(), o.seqs.end()));
 }
 
 json rates(const bench::ServedRun& r, int n) {
@@ -234,6 +245,7 @@ int run(const Options& o) {
   std::vector<std::vector<double>> mono_tps(o.outputs.size());            // [mode][batch index]
   for (size_t mi = 0; mi < o.outputs.size(); ++mi) {
     LocalExpertExecutor local(m.expert_store(), &pool, o.outputs[mi] == "bf16" ? ExpertOutput::BF16 : ExpertOutput::F32);
+    warm_up(m, &local, &pool, o);
     for (int n : o.seqs) {
       const bench::ServedRun r = serve(m, &local, &pool, o, n);
       if (n == max_n)
@@ -274,6 +286,7 @@ int run(const Options& o) {
     for (const backbone::WorkerEndpoint& w : (*swarm)->map().workers) addresses.push_back(w.address);
     for (size_t mi = 0; mi < o.outputs.size(); ++mi) {
       cli::ExecutorChoice ex = backbone(m, &pool, o, addresses, o.outputs[mi]);
+      warm_up(m, ex.executor.get(), &pool, o);
       for (size_t si = 0; si < o.seqs.size(); ++si) {
         const int n = o.seqs[si];
         const backbone::DispatchStats before = ex.remote->stats();
@@ -365,6 +378,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", o.timeout_ms, "Worker deadline (default 60000: no fallback on a loaded machine)");
   app.add_option("--backbone-flags", o.backbone_flags,
                  "Extra `essaim serve` swarm flags for the backbone, one string (e.g. \"--hedge-factor 0\")");
+  app.add_flag("!--no-warmup", o.warmup, "Do not run the largest batch for 2 tokens before each timed run");
   app.add_flag("!--no-rows-512", o.rows_512, "Skip rows/s of one worker at 512 rows per expert (122B shapes)");
   app.add_option("--roofline-threads", o.roofline_threads, "Threads of the 512-row worker measurement (0 = all)");
   app.add_option("--roofline-reps", o.roofline_reps, "Timed repetitions at 512 rows (default 3)")->check(CLI::Range(1, 100));

@@ -102,9 +102,17 @@ std::vector<ChaosEvent> chaos_schedule(const ChaosPlan& p) {
   if (p.kills <= 0 || p.nodes == 0 || p.last <= p.first) return out;
   std::mt19937_64 rng(p.seed);
   const uint64_t slot = std::max<uint64_t>(4, (p.last - p.first) / uint64_t(p.kills));
+  std::vector<size_t> pool;  // victims not drawn yet in this round
   for (int k = 0; k < p.kills; ++k) {
     const uint64_t begin = p.first + uint64_t(k) * slot;
-    const size_t node = p.victims.empty() ? size_t(rng() % p.nodes) : p.victims[size_t(rng() % p.victims.size())];
+    if (pool.empty()) {
+      pool = p.victims;
+      if (pool.empty())
+        for (size_t n = 0; n < p.nodes; ++n) pool.push_back(n);
+    }
+    const size_t pick = size_t(rng() % pool.size());
+    const size_t node = pool[pick];
+    pool.erase(pool.begin() + long(pick));
     const uint64_t kill_at = begin + rng() % (slot / 2);
     const uint64_t restart_at = begin + slot / 2 + rng() % std::max<uint64_t>(1, slot / 4);
     out.push_back({.at = kill_at, .node = node, .kind = ChaosEvent::Kind::KILL});

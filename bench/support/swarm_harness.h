@@ -104,8 +104,8 @@ struct ChaosPlan {
 
 // Seeded: kill k falls in the k-th of `kills` equal slots of [first, last), at a drawn point of its first
 // half, and its restart at a drawn point of the slot's third quarter, so one node at most is down at any
-// time and a part with 2+ replicas always has a live one. Victims are drawn uniformly among `victims` (all
-// nodes when empty).
+// time and a part with 2+ replicas always has a live one. Victims are drawn without replacement among
+// `victims` (all nodes when empty), the pool refilled once every one was hit, so faults spread out.
 std::vector<ChaosEvent> chaos_schedule(const ChaosPlan& plan);
 
 // Applies a schedule from its own thread as progress() reports the traffic passing each event's point

@@ -87,6 +87,9 @@ TEST(SwarmHarness, ConcurrentRequestsThroughSeededKillsAndRestartsGiveTheSingleN
       bench::chaos_schedule({.seed = 7, .kills = 3, .nodes = s.size(), .replicas = 2, .first = total / 8,
                              .last = total * 3 / 4, .victims = {0, 2, 4}});
   ASSERT_EQ(plan.size(), 6u);
+  std::set<size_t> victims;
+  for (const bench::ChaosEvent& e : plan) victims.insert(e.node);
+  EXPECT_EQ(victims, (std::set<size_t>{0, 2, 4}));  // drawn without replacement: each fast replica once
   bench::ChaosRunner chaos(s, plan);
   Result<bench::ServedRun> served =
       bench::serve_concurrently(model, &ex, &pool, requests, scheduler_options(kRequests), std::chrono::seconds(60),
@@ -149,6 +152,9 @@ TEST(SwarmHarness, ChaosScheduleIsSeededAndKeepsOneReplicaUp) {
   bool differs = false;
   for (size_t i = 0; i < a.size(); ++i) differs |= a[i].at != c[i].at || a[i].node != c[i].node;
   EXPECT_TRUE(differs);
+  std::set<size_t> first_round;  // 5 kills over 6 nodes: 5 different victims
+  for (size_t i = 0; i < a.size(); i += 2) first_round.insert(a[i].node);
+  EXPECT_EQ(first_round.size(), 5u);
   for (size_t i = 0; i < a.size(); i += 2) {  // kill, then its own restart, before the next kill
     EXPECT_EQ(a[i].kind, bench::ChaosEvent::Kind::KILL);
     EXPECT_EQ(a[i + 1].kind, bench::ChaosEvent::Kind::RESTART);
