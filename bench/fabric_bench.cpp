@@ -110,7 +110,6 @@ serve::SchedulerOptions scheduler_options(const Options& o, int n) {
 
 bench::ServedRun serve(const Model& m, ExpertExecutor* ex, ThreadPool* pool, const Options& o, int n) {
   const std::vector<serve::SequenceRequest> reqs = bench::greedy_requests(m, n, o.prompt, o.decode, /*seed=*/1);
-
   Result<bench::ServedRun> r = bench::serve_concurrently(m, ex, pool, reqs, scheduler_options(o, n),
                                                          std::chrono::minutes(30));
   if (!r) die(r.status().message());

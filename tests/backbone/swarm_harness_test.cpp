@@ -1,8 +1,9 @@
 // The many-node harness (bench/support/swarm_harness.h) in CI: 6 `essaim-worker` processes on loopback, the
 // tiny model's experts cut into 3 parts with 2 replicas each, every worker behind its own delay proxy (the
-// replicas of a part at different speeds: 1 ms ± 1 ms and 3 ms ± 3 ms each way, seeded jitter), a backbone
-// serving 8 concurrent greedy requests through the serve scheduler with the nearest-replica choice and
-// hedging, and 3 seeded SIGKILLs each followed by a restart on a new port while the requests run.
+// replicas of a part at different speeds: 1 ms + up to 1 ms and 3 ms + up to 3 ms of seeded jitter each
+// way), a backbone serving 8 concurrent greedy requests through the serve scheduler with the
+// nearest-replica choice and hedging, and 3 seeded SIGKILLs each followed by a restart on a new port while
+// the requests run.
 // - every request's tokens equal the same request's run alone on one node (the local executor, one
 //   sequence at a time), token for token;
 // - no request waits past its deadline (kRequestDeadline, measured per request from submit to its last
