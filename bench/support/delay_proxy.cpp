@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct Direction {
   net::ByteStream* src = nullptr;
   net::ByteStream* dst = nullptr;
   std::chrono::microseconds delay{0};
+  std::chrono::microseconds jitter{0};
+  std::mt19937_64 rng;                // the jitter draws (read_loop only)
+  Clock::time_point last_release{};  // read_loop only: releases never go backwards
   std::mutex mu;
   std::condition_variable cv;
   struct Chunk {
@@ -48,9 +52,15 @@ struct Direction {
         if (n.error().kind == net::NetErrorKind::TIMEOUT) continue;
         break;
       }
-      push({Clock::now() + delay, std::vector<uint8_t>(buf.begin(), buf.begin() + long(*n))});
+      push({release_time(), std::vector<uint8_t>(buf.begin(), buf.begin() + long(*n))});
     }
-    push({Clock::now() + delay, {}});
+    push({release_time(), {}});
+  }
+  Clock::time_point release_time() {
+    auto extra = std::chrono::microseconds(0);
+    if (jitter.count() > 0) extra = std::chrono::microseconds(int64_t(rng() % uint64_t(jitter.count() + 1)));
+    last_release = std::max(last_release, Clock::now() + delay + extra);
+    return last_release;
   }
   // Returns when the end of stream was delivered, a write failed, or stop() was called.
   void write_loop() {
@@ -106,8 +116,8 @@ struct Connection {
 struct DelayProxy::State {
   std::unique_ptr<net::TcpListener> listener;
   std::string target_host;
-  uint16_t target_port = 0;
-  std::chrono::microseconds delay{0};
+  std::atomic<uint16_t> target_port{0};
+  LinkDelay delay;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> accepted{0};
   std::mutex mu;
@@ -127,7 +137,13 @@ struct DelayProxy::State {
       auto conn = std::make_unique<Connection>();
       conn->client = std::move(*c);
       conn->target = std::move(*t);
-      conn->up.delay = conn->down.delay = delay;
+      conn->up.delay = conn->down.delay = delay.one_way;
+      conn->up.jitter = conn->down.jitter = delay.jitter;
+      const uint64_t n = accepted.load();
+      for (uint32_t d = 0; d < 2; ++d) {
+        std::seed_seq seq{uint32_t(delay.seed), uint32_t(delay.seed >> 32), uint32_t(n), d};
+        (d == 0 ? conn->up : conn->down).rng.seed(seq);
+      }
       std::lock_guard lock(mu);
       if (stopping.load()) {
         conn->close_both();
@@ -141,14 +157,14 @@ struct DelayProxy::State {
 };
 
 net::NetResult<std::unique_ptr<DelayProxy>> DelayProxy::start(const std::string& target_host, uint16_t target_port,
-                                                              std::chrono::microseconds one_way_delay) {
+                                                              LinkDelay delay) {
   auto s = std::make_unique<State>();
   net::NetResult<std::unique_ptr<net::TcpListener>> l = net::TcpListener::listen("127.0.0.1", 0);
   if (!l) return l.error();
   s->listener = std::move(*l);
   s->target_host = target_host;
   s->target_port = target_port;
-  s->delay = one_way_delay;
+  s->delay = delay;
   State* raw = s.get();
   s->acceptor = std::thread([raw] { raw->accept_loop(); });
   return std::unique_ptr<DelayProxy>(new DelayProxy(std::move(s)));
@@ -165,5 +181,6 @@ DelayProxy::~DelayProxy() {
 
 uint16_t DelayProxy::port() const { return state_->listener->port(); }
 uint64_t DelayProxy::connections() const { return state_->accepted.load(); }
+void DelayProxy::retarget(uint16_t target_port) { state_->target_port = target_port; }
 
 }  // namespace essaim::bench

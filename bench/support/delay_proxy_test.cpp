@@ -1,10 +1,14 @@
-// DelayProxy: a round trip through it takes at least twice the one-way delay; bytes arrive complete and in
-// order in both directions (4 MiB of seeded random bytes in writes of varied sizes, echoed back), while
-// both directions are busy at once; closing one side ends the proxied connection.
+// DelayProxy: a round trip through it takes at least twice the one-way delay, and with jitter at most twice
+// (delay + jitter) plus scheduling; bytes arrive complete and in order in both directions (4 MiB of seeded
+// random bytes in writes of varied sizes, echoed back, with and without jitter), while both directions are
+// busy at once; closing one side ends the proxied connection; a retargeted proxy sends new connections to
+// the new port, and closes them at once while nothing listens there.
 #include "delay_proxy.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -24,6 +28,7 @@ class EchoServer {
     thread_ = std::thread([this] {
       auto c = listener_->accept(Clock::now() + 10s);
       if (!c) return;
+      accepted_ = true;
       std::vector<uint8_t> buf(65536);
       for (auto until = Clock::now() + 30s; Clock::now() < until;) {
         auto n = (*c)->read_some(buf, Clock::now() + 1s);
@@ -35,8 +40,10 @@ class EchoServer {
   }
   ~EchoServer() { thread_.join(); }
   uint16_t port() const { return listener_->port(); }
+  bool accepted() const { return accepted_.load(); }
 
  private:
+  std::atomic<bool> accepted_{false};
   std::unique_ptr<net::TcpListener> listener_;
   std::thread thread_;
 };
@@ -72,8 +79,63 @@ TEST(DelayProxy, RoundTripTakesTwiceTheOneWayDelay) {
   EXPECT_EQ((*proxy)->connections(), 1u);
 }
 
+TEST(DelayProxy, JitteredRoundTripsStayWithinTheirBounds) {
+  EchoServer echo;
+  auto proxy = DelayProxy::start("127.0.0.1", echo.port(), LinkDelay{.one_way = 5ms, .jitter = 10ms, .seed = 3});
+  ASSERT_TRUE(proxy) << proxy.error().message;
+  auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+  ASSERT_TRUE(c);
+  std::vector<Clock::duration> rtts;
+  for (int i = 0; i < 12; ++i) {
+    const uint8_t b = uint8_t(i);
+    const auto t0 = Clock::now();
+    ASSERT_TRUE((*c)->write_all(std::span(&b, 1), Clock::now() + 5s));
+    ASSERT_EQ(read_exactly(**c, 1), std::vector<uint8_t>{b});
+    rtts.push_back(Clock::now() - t0);
+  }
+  for (const Clock::duration& r : rtts) {
+    EXPECT_GE(r, 10ms);
+    EXPECT_LT(r, 5s);
+  }
+  // The draws vary: 12 round trips over a 20 ms spread are not all within 1 ms of each other.
+  EXPECT_GT(*std::max_element(rtts.begin(), rtts.end()) - *std::min_element(rtts.begin(), rtts.end()), 1ms);
+}
+
+TEST(DelayProxy, RetargetedProxyReachesTheNewPortAndRefusesWhileNothingListens) {
+  EchoServer first, second;
+  auto proxy = DelayProxy::start("127.0.0.1", first.port(), 1ms);
+  ASSERT_TRUE(proxy);
+  auto round_trip = [&](uint8_t b) {
+    auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+    if (!c) return false;
+    const bool ok = (*c)->write_all(std::span(&b, 1), Clock::now() + 5s) && read_exactly(**c, 1) == std::vector<uint8_t>{b};
+    (*c)->close();
+    return ok;
+  };
+  EXPECT_TRUE(round_trip(1));
+  EXPECT_TRUE(first.accepted());
+  EXPECT_FALSE(second.accepted());
+  (*proxy)->retarget(second.port());
+  EXPECT_TRUE(round_trip(2));
+  EXPECT_TRUE(second.accepted());
+  // A port nothing listens on (a listener opened and closed): the proxied connection is closed at once.
+  uint16_t dead = 0;
+  {
+    auto l = net::TcpListener::listen("127.0.0.1", 0);
+    ASSERT_TRUE(l);
+    dead = (*l)->port();
+  }
+  (*proxy)->retarget(dead);
+  auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+  ASSERT_TRUE(c);
+  std::vector<uint8_t> buf(4);
+  auto r = (*c)->read_some(buf, Clock::now() + 5s);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, net::NetErrorKind::CLOSED);
+}
+
 TEST(DelayProxy, BytesArriveCompleteAndInOrderBothWays) {
-  for (auto delay : {0ms, 3ms}) {
+  for (LinkDelay delay : {LinkDelay{}, LinkDelay{.one_way = 3ms}, LinkDelay{.one_way = 1ms, .jitter = 2ms, .seed = 9}}) {
     EchoServer echo;
     auto proxy = DelayProxy::start("127.0.0.1", echo.port(), delay);
     ASSERT_TRUE(proxy);
@@ -93,7 +155,8 @@ TEST(DelayProxy, BytesArriveCompleteAndInOrderBothWays) {
     });
     const std::vector<uint8_t> got = read_exactly(**c, data.size());
     writer.join();
-    EXPECT_TRUE(got == data) << "delay " << delay.count() << " ms: " << got.size() << " of " << data.size();
+    EXPECT_TRUE(got == data) << "delay " << delay.one_way.count() << " us, jitter " << delay.jitter.count()
+                             << " us: " << got.size() << " of " << data.size();
     (*c)->close();
   }
 }

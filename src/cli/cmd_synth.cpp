@@ -21,6 +21,7 @@ void register_synth(CLI::App& app, int& exit_code) {
     SynthOptions options;
     std::string arch, preset, types;
     uint32_t layers = 0;
+    uint32_t experts = 0;
     std::string out;
   };
   auto args = std::make_shared<Args>();
@@ -36,6 +37,8 @@ void register_synth(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"tiny", "q35-122b"}));
   cmd->add_option("--layers", args->layers, "Executed layers (default: tiny qwen3moe 2, tiny qwen35moe 4, q35-122b 2)")
       ->check(CLI::Range(1, 512));
+  cmd->add_option("--experts", args->experts, "Routed experts per layer (default: tiny 6, q35-122b 256)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--types", args->types, "Type mix (q4_k_m: llama-quantize's Q4_K_M rule)")
       ->required()
       ->check(CLI::IsMember({"f32", "q4_k_m"}));
@@ -66,6 +69,7 @@ void register_synth(CLI::App& app, int& exit_code) {
     o.preset = args->preset == "q35-122b" ? SynthPreset::Q35_122B : SynthPreset::TINY;
     o.types = args->types == "q4_k_m" ? SynthTypeMix::Q4_K_M : SynthTypeMix::F32;
     if (args->layers > 0) o.layers = args->layers;
+    if (args->experts > 0) o.experts = args->experts;
     Result<SynthPlan> plan = synth_plan(o);
     if (!plan) {
       std::fprintf(stderr, "essaim synth: %s\n", plan.status().message().c_str());

@@ -27,6 +27,7 @@ struct SynthOptions {
   SynthArch arch = SynthArch::QWEN3MOE;
   SynthPreset preset = SynthPreset::TINY;
   std::optional<uint32_t> layers = std::nullopt;  // executed layers; default from the preset
+  std::optional<uint32_t> experts = std::nullopt;  // routed experts per layer; default from the preset
   SynthTypeMix types = SynthTypeMix::F32;
   uint64_t seed = 1;
   std::string tokenizer_json = {};  // Hugging Face tokenizer.json to import; empty = the synthetic BPE

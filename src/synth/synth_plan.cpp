@@ -87,6 +87,10 @@ bool synth_tensor_order_less(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+// More routed experts than any model essaim targets (Qwen3.5 has 256 or 512), so a typo cannot ask for a
+// file of terabytes.
+constexpr uint32_t kMaxSynthExperts = 1024;
+
 Result<SynthPlan> synth_plan(const SynthOptions& options) {
   if (options.arch >= SynthArch::COUNT || options.preset >= SynthPreset::COUNT ||
       options.types >= SynthTypeMix::COUNT)
@@ -101,6 +105,13 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
   SynthHparams& hp = plan.hp;
   hp = arch.preset(options.preset);
   if (options.layers) hp.n_layer = *options.layers;
+  if (options.experts) {
+    if (*options.experts < hp.n_expert_used || *options.experts > kMaxSynthExperts)
+      return Status::error("experts must be in [" + std::to_string(hp.n_expert_used) + ", " +
+                           std::to_string(kMaxSynthExperts) + "] (the preset routes to " +
+                           std::to_string(hp.n_expert_used) + " per token)");
+    hp.n_expert = *options.experts;
+  }
   hp.n_nextn = options.nextn;
   hp.recurrent_flags = options.recurrent_flags;
   hp.fused_gate_up = options.fused_gate_up;

@@ -428,6 +428,16 @@ TEST(SynthOrder, BlocksAreInNumericOrder) {
                       SynthTypeMix::Q4_K_M);
 }
 
+// experts overrides the preset's routed-expert count (the fabric benchmark shards the tiny model 8 ways).
+TEST(SynthOptionsCheck, ExpertsOverridesThePresetsCount) {
+  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .layers = 3, .experts = 16,
+                                       .types = SynthTypeMix::Q4_K_M});
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  expect_plan_tensors(*plan, expected_qwen3moe(3, 256, 4, 2, 64, 16, 256, int64_t(plan->vocab.tokens.size())),
+                      SynthTypeMix::Q4_K_M);
+  EXPECT_EQ(plan->metadata.find("qwen3moe.expert_count")->u, 16u);
+}
+
 TEST(SynthOptionsCheck, BadOptionsAreRefusedWithAClearMessage) {
   const auto error_of = [](const SynthOptions& o) {
     Result<SynthPlan> p = synth_plan(o);
@@ -441,6 +451,8 @@ TEST(SynthOptionsCheck, BadOptionsAreRefusedWithAClearMessage) {
   EXPECT_NE(error_of({.arch = SynthArch::QWEN35MOE, .layers = 500, .nextn = 20}).find("512"), std::string::npos);
   EXPECT_NE(error_of({.tokenizer_json = scratch_file("does-not-exist.json")}), "");
   EXPECT_EQ(error_of({.arch = SynthArch::QWEN35MOE, .layers = 8, .nextn = 1}), "");
+  EXPECT_NE(error_of({.experts = 1}).find("experts must be in [2, 1024]"), std::string::npos);  // top-2 needs 2
+  EXPECT_NE(error_of({.experts = 5000}).find("experts must be in"), std::string::npos);
 }
 
 }  // namespace
