@@ -1,15 +1,17 @@
 // AVX-512 (F, BW, VL, VNNI) dot products of the quantised formats, bit-identical to dot_scalar.cpp.
 //
-// Same lane bookkeeping as dot_quant_avx2.cpp at twice the width. After the in-lane pair shuffle each
-// 128-bit quarter holds lanes 0..7 of one 16-element run and maddubs forms same-lane pair sums. The weight
-// words of two sub-blocks are interleaved and their 128-bit quarters regrouped once per super-block, and
-// the activations arrive arranged the same way (prepare_q8k_q45k_avx512, prepare_q8k_q6k_avx512), so
-// VNNI's vpdpwssd applies both sub-blocks' scales and accumulates into one i32 register per row whose
-// element e is always lane e % 8. A weight block is decoded once for up to eight activation rows, which
-// then run two at a time; two rows' lanes share one zmm for the f32 steps, and each row's values go
-// through exactly the reference's operations.
-// vpdpbusd would sum four neighbouring bytes, i.e. two different canonical lanes after any in-lane
-// shuffle, so it serves only Q8_0 here, whose reference sums a whole block at once.
+// Q6_K: the lane bookkeeping of dot_quant_avx2.cpp at twice the width. After the in-lane pair shuffle
+// each 128-bit quarter holds lanes 0..7 of one 16-element run and maddubs forms same-lane pair sums; the
+// weight words of two sub-blocks are interleaved and their quarters regrouped once per super-block, and
+// the activations arrive arranged the same way (prepare_q8k_q6k_avx512), so vpdpwssd applies both
+// sub-blocks' scales into one i32 register per row whose element e is always lane e % 8.
+// Q4_K/Q5_K: a 32-element sub-block has exactly four elements of each lane, so weights and activations
+// are both put in an order where they fill one dword (prepare_q8k_q45k_avx512, q45k_decode) and
+// vpdpbusd forms every (sub-block, lane) sum exactly; two sub-blocks' sums are then paired into words
+// and vpdpwssd applies their scales. Q8_0 uses vpdpbusd on whole blocks, whose reference sum is one
+// integer. A weight block is decoded once for up to eight activation rows, which then run two at a time;
+// two rows' lanes share one zmm for the f32 steps, and each row's values go through exactly the
+// reference's operations.
 #include <immintrin.h>
 
 #include <cstdint>
