@@ -104,10 +104,12 @@ void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
 
 // q6k_avx512: pair shuffle of every 16 bytes, then per 128 elements the words of the two 64-byte groups
 // (sub-blocks 8h+t and 8h+4+t in quarter t) interleaved, L = unpacklo and H = unpackhi, and regrouped as
-// [L0 H0 L1 H1] [L2 H2 L3 H3], the arrangement q6k_decode gives the weights.
+// [L0 H0 L1 H1] [L2 H2 L3 H3], the arrangement q6k_decode gives the weights; finally every byte offset by
+// +128 (x ^ 0x80 = x + 128 as an unsigned byte), the unsigned operand of maddubs.
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
   const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
@@ -116,8 +118,9 @@ void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
       const int8_t* src = in[k].qs + 128 * half;
       const __m512i a = pairs(load512(src)), b = pairs(load512(src + 64));
       const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      _mm512_storeu_si512(o[k].qs + 128 * half, _mm512_permutex2var_epi64(lo, quarters_a, hi));
-      _mm512_storeu_si512(o[k].qs + 128 * half + 64, _mm512_permutex2var_epi64(lo, quarters_b, hi));
+      _mm512_storeu_si512(o[k].qs + 128 * half, _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_a, hi), bias));
+      _mm512_storeu_si512(o[k].qs + 128 * half + 64,
+                          _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_b, hi), bias));
     }
   }
 }
@@ -314,8 +317,8 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
 // arranges the activations — kept as magnitudes plus sign masks (maddubs wants an unsigned operand);
 // scale[i] holds each quarter's (sc_a, sc_b) word pair.
 struct Q6kWeights {
-  __m512i mag[4], scale[4];
-  __mmask64 neg[4];
+  __m512i q[4], scale[4];  // q - 32, signed
+  __m512i bias_sums;       // -Σ_s sc[s]·Σ 128·(q-32) per lane element (see q6k_row_sums)
 };
 
 inline Q6kWeights q6k_decode(const BlockQ6K& a) {
@@ -341,10 +344,8 @@ inline Q6kWeights q6k_decode(const BlockQ6K& a) {
     const __m512i lo = _mm512_unpacklo_epi16(s01, s23), hi = _mm512_unpackhi_epi16(s01, s23);
     const __m512i sa = _mm512_permutex2var_epi64(lo, quarters_a, hi);
     const __m512i sb = _mm512_permutex2var_epi64(lo, quarters_b, hi);
-    r.mag[2 * h] = _mm512_abs_epi8(sa);
-    r.mag[2 * h + 1] = _mm512_abs_epi8(sb);
-    r.neg[2 * h] = _mm512_movepi8_mask(sa);
-    r.neg[2 * h + 1] = _mm512_movepi8_mask(sb);
+    r.q[2 * h] = sa;
+    r.q[2 * h + 1] = sb;
     // i32 t of sp: (sc[8h+t], sc[8h+4+t]), the pair of quarter t's data; sa holds quarters 0, 0, 1, 1 of
     // that data, sb quarters 2, 2, 3, 3.
     const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
@@ -352,18 +353,23 @@ inline Q6kWeights q6k_decode(const BlockQ6K& a) {
     r.scale[2 * h] = _mm512_permutexvar_epi32(pair_a, sp);
     r.scale[2 * h + 1] = _mm512_permutexvar_epi32(pair_b, sp);
   }
+  // The activations arrive offset by +128 (prepare_q8k_q6k_avx512), which adds 128·Σ sc·(q - 32) to
+  // every sum; that weight-only term, formed the same way, starts each row's accumulator negated.
+  const __m512i b128 = _mm512_set1_epi8(char(0x80));
+  __m512i t[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) t[i & 1] = _mm512_dpwssd_epi32(t[i & 1], _mm512_maddubs_epi16(b128, r.q[i]), r.scale[i]);
+  r.bias_sums = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(t[0], t[1]));
   return r;
 }
 
 // Σ_s sc[s]·Σ (q-32)·q8 of one activation super-block (q6k_avx512 layout): lane l in elements l, l+8.
 inline __m512i q6k_row_sums(const Q6kWeights& wt, const int8_t* q8) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i s[2] = {zero, zero};
+  __m512i s[2] = {wt.bias_sums, _mm512_setzero_si512()};
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    const __m512i y = load512(q8 + 64 * i);
-    // |q| times y with q's sign: the unsigned x signed form maddubs needs.
-    const __m512i p = _mm512_maddubs_epi16(wt.mag[i], _mm512_mask_sub_epi8(y, wt.neg[i], zero, y));
+    // (y + 128)·(q - 32), pair sums within [-16320, 15810]: no saturation.
+    const __m512i p = _mm512_maddubs_epi16(load512(q8 + 64 * i), wt.q[i]);
     s[i & 1] = _mm512_dpwssd_epi32(s[i & 1], p, wt.scale[i]);
   }
   return _mm512_add_epi32(s[0], s[1]);
