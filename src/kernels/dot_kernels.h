@@ -43,7 +43,8 @@ void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_s
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 //   q6k_avx512: pairs16, then per 128 elements the two 64-byte runs interleaved by 16-bit words and the
-//   16-byte quarters regrouped [L0 H0 L1 H1] [L2 H2 L3 H3] (AVX-512 Q6_K).
+//   16-byte quarters regrouped [L0 H0 L1 H1] [L2 H2 L3 H3], every byte then offset by +128 (x ^ 0x80)
+//   (AVX-512 Q6_K).
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n);
 //   q45k_avx2: pairs16, then per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);

@@ -118,7 +118,8 @@ void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
       const int8_t* src = in[k].qs + 128 * half;
       const __m512i a = pairs(load512(src)), b = pairs(load512(src + 64));
       const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      _mm512_storeu_si512(o[k].qs + 128 * half, _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_a, hi), bias));
+      _mm512_storeu_si512(o[k].qs + 128 * half,
+                          _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_a, hi), bias));
       _mm512_storeu_si512(o[k].qs + 128 * half + 64,
                           _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_b, hi), bias));
     }
@@ -314,7 +315,8 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
 // One Q6_K weight super-block decoded into the q6k_avx512 arrangement: per 128 elements the signed
 // 6-bit values of sub-blocks 8h+t and 8h+4+t interleaved by words (L = unpacklo, H = unpackhi of the
 // two 64-byte groups) and regrouped as [L0 H0 L1 H1], [L2 H2 L3 H3] — as prepare_q8k_q6k_avx512
-// arranges the activations — kept as magnitudes plus sign masks (maddubs wants an unsigned operand);
+// arranges the activations — kept signed (the activations are the unsigned maddubs operand, offset by
+// +128; bias_sums removes the offset's term);
 // scale[i] holds each quarter's (sc_a, sc_b) word pair.
 struct Q6kWeights {
   __m512i q[4], scale[4];  // q - 32, signed
@@ -358,7 +360,8 @@ inline Q6kWeights q6k_decode(const BlockQ6K& a) {
   const __m512i b128 = _mm512_set1_epi8(char(0x80));
   __m512i t[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) t[i & 1] = _mm512_dpwssd_epi32(t[i & 1], _mm512_maddubs_epi16(b128, r.q[i]), r.scale[i]);
+  for (int i = 0; i < 4; ++i)
+    t[i & 1] = _mm512_dpwssd_epi32(t[i & 1], _mm512_maddubs_epi16(b128, r.q[i]), r.scale[i]);
   r.bias_sums = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(t[0], t[1]));
   return r;
 }
