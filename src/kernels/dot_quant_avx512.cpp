@@ -1,15 +1,17 @@
 // AVX-512 (F, BW, VL, VNNI) dot products of the quantised formats, bit-identical to dot_scalar.cpp.
 //
-// Same lane bookkeeping as dot_quant_avx2.cpp at twice the width. After the in-lane pair shuffle each
-// 128-bit quarter holds lanes 0..7 of one 16-element run and maddubs forms same-lane pair sums. The weight
-// words of two sub-blocks are interleaved and their 128-bit quarters regrouped once per super-block, and
-// the activations arrive arranged the same way (prepare_q8k_q45k_avx512, prepare_q8k_q6k_avx512), so
-// VNNI's vpdpwssd applies both sub-blocks' scales and accumulates into one i32 register per row whose
-// element e is always lane e % 8. A weight block is decoded once for up to eight activation rows, which
-// then run two at a time; two rows' lanes share one zmm for the f32 steps, and each row's values go
-// through exactly the reference's operations.
-// vpdpbusd would sum four neighbouring bytes, i.e. two different canonical lanes after any in-lane
-// shuffle, so it serves only Q8_0 here, whose reference sums a whole block at once.
+// Q6_K: the lane bookkeeping of dot_quant_avx2.cpp at twice the width. After the in-lane pair shuffle
+// each 128-bit quarter holds lanes 0..7 of one 16-element run and maddubs forms same-lane pair sums; the
+// weight words of two sub-blocks are interleaved and their quarters regrouped once per super-block, and
+// the activations arrive arranged the same way (prepare_q8k_q6k_avx512), so vpdpwssd applies both
+// sub-blocks' scales into one i32 register per row whose element e is always lane e % 8.
+// Q4_K/Q5_K: a 32-element sub-block has exactly four elements of each lane, so weights and activations
+// are both put in an order where they fill one dword (prepare_q8k_q45k_avx512, q45k_decode) and
+// vpdpbusd forms every (sub-block, lane) sum exactly; two sub-blocks' sums are then paired into words
+// and vpdpwssd applies their scales. Q8_0 uses vpdpbusd on whole blocks, whose reference sum is one
+// integer. A weight block is decoded once for up to eight activation rows, which then run two at a time;
+// two rows' lanes share one zmm for the f32 steps, and each row's values go through exactly the
+// reference's operations.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -60,40 +62,54 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
 
 }  // namespace
 
-// q45k_avx512: pair shuffle of every 16 bytes; per 128 elements the sub-blocks in the order 0, 2, 1, 3
-// (the order of the low and high nibbles of 64 weight bytes); the two 64-byte runs interleaved by 16-bit
-// words (L = unpacklo, H = unpackhi); and finally the 16-byte quarters regrouped as [L0 H0 L1 H1] and
-// [L2 H2 L3 H3]. The kernel builds the same arrangement of the weight bytes once per super-block, so one
-// maddubs + vpdpwssd per 64 activation bytes leaves lane l of the canonical order in i32 element l and
-// l + 8 of a single accumulator (docs/kernels.md).
+namespace {
+
+// The q45k_avx512 byte order of four 32-byte runs (element j of a run at byte j) held as v0 = [run 0 |
+// run 1], v1 = [run 2 | run 3]: pairs16 in every 16 bytes, then the words of each run's two 16-byte halves
+// interleaved, so that every dword holds the four elements 8c + l (c = 0..3) of one lane l of one run.
+// e1 = [run 0 lanes 0-3 | run 1 lanes 0-3 | run 2 lanes 4-7 | run 3 lanes 4-7] and
+// e2 = [run 2 lanes 0-3 | run 3 lanes 0-3 | run 0 lanes 4-7 | run 1 lanes 4-7] (16 bytes each).
+inline void vnni_runs(__m512i v0, __m512i v1, __m512i* e1, __m512i* e2) {
+  const __m512i a = pairs(v0), b = pairs(v1);
+  const __m512i first = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0));   // elements 0..15 of runs 0..3
+  const __m512i second = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1));  // elements 16..31
+  const __m512i lo = _mm512_unpacklo_epi16(first, second);  // per run: lanes 0..3
+  const __m512i hi = _mm512_unpackhi_epi16(first, second);  // per run: lanes 4..7
+  *e1 = _mm512_mask_blend_epi64(0xF0, lo, hi);
+  *e2 = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 3, 2));
+}
+
+}  // namespace
+
+// q45k_avx512: each super-block's qs as four 64-byte groups G0..G3, every dword one lane of one sub-block
+// (its four elements 8c + l): G0 = vnni_runs e1 of sub-blocks (0, 2, 4, 6), G1 = e1 of (1, 3, 5, 7),
+// G2 = e2 of (0, 2, 4, 6), G3 = e2 of (1, 3, 5, 7) — the arrangement q45k_decode gives the weights' low
+// (even sub-blocks) and high (odd sub-blocks) nibbles, so one vpdpbusd per 64 bytes yields the per-lane
+// sums of four sub-blocks at once (docs/kernels.md).
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
-  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     o[k] = in[k];
-    for (int half = 0; half < 2; ++half) {
-      const int8_t* src = in[k].qs + 128 * half;
-      int8_t* dst = o[k].qs + 128 * half;
-      const int order[4] = {0, 2, 1, 3};
-#pragma GCC unroll 8
-      for (int i = 0; i < 4; ++i)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * i), pairs256(load256(src + 32 * order[i])));
-      const __m512i a = load512(dst), b = load512(dst + 64);
-      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      _mm512_storeu_si512(dst, _mm512_permutex2var_epi64(lo, quarters_a, hi));
-      _mm512_storeu_si512(dst + 64, _mm512_permutex2var_epi64(lo, quarters_b, hi));
+    const int8_t* q = in[k].qs;
+    __m512i g[4];
+    for (int odd = 0; odd < 2; ++odd) {  // sub-blocks 2g + odd, g = 0..3
+      const __m512i v0 = join(load256(q + 32 * odd), load256(q + 64 + 32 * odd));
+      const __m512i v1 = join(load256(q + 128 + 32 * odd), load256(q + 192 + 32 * odd));
+      vnni_runs(v0, v1, &g[odd], &g[2 + odd]);
     }
+    for (int i = 0; i < 4; ++i) _mm512_storeu_si512(o[k].qs + 64 * i, g[i]);
   }
 }
 
 // q6k_avx512: pair shuffle of every 16 bytes, then per 128 elements the words of the two 64-byte groups
 // (sub-blocks 8h+t and 8h+4+t in quarter t) interleaved, L = unpacklo and H = unpackhi, and regrouped as
-// [L0 H0 L1 H1] [L2 H2 L3 H3], the arrangement q6k_decode gives the weights.
+// [L0 H0 L1 H1] [L2 H2 L3 H3], the arrangement q6k_decode gives the weights; finally every byte offset by
+// +128 (x ^ 0x80 = x + 128 as an unsigned byte), the unsigned operand of maddubs.
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
   const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
@@ -102,8 +118,10 @@ void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
       const int8_t* src = in[k].qs + 128 * half;
       const __m512i a = pairs(load512(src)), b = pairs(load512(src + 64));
       const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      _mm512_storeu_si512(o[k].qs + 128 * half, _mm512_permutex2var_epi64(lo, quarters_a, hi));
-      _mm512_storeu_si512(o[k].qs + 128 * half + 64, _mm512_permutex2var_epi64(lo, quarters_b, hi));
+      _mm512_storeu_si512(o[k].qs + 128 * half,
+                          _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_a, hi), bias));
+      _mm512_storeu_si512(o[k].qs + 128 * half + 64,
+                          _mm512_xor_si512(_mm512_permutex2var_epi64(lo, quarters_b, hi), bias));
     }
   }
 }
@@ -112,62 +130,84 @@ namespace {
 
 // ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
 
-// One weight super-block decoded into the q45k_avx512 arrangement: w[i] pairs with activation bytes
-// 64i .. 64i+63; its words alternate two sub-blocks (a, b) of one lane, scale[i] holds (sc_a, sc_b).
-// The min scales as the bsums madd operand (each m[g/2] twice).
+// One weight super-block decoded into the q45k_avx512 arrangement: w[i] pairs with activation group Gi
+// (w[0], w[2]: low nibbles, the even sub-blocks; w[1], w[3]: high nibbles, the odd ones — the two
+// nibbles of a qs byte are the same element of sub-blocks 2g and 2g+1, so one byte order serves both).
+// scale[0] holds in each dword of 128-bit part k the word pair (sc[2k], sc[2k+1]) — the sub-blocks of
+// w[0] | w[1] there — and scale[1] those of w[2] | w[3]: parts (2, 3, 0, 1). The min scales as the bsums
+// madd operand (each m[g/2] twice).
 struct Q45kWeights {
-  __m512i w[4], scale[4];
+  __m512i w[4], scale[2];
   __m256i mins;
 };
 
 template <typename Block>
 inline Q45kWeights q45k_decode(const Block& a) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  const __m512i quarters_a = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-  const __m512i quarters_b = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
   uint64_t sc64, m64;
   q4k_unpack_scales_u64(a.scales, &sc64, &m64);
-  // i32 p of sc16 is the (sc[2p], sc[2p+1]) word pair; broadcast from memory (a load, not a shuffle).
-  alignas(16) int32_t sc16[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(sc16), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+  const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
   const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
   Q45kWeights r;
   r.mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-  __m256i qh = _mm256_setzero_si256();
-  if constexpr (kQ5) qh = pairs256(load256(a.qh));
+  r.scale[0] = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), sc16);
+  r.scale[1] = _mm512_permutexvar_epi32(_mm512_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1), sc16);
+  __m512i e[2];  // runs g = 0..3 of qs (32 bytes each) in the q45k_avx512 byte order
+  vnni_runs(load512(a.qs), load512(a.qs + 64), &e[0], &e[1]);
 #pragma GCC unroll 2
-  for (int half = 0; half < 2; ++half) {  // sub-blocks 4h .. 4h+3
-    const __m512i raw = pairs(load512(a.qs + 64 * half));
-    __m512i q_lo = _mm512_and_si512(raw, low4);                          // sub-blocks 4h | 4h+2
-    __m512i q_hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // sub-blocks 4h+1 | 4h+3
-    if constexpr (kQ5) {  // bits 4h, 4h+1 (lower half) and 4h+2, 4h+3 (upper half) down to bits 0, 1
-      const __m512i hb = join(_mm256_srli_epi16(qh, 4 * half), _mm256_srli_epi16(qh, 4 * half + 2));
-      q_lo = _mm512_or_si512(q_lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
-      q_hi = _mm512_or_si512(q_hi, _mm512_and_si512(_mm512_slli_epi16(hb, 3), bit4));
+  for (int i = 0; i < 2; ++i) {
+    r.w[2 * i] = _mm512_and_si512(e[i], low4);                           // sub-blocks 2g
+    r.w[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(e[i], 4), low4);  // sub-blocks 2g + 1
+  }
+  if constexpr (kQ5) {
+    // qh byte j holds the fifth bit of element j of sub-block s at bit s. Every run uses one byte order,
+    // so qh in that order serves every part: lanes 0-3 in parts 0, 1 and lanes 4-7 in parts 2, 3 (e1 and
+    // e2 alike). Part k of e1 holds run k, of e2 run (k + 2) % 4: shift words right by 2·run.
+    const __m256i qp = pairs256(load256(a.qh));
+    const __m512i first = _mm512_broadcast_i32x4(_mm256_castsi256_si128(qp));
+    const __m512i second = _mm512_broadcast_i32x4(_mm256_extracti128_si256(qp, 1));
+    const __m512i qh = _mm512_mask_blend_epi64(0xF0, _mm512_unpacklo_epi16(first, second),
+                                               _mm512_unpackhi_epi16(first, second));
+    const __m512i shift[2] = {
+        join(_mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+             _mm256_setr_epi16(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)),
+        join(_mm256_setr_epi16(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+             _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2))};
+    const __m512i bit0 = _mm512_set1_epi8(0x01), bit1 = _mm512_set1_epi8(0x02);
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {
+      const __m512i h = _mm512_srlv_epi16(qh, shift[i]);  // bit 0: sub-block 2·run, bit 1: 2·run + 1
+      r.w[2 * i] = _mm512_or_si512(r.w[2 * i], _mm512_slli_epi16(_mm512_and_si512(h, bit0), 4));
+      r.w[2 * i + 1] = _mm512_or_si512(r.w[2 * i + 1], _mm512_slli_epi16(_mm512_and_si512(h, bit1), 3));
     }
-    // Word pairs (lane l of sub-block 4h|4h+2, lane l of 4h+1|4h+3), then the quarters regrouped so that
-    // w[2h] holds sub-blocks (4h, 4h+1) lanes 0..3, 4..7, 0..3, 4..7 and w[2h+1] sub-blocks (4h+2, 4h+3).
-    const __m512i lo = _mm512_unpacklo_epi16(q_lo, q_hi), hi = _mm512_unpackhi_epi16(q_lo, q_hi);
-    r.w[2 * half] = _mm512_permutex2var_epi64(lo, quarters_a, hi);
-    r.w[2 * half + 1] = _mm512_permutex2var_epi64(lo, quarters_b, hi);
-    r.scale[2 * half] = _mm512_set1_epi32(sc16[2 * half]);
-    r.scale[2 * half + 1] = _mm512_set1_epi32(sc16[2 * half + 1]);
   }
   return r;
 }
 
-// Σ_s sc[s]·Σ_c q·q8 of one activation super-block (q45k_avx512 layout): lane l in i32 elements l and l+8.
+// Σ_s sc[s]·Σ_c q·q8 of one activation super-block (q45k_avx512 layout). vpdpbusd sums the four
+// elements of one (sub-block, lane) exactly (|sum| <= 4·31·128 < 2^15); the odd sub-blocks' sums move to
+// the upper words and vpdpwssd applies both scales. Part k of the result holds lanes 0-3 (k = 0, 1) or
+// 4-7 (k = 2, 3), each of two sub-block pairs.
 inline __m512i q45k_row_sums(const Q45kWeights& wt, const int8_t* q8) {
-  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-  s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(wt.w[0], load512(q8)), wt.scale[0]);
-  s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(wt.w[1], load512(q8 + 64)), wt.scale[1]);
-  s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(wt.w[2], load512(q8 + 128)), wt.scale[2]);
-  s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(wt.w[3], load512(q8 + 192)), wt.scale[3]);
-  return _mm512_add_epi32(s0, s1);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i p[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    const __m512i even = _mm512_dpbusd_epi32(zero, wt.w[2 * i], load512(q8 + 128 * i));
+    const __m512i odd = _mm512_dpbusd_epi32(zero, wt.w[2 * i + 1], load512(q8 + 128 * i + 64));
+    p[i] = _mm512_mask_blend_epi16(0xAAAAAAAA, even, _mm512_slli_epi32(odd, 16));
+  }
+  return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, p[0], wt.scale[0]), p[1], wt.scale[1]);
 }
 
-// [A_a (lanes 0..7) | A_b (lanes 0..7)] from two such sums.
+// [A_a (lanes 0..7) | A_b (lanes 0..7)] from two such sums: parts 0 + 1 are lanes 0-3, parts 2 + 3 lanes 4-7.
+inline __m512i q45k_fold_two(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// [A_a (lanes 0..7) | A_b (lanes 0..7)] from two Q6_K sums (lane l in elements l and l + 8).
 inline __m512i fold_halves_two(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
 }
@@ -217,7 +257,7 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
       const __m512i s_a = q45k_row_sums(wt, q8k_row(x, x_stride, 2 * i)[k].qs);
       const __m512i s_b = 2 * i + 1 < NX ? q45k_row_sums(wt, q8k_row(x, x_stride, 2 * i + 1)[k].qs)
                                          : _mm512_setzero_si512();
-      const __m512i A = fold_halves_two(s_a, s_b);
+      const __m512i A = q45k_fold_two(s_a, s_b);
       const __m512i spread = join(_mm256_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1));
       lanes[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(spread, db), _mm512_cvtepi32_ps(A), lanes[i]);
     }
@@ -245,7 +285,7 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   int64_t k = 0;
   for (; k + 2 <= nb; k += 2) {
     const Q45kWeights w0 = q45k_decode(a[k]), w1 = q45k_decode(a[k + 1]);
-    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q45k_row_sums(w0, b[k].qs), q45k_row_sums(w1, b[k + 1].qs)));
+    const __m512 A = _mm512_cvtepi32_ps(q45k_fold_two(q45k_row_sums(w0, b[k].qs), q45k_row_sums(w1, b[k + 1].qs)));
     const __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins),
                                         _mm256_madd_epi16(load256(b[k + 1].bsums), w1.mins));
     const __m128i h2 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
@@ -259,7 +299,7 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   }
   for (; k < nb; ++k) {  // an odd last block
     const Q45kWeights w0 = q45k_decode(a[k]);
-    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q45k_row_sums(w0, b[k].qs), _mm512_setzero_si512()));
+    const __m512 A = _mm512_cvtepi32_ps(q45k_fold_two(q45k_row_sums(w0, b[k].qs), _mm512_setzero_si512()));
     const float M = float(hsum_i32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins)));
     const float db = _cvtsh_ss(a[k].d) * b[k].d, dmb = _cvtsh_ss(a[k].dmin) * b[k].d;
     lane = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm512_castps512_ps256(A), lane);
@@ -275,11 +315,12 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
 // One Q6_K weight super-block decoded into the q6k_avx512 arrangement: per 128 elements the signed
 // 6-bit values of sub-blocks 8h+t and 8h+4+t interleaved by words (L = unpacklo, H = unpackhi of the
 // two 64-byte groups) and regrouped as [L0 H0 L1 H1], [L2 H2 L3 H3] — as prepare_q8k_q6k_avx512
-// arranges the activations — kept as magnitudes plus sign masks (maddubs wants an unsigned operand);
+// arranges the activations — kept signed (the activations are the unsigned maddubs operand, offset by
+// +128; bias_sums removes the offset's term);
 // scale[i] holds each quarter's (sc_a, sc_b) word pair.
 struct Q6kWeights {
-  __m512i mag[4], scale[4];
-  __mmask64 neg[4];
+  __m512i q[4], scale[4];  // q - 32, signed
+  __m512i bias_sums;       // -Σ_s sc[s]·Σ 128·(q-32) per lane element (see q6k_row_sums)
 };
 
 inline Q6kWeights q6k_decode(const BlockQ6K& a) {
@@ -305,10 +346,8 @@ inline Q6kWeights q6k_decode(const BlockQ6K& a) {
     const __m512i lo = _mm512_unpacklo_epi16(s01, s23), hi = _mm512_unpackhi_epi16(s01, s23);
     const __m512i sa = _mm512_permutex2var_epi64(lo, quarters_a, hi);
     const __m512i sb = _mm512_permutex2var_epi64(lo, quarters_b, hi);
-    r.mag[2 * h] = _mm512_abs_epi8(sa);
-    r.mag[2 * h + 1] = _mm512_abs_epi8(sb);
-    r.neg[2 * h] = _mm512_movepi8_mask(sa);
-    r.neg[2 * h + 1] = _mm512_movepi8_mask(sb);
+    r.q[2 * h] = sa;
+    r.q[2 * h + 1] = sb;
     // i32 t of sp: (sc[8h+t], sc[8h+4+t]), the pair of quarter t's data; sa holds quarters 0, 0, 1, 1 of
     // that data, sb quarters 2, 2, 3, 3.
     const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
@@ -316,18 +355,24 @@ inline Q6kWeights q6k_decode(const BlockQ6K& a) {
     r.scale[2 * h] = _mm512_permutexvar_epi32(pair_a, sp);
     r.scale[2 * h + 1] = _mm512_permutexvar_epi32(pair_b, sp);
   }
+  // The activations arrive offset by +128 (prepare_q8k_q6k_avx512), which adds 128·Σ sc·(q - 32) to
+  // every sum; that weight-only term, formed the same way, starts each row's accumulator negated.
+  const __m512i b128 = _mm512_set1_epi8(char(0x80));
+  __m512i t[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    t[i & 1] = _mm512_dpwssd_epi32(t[i & 1], _mm512_maddubs_epi16(b128, r.q[i]), r.scale[i]);
+  r.bias_sums = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(t[0], t[1]));
   return r;
 }
 
 // Σ_s sc[s]·Σ (q-32)·q8 of one activation super-block (q6k_avx512 layout): lane l in elements l, l+8.
 inline __m512i q6k_row_sums(const Q6kWeights& wt, const int8_t* q8) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i s[2] = {zero, zero};
+  __m512i s[2] = {wt.bias_sums, _mm512_setzero_si512()};
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    const __m512i y = load512(q8 + 64 * i);
-    // |q| times y with q's sign: the unsigned x signed form maddubs needs.
-    const __m512i p = _mm512_maddubs_epi16(wt.mag[i], _mm512_mask_sub_epi8(y, wt.neg[i], zero, y));
+    // (y + 128)·(q - 32), pair sums within [-16320, 15810]: no saturation.
+    const __m512i p = _mm512_maddubs_epi16(load512(q8 + 64 * i), wt.q[i]);
     s[i & 1] = _mm512_dpwssd_epi32(s[i & 1], p, wt.scale[i]);
   }
   return _mm512_add_epi32(s[0], s[1]);

@@ -133,6 +133,29 @@ TEST(Attention, LongContextCrossesConversionBlocks) {
   EXPECT_LT(worst, 2e-6);
 }
 
+TEST(Attention, RowTilesAcrossConversionBlocksAreBitIdentical) {
+  // A prefill call groups up to eight query rows per item, sharing each converted K/V block; rows of one
+  // item attend to different lengths across the 64-position blocks. Every split must equal one-row calls.
+  std::mt19937 rng(25);
+  Problem p(rng);
+  p.T = 150;
+  p.H = 4;
+  p.Hkv = 2;
+  p.D = 32;
+  p.q = gaussian(size_t(p.T * p.H * p.D), rng);
+  p.k = gaussian(size_t(p.T * p.Hkv * p.D), rng);
+  p.v = gaussian(size_t(p.T * p.Hkv * p.D), rng);
+  const std::vector<float> one = run_attention(p, KvType::F16, 1, nullptr);
+  ThreadPool pool(2);
+  for (size_t batch : {size_t(7), size_t(61), size_t(p.T)}) {
+    for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const std::vector<float> got = run_attention(p, KvType::F16, batch, threads);
+      EXPECT_EQ(std::memcmp(got.data(), one.data(), one.size() * 4), 0)
+          << "batch " << batch << (threads ? ", 2 threads" : ", 1 thread");
+    }
+  }
+}
+
 TEST(Ops, RmsNormFollowsTheFormula) {
   std::mt19937 rng(25);
   const std::vector<float> x = gaussian(300, rng, 3.0f), w = gaussian(300, rng);
