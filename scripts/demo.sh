@@ -6,7 +6,8 @@
 # only the backbone file (the dense path, no expert bytes) generating text through the coordinator's live
 # expert map, its logits compared with the monolithic full-model ones (max |Δ| must be 0; docs/dispatch.md),
 # and `essaim serve` from the same backbone file on the same swarm answering one OpenAI-style chat request
-# (docs/serve.md).
+# (docs/serve.md); then the 122B shapes: one layer with Qwen3.5-122B-A10B's attention and 256 experts, its
+# backbone file (2 % of the model) over 4 workers giving the full model's logits bit for bit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -86,3 +87,30 @@ curl -sS "http://$server/metrics" | grep -E '^essaim_(serve_generated_tokens_tot
 echo "== the market's ledger: the pairs each worker's answers were accepted for (a backbone without the experts audits nothing)"
 sleep 6  # the backbones report every 5 s
 curl -sS "$coordinator/api/rewards" -H "Authorization: Bearer $admin"; echo
+
+echo "== the 122B shapes: one qwen3moe layer with Qwen3.5-122B-A10B's attention and experts (256 of 3072 x 1024, Q4_K_M)"
+big="$out/q122"
+rm -rf "$big" && mkdir -p "$big"
+"$bin" synth --arch qwen3moe --preset q35-122b --layers 1 --types q4_k_m --seed 2 -o "$big/q122.gguf"
+"$bin" slice -m "$big/q122.gguf" --plan 64 --backbone --stem q122 -o "$big/slices"
+echo "backbone file: $(wc -c < "$big/slices/q122.backbone.gguf") bytes of the full model's $(wc -c < "$big/q122.gguf")"
+big_workers=()
+for r in 0-63 64-127 128-191 192-255; do
+  "$bin" worker --slices "$big/slices" --experts "$r" --listen 127.0.0.1:0 --threads 1 --quiet \
+    > "$big/worker-$r.out" 2> "$big/worker-$r.err" &
+  pids+=($!)
+done
+for r in 0-63 64-127 128-191 192-255; do
+  for _ in $(seq 300); do grep -q '^listening on ' "$big/worker-$r.out" && break; sleep 0.1; done
+  w=$(sed -n 's/^listening on //p' "$big/worker-$r.out")
+  [ -n "$w" ] || { echo "the worker for experts $r did not start:" >&2; cat "$big/worker-$r.err" >&2; exit 1; }
+  big_workers+=(--worker "$w")
+done
+echo "4 workers hold experts 0-63, 64-127, 128-191, 192-255 of the layer: ${big_workers[*]}"
+prompt="The swarm holds the experts; the backbone holds the rest."
+"$bin" eval -m "$big/q122.gguf" -p "$prompt" -t 2 --logits-out "$big/mono.npy"
+"$bin" eval --backbone-file "$big/slices/q122.backbone.gguf" -p "$prompt" -t 2 --require-workers \
+  --logits-out "$big/swarm.npy" "${big_workers[@]}"
+echo "== essaim npy-diff: the backbone file over 4 workers equals the full 122B-shaped model bit for bit"
+"$bin" npy-diff "$big/mono.npy" "$big/swarm.npy"
+rm -f "$big/q122.gguf" "$big"/slices/*.gguf  # 3 GB of synthetic weights
