@@ -52,6 +52,8 @@ class Model;
 
 namespace essaim::backbone {
 
+class HotExpertCache;
+
 inline constexpr std::chrono::milliseconds kDefaultWorkerTimeout{2000};
 
 struct DispatchOptions {
@@ -72,6 +74,10 @@ struct DispatchOptions {
   // presented to the relay, and an extra CA file to trust for wss:// (besides the system store).
   std::string relay_token;
   std::string relay_ca_file;
+  // The hot-expert cache (backbone/hot_expert_cache.h): every call's picks are counted into it, and the
+  // pairs whose expert its current snapshot holds are computed here from those verified copies instead of
+  // being sent. Not owned; must outlive the executor. Null: no cache.
+  HotExpertCache* hot_cache = nullptr;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).

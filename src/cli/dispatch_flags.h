@@ -40,6 +40,9 @@ struct DispatchFlags {
   std::string replica_choice = "nearest";  // nearest | first (map order)
   double hedge_factor = 3.0;               // hedge a request late by this × its worker's mean round trip; 0 = off
   std::string ca_file;               // an extra CA to trust for wss:// relays
+  // With --coordinator: the hot-expert cache's budget in MiB (0 = off), fetched from its slice server.
+  double expert_cache_mb = 0;
+  uint32_t expert_cache_window = 64;  // layer calls counted per layer
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);
