@@ -146,6 +146,37 @@ TEST(HotCacheSwarm, TheCacheServesAShareOfThePairsAndTheLogitsAreMonolithic) {
                               dir + "/t.npy --coordinator " + c.url() + " --token " + kAdmin + " --expert-cache-mb 0.25");
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.err.find("hot cache:"), std::string::npos) << text.err;
+
+  // `essaim serve` with the cache: /metrics counts its hits, fetches and bytes held.
+  BackgroundProcess serve("essaim serve -m " + skewed().model + " --port 0 --coordinator " + c.url() + " --token " +
+                          kAdmin + " --expert-cache-mb 0.25");
+  ASSERT_NE(serve.port(), 0) << serve.stderr_text();
+  const market::HttpUrl u{.host = "127.0.0.1", .port = serve.port(), .base_path = ""};
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}}.dump();
+  auto metric = [&](const std::string& text, const std::string& key) {
+    const size_t at = text.find("\n" + key + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size() + 2));
+  };
+  std::string metrics;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(30)) {
+    Result<market::HttpAnswer> a = market::http_call(u, {.method = "POST", .target = "/v1/completions", .bearer = "",
+                                                         .body = body, .headers = {}});
+    Result<market::HttpAnswer> m = market::http_call(u, {.method = "GET", .target = "/metrics", .bearer = "",
+                                                         .body = "", .headers = {}});
+    if (a && a->status == 200 && m && m->status == 200) {
+      metrics = m->body;
+      if (metric(metrics, "essaim_hot_cache_hits_total") > 0) break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // still loading
+    }
+  }
+  EXPECT_GT(metric(metrics, "essaim_hot_cache_hits_total"), 0) << metrics << serve.stderr_text();
+  EXPECT_GT(metric(metrics, "essaim_hot_cache_fetches_total"), 0) << metrics;
+  EXPECT_EQ(metric(metrics, "essaim_hot_cache_refusals_total"), 0) << metrics;
+  EXPECT_GT(metric(metrics, "essaim_hot_cache_experts"), 0) << metrics;
+  EXPECT_NE(metrics.find("essaim_hot_cache_bytes{kind=\"held\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("essaim_dispatch_pairs_total{where=\"hot_cache\"}"), std::string::npos) << metrics;
 }
 
 TEST(HotCacheSwarm, AlteredSliceFilesOnTheCoordinatorAreRefusedAndNeverUsed) {
@@ -156,7 +187,10 @@ TEST(HotCacheSwarm, AlteredSliceFilesOnTheCoordinatorAreRefusedAndNeverUsed) {
   int altered = 0;
   for (const auto& e : fs::directory_iterator(slices)) {
     const std::string name = e.path().filename().string();
-    if (name.find(".L00.") == std::string::npos) continue;
+    const size_t l = name.find(".L");  // <stem>.L<layer, zero-padded>.E<experts>.gguf
+    if (l == std::string::npos || name.find(".E", l) == std::string::npos ||
+        std::stoi(name.substr(l + 2, name.find(".E", l) - l - 2)) != 0)
+      continue;
     const uint64_t len = fs::file_size(e.path());
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     for (uint64_t k = 4; k < 32; ++k) {
