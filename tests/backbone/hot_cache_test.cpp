@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -280,6 +281,69 @@ TEST(HotExpertCache, WhenTheTrafficMovesAColderExpertIsEvictedForAHotterOne) {
   EXPECT_EQ(cache.snapshot()->keys(), (std::vector<ExpertKey>{{L, 0}, {L, 2}}));
   EXPECT_EQ(cache.report().evictions, 1u);
   EXPECT_LE(cache.report().bytes_held, 2 * per_expert);
+}
+
+// Seeded mutations of a real slice file served as the coordinator's answer (bytes flipped anywhere, header
+// included; truncations): every round ends with the experts refused or failed with a message, or cached —
+// and whatever is cached computes exactly what the backbone's own copy computes, since only bytes hashing
+// to the backbone's digest get in.
+TEST(HotExpertCache, MutatedSliceFilesNeverPutOtherBytesInTheCache) {
+  const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
+  const Catalogue cat(m);
+  Digests d(m);
+  const SliceRef& ref = cat.slices.front();
+  const std::vector<uint8_t> original = read_range(ref.target, 0, ref.bytes);
+  ASSERT_EQ(original.size(), ref.bytes);
+  std::mt19937_64 rng(2024);
+  uint64_t inserted = 0, refused = 0, failed = 0;
+  for (int round = 0; round < 120; ++round) {
+    std::vector<uint8_t> file = original;
+    const int kind = int(rng() % 3);
+    if (kind == 0) {  // a few bytes anywhere
+      for (int i = 0, n = 1 + int(rng() % 4); i < n; ++i) file[rng() % file.size()] ^= uint8_t(1 + rng() % 255);
+    } else if (kind == 1) {  // a byte of the header
+      file[rng() % std::min<size_t>(file.size(), 4096)] ^= uint8_t(1 + rng() % 255);
+    } else {  // truncated: the server's answers run short
+      file.resize(rng() % file.size());
+    }
+    SliceRef served = ref;
+    auto fetch = [&file](const std::string&, uint64_t offset, uint64_t length) -> Result<std::vector<uint8_t>> {
+      if (offset > file.size() || length > file.size() - offset) return Status::error("416: past the end");
+      return std::vector<uint8_t>(file.begin() + std::ptrdiff_t(offset), file.begin() + std::ptrdiff_t(offset + length));
+    };
+    HotCacheOptions o = options_for(m, d, 1u << 22);
+    HotExpertCache cache(std::make_unique<SliceServerSource>(m.identity, std::vector<SliceRef>{served}, fetch), o);
+    std::vector<int32_t> ids;
+    for (uint32_t e = 0; e < m.n_expert; ++e) ids.insert(ids.end(), 2, int32_t(e));
+    cache.observe(ExpertBatch{.layer = int32_t(ref.layer), .n_rows = int64_t(ids.size()), .k = 1,
+                              .act_type = GgmlType::F32, .act = {}, .ids = ids});
+    cache.step();
+    const HotCacheReport r = cache.report();
+    ASSERT_LE(r.bytes_held, r.budget_bytes);
+    if (r.refusals > 0) {
+      ASSERT_FALSE(r.last_refusal.empty());
+    }
+    inserted += r.experts_held;
+    refused += r.refusals;
+    failed += r.fetch_failures;
+    // Whatever got in is the backbone's own expert, byte for byte.
+    const std::shared_ptr<const HotSnapshot> snap = cache.snapshot();
+    for (const ExpertKey& k : snap->keys()) {
+      const ExpertLayer* mine = m.model->expert_store().find(k.layer, k.expert);
+      const ExpertLayer* got = snap->store().find(k.layer, k.expert);
+      ASSERT_NE(mine, nullptr);
+      ASSERT_NE(got, nullptr);
+      const int32_t j = k.expert - mine->expert_begin;
+      const uint64_t gate = uint64_t(mine->gate.rows) * mine->gate.row_stride;
+      ASSERT_EQ(std::memcmp(mine->gate.data + uint64_t(j) * mine->gate.expert_stride, got->gate.data, gate), 0)
+          << "round " << round << ": other gate bytes cached for expert " << k.expert;
+      const uint64_t down = uint64_t(mine->down.rows) * mine->down.row_stride;
+      ASSERT_EQ(std::memcmp(mine->down.data + uint64_t(j) * mine->down.expert_stride, got->down.data, down), 0);
+    }
+  }
+  EXPECT_GT(inserted, 0u) << "some mutations leave some experts intact";
+  EXPECT_GT(refused, 0u) << "flipped slab bytes are refused";
+  EXPECT_GT(failed, 0u) << "truncations and broken headers fail";
 }
 
 }  // namespace
