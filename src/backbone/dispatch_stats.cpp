@@ -47,6 +47,7 @@ std::string DispatchStats::to_json() const {
   j["pairs_local"] = pairs_local;
   j["pairs_fallback"] = pairs_fallback;
   j["pairs_cached"] = pairs_cached;
+  j["calls_from_cache"] = calls_from_cache;
   j["requests"] = requests;
   j["responses"] = responses;
   j["audits"] = audits;
@@ -99,10 +100,11 @@ std::string DispatchStats::to_text() const {
   t += line;
   if (hot.enabled) {
     std::snprintf(line, sizeof line,
-                  "dispatch: hot cache: %llu experts, %.1f of %.1f MiB held; %llu hits, %llu fetches (%.1f MiB), "
-                  "%llu refused, %llu failed, %llu evicted%s%s\n",
+                  "dispatch: hot cache: %llu experts, %.1f of %.1f MiB held; %llu hits, %llu layer calls without a "
+                  "round trip, %llu fetches (%.1f MiB), %llu refused, %llu failed, %llu evicted%s%s\n",
                   (unsigned long long)hot.experts_held, double(hot.bytes_held) / 1048576.0,
-                  double(hot.budget_bytes) / 1048576.0, (unsigned long long)hot.hits, (unsigned long long)hot.fetches,
+                  double(hot.budget_bytes) / 1048576.0, (unsigned long long)hot.hits,
+                  (unsigned long long)calls_from_cache, (unsigned long long)hot.fetches,
                   double(hot.fetch_bytes) / 1048576.0, (unsigned long long)hot.refusals,
                   (unsigned long long)hot.fetch_failures, (unsigned long long)hot.evictions,
                   hot.last_refusal.empty() ? "" : "; last refusal: ", hot.last_refusal.c_str());

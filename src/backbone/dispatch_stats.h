@@ -76,6 +76,7 @@ struct DispatchStats {
   uint64_t pairs_local = 0;            // owned by no worker: the backbone's own share
   uint64_t pairs_fallback = 0;         // a worker's share recomputed locally (by reason below)
   uint64_t pairs_cached = 0;           // computed from the hot-expert cache, never sent
+  uint64_t calls_from_cache = 0;       // layer calls the cache served without any request (no round trip)
   uint64_t requests = 0;               // EXPERT_REQUESTs sent
   uint64_t responses = 0;              // accepted EXPERT_RESPONSEs
   uint64_t audits = 0;                 // responses re-computed locally and compared

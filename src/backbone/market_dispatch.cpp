@@ -36,6 +36,7 @@ void add_stats(DispatchStats& into, const DispatchStats& s) {
   into.pairs_local += s.pairs_local;
   into.pairs_fallback += s.pairs_fallback;
   into.pairs_cached += s.pairs_cached;
+  into.calls_from_cache += s.calls_from_cache;
   into.requests += s.requests;
   into.responses += s.responses;
   into.audits += s.audits;

@@ -436,6 +436,7 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   st.pairs += asked;
   st.pairs_local += local_pairs.size();
   st.pairs_cached += cached_pairs.size();
+  if (!cached_pairs.empty() && sent.empty()) ++st.calls_from_cache;
   if (!cached_pairs.empty()) options_.hot_cache->note_hits(cached_pairs.size());
   st.requests += sent.size();
   st.responses += responses;

@@ -211,6 +211,7 @@ TEST(HotExpertCache, CachedPairsAreComputedHereNeverSentAndTheLogitsAreMonolithi
   EXPECT_EQ(s.pairs, s.pairs_remote + s.pairs_local + s.pairs_fallback + s.pairs_cached) << s.to_json();
   EXPECT_EQ(s.pairs_fallback, 0u) << s.to_json();
   EXPECT_EQ(cache.report().hits, s.pairs_cached);
+  EXPECT_LE(s.calls_from_cache, s.layer_calls);
   // Never sent: the worker computed exactly the pairs the backbone accepted from it.
   uint64_t worker_pairs = 0;
   for (int i = 0; i < 200 && (worker_pairs = w.stats().pairs) != s.pairs_remote; ++i)
