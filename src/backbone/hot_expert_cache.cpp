@@ -182,20 +182,32 @@ size_t HotExpertCache::step() {
   std::map<ExpertKey, uint64_t> by_key(counts.begin(), counts.end());
   for (const ExpertKey& k : now->keys()) by_key.emplace(k, 0);  // held and no longer picked: still a candidate
 
+  // An expert waiting out the pause after a refused or failed fetch is no candidate: its share of the
+  // budget goes to the next hottest meanwhile.
+  const Clock::time_point t = Clock::now();
+  auto pausing = [&](ExpertKey k) {
+    auto b = backoff_.find(k);
+    return b != backoff_.end() && t < b->second.until;
+  };
   std::vector<HotCandidate> candidates;
   for (const auto& [key, count] : by_key) {
+    const bool held = now->holds(key.layer, key.expert);
+    if (!held && pausing(key)) continue;
     uint64_t bytes = 0;
     if (auto it = expert_bytes_.find(key.layer); it != expert_bytes_.end()) {
       bytes = it->second;
     } else if (count >= options_.choice.min_count) {
-      Result<uint64_t> b = source_->expert_bytes(key.layer, key.expert);
+      Result<uint64_t> b = source_->expert_bytes(key.layer, key.expert);  // the slice's header, once
       if (!b) {
+        note_failure(key);
+        std::lock_guard lock(snap_mu_);
+        ++report_.fetch_failures;
         if (options_.log) options_.log("hot cache: " + key_text(key) + ": " + b.status().message());
         continue;
       }
       bytes = expert_bytes_[key.layer] = *b;
     }
-    candidates.push_back({.key = key, .count = count, .bytes = bytes, .held = now->holds(key.layer, key.expert)});
+    candidates.push_back({.key = key, .count = count, .bytes = bytes, .held = held});
   }
   HotChoiceOptions choice = options_.choice;
   choice.budget_bytes = options_.budget_bytes;
@@ -219,14 +231,12 @@ size_t HotExpertCache::step() {
   }
 
   // Then the missing experts of the plan, hottest first (want is in score order).
-  const Clock::time_point t = Clock::now();
   for (const ExpertKey& k : want) {
     {
       std::unique_lock lock(wake_mu_);
       if (stopping_) break;
     }
     if (snapshot()->holds(k.layer, k.expert)) continue;
-    if (auto b = backoff_.find(k); b != backoff_.end() && t < b->second.until) continue;
     Result<FetchedExpert> f = source_->fetch(k.layer, k.expert);
     if (!f) {
       note_failure(k);
@@ -236,15 +246,17 @@ size_t HotExpertCache::step() {
       continue;
     }
     const uint64_t got = f->bytes.size();
-    if (Status st = insert(k, std::move(*f)); !st) {
+    Result<bool> in = insert(k, std::move(*f));
+    if (!in) {
       note_failure(k);
       std::lock_guard lock(snap_mu_);
       ++report_.refusals;
-      report_.last_refusal = key_text(k) + ": " + st.message();
+      report_.last_refusal = key_text(k) + ": " + in.status().message();
       if (options_.log) options_.log("hot cache: refused " + report_.last_refusal);
       continue;
     }
     backoff_.erase(k);
+    if (!*in) continue;  // verified, but no longer fits: the plan is redone next round
     std::lock_guard lock(snap_mu_);
     ++report_.fetches;
     report_.fetch_bytes += got;
@@ -252,7 +264,7 @@ size_t HotExpertCache::step() {
   return snapshot()->size();
 }
 
-Status HotExpertCache::insert(ExpertKey key, FetchedExpert f) {
+Result<bool> HotExpertCache::insert(ExpertKey key, FetchedExpert f) {
   // The bytes first: nothing else about a download means anything until they are the expected ones.
   Sha256Digest expected = holding_digest(std::span<const Sha256Digest>(&f.recorded_digest, 1));
   if (options_.expected_digest) {
@@ -300,7 +312,7 @@ Status HotExpertCache::insert(ExpertKey key, FetchedExpert f) {
   }
 
   const std::shared_ptr<const HotSnapshot> now = snapshot();
-  if (now->bytes() + entry->bytes > options_.budget_bytes) return Status::ok();  // the plan changed meanwhile
+  if (now->bytes() + entry->bytes > options_.budget_bytes) return false;
   auto next = std::make_shared<HotSnapshot>();
   for (const auto& [k, e] : now->experts_) {
     (void)next->store_.add(k.layer, e->layer);
@@ -311,7 +323,7 @@ Status HotExpertCache::insert(ExpertKey key, FetchedExpert f) {
   next->bytes_ += entry->bytes;
   next->experts_.emplace(key, std::move(entry));
   publish(std::move(next));
-  return Status::ok();
+  return true;
 }
 
 }  // namespace essaim::backbone

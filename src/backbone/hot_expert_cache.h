@@ -165,7 +165,9 @@ class HotExpertCache {
     std::chrono::steady_clock::time_point until{};
     std::chrono::milliseconds pause{0};
   };
-  Status insert(ExpertKey key, FetchedExpert fetched);  // verifies, then publishes a new snapshot
+  // Verifies, then publishes a new snapshot with it: true; false when it no longer fits the budget; an
+  // error (a refusal) when the bytes or their format are not the expected ones.
+  Result<bool> insert(ExpertKey key, FetchedExpert fetched);
   void publish(std::shared_ptr<HotSnapshot> next);
   void note_failure(ExpertKey key);
   void loop();
