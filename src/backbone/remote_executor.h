@@ -9,6 +9,8 @@
 //   std::fputs(ex->stats().to_text().c_str(), stderr);
 //
 // One layer call, compute(batch, out):
+//   0. with a hot-expert cache (DispatchOptions::hot_cache), its picks are counted and the pairs whose
+//      expert its current snapshot holds are set aside, to be computed here in step 3 and never sent
 //   1. owner of each pair = a live worker that may serve the expert — the first in map order, or under
 //      ReplicaPolicy::NEAREST the cheapest by measured round trip and this call's load; none: local
 //   2. per owner, one EXPERT_REQUEST (split only to fit frame limits): the rows with at least one of its
