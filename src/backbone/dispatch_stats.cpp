@@ -46,6 +46,8 @@ std::string DispatchStats::to_json() const {
   j["pairs_remote"] = pairs_remote;
   j["pairs_local"] = pairs_local;
   j["pairs_fallback"] = pairs_fallback;
+  j["pairs_cached"] = pairs_cached;
+  j["calls_from_cache"] = calls_from_cache;
   j["requests"] = requests;
   j["responses"] = responses;
   j["audits"] = audits;
@@ -77,6 +79,13 @@ std::string DispatchStats::to_json() const {
                   {"mean_round_trip_ms", w.mean_round_trip_ms},
                   {"last_error", w.last_error}});
   j["workers"] = ws;
+  if (hot.enabled) {
+    j["hot_cache"] = {{"budget_bytes", hot.budget_bytes}, {"bytes_held", hot.bytes_held},
+                      {"experts_held", hot.experts_held}, {"hits", hot.hits}, {"fetches", hot.fetches},
+                      {"fetch_bytes", hot.fetch_bytes}, {"refusals", hot.refusals},
+                      {"fetch_failures", hot.fetch_failures}, {"evictions", hot.evictions},
+                      {"last_refusal", hot.last_refusal}};
+  }
   j["seconds"] = seconds;
   j["max_call_seconds"] = max_call_seconds;
   return j.dump();
@@ -86,10 +95,23 @@ std::string DispatchStats::to_text() const {
   char line[512];
   std::string t;
   std::snprintf(line, sizeof line,
-                "dispatch: %llu layer calls, %llu (row, expert) pairs: %llu by workers, %llu local, %llu fallback\n",
+                "dispatch: %llu layer calls, %llu (row, expert) pairs: %llu by workers, %llu local, %llu fallback%s\n",
                 (unsigned long long)layer_calls, (unsigned long long)pairs, (unsigned long long)pairs_remote,
-                (unsigned long long)pairs_local, (unsigned long long)pairs_fallback);
+                (unsigned long long)pairs_local, (unsigned long long)pairs_fallback,
+                hot.enabled ? (", " + std::to_string(pairs_cached) + " from the hot cache").c_str() : "");
   t += line;
+  if (hot.enabled) {
+    std::snprintf(line, sizeof line,
+                  "dispatch: hot cache: %llu experts, %.1f of %.1f MiB held; %llu hits, %llu layer calls without a "
+                  "round trip, %llu fetches (%.1f MiB), %llu refused, %llu failed, %llu evicted%s%s\n",
+                  (unsigned long long)hot.experts_held, double(hot.bytes_held) / 1048576.0,
+                  double(hot.budget_bytes) / 1048576.0, (unsigned long long)hot.hits,
+                  (unsigned long long)calls_from_cache, (unsigned long long)hot.fetches,
+                  double(hot.fetch_bytes) / 1048576.0, (unsigned long long)hot.refusals,
+                  (unsigned long long)hot.fetch_failures, (unsigned long long)hot.evictions,
+                  hot.last_refusal.empty() ? "" : "; last refusal: ", hot.last_refusal.c_str());
+    t += line;
+  }
   const double calls = layer_calls > 0 ? double(layer_calls) : 1.0;
   std::snprintf(line, sizeof line,
                 "dispatch: %llu requests, %.1f KiB sent, %.1f KiB received (%.0f B per layer call), "

@@ -54,12 +54,29 @@ struct WorkerReport {
   std::string last_error;       // why the last session or connect attempt ended, if one did
 };
 
+// The hot-expert cache (backbone/hot_expert_cache.h), when the backbone has one.
+struct HotCacheReport {
+  bool enabled = false;
+  uint64_t budget_bytes = 0;
+  uint64_t bytes_held = 0;      // verified expert bytes in RAM now
+  uint64_t experts_held = 0;
+  uint64_t hits = 0;            // (row, expert) pairs computed from the cache instead of sent
+  uint64_t fetches = 0;         // downloads verified and inserted
+  uint64_t fetch_bytes = 0;     // their bytes
+  uint64_t refusals = 0;        // downloads refused: digest or shape not the expected one, malformed header
+  uint64_t fetch_failures = 0;  // downloads that did not complete (connection, HTTP status)
+  uint64_t evictions = 0;
+  std::string last_refusal;     // why the last refused download was refused
+};
+
 struct DispatchStats {
   uint64_t layer_calls = 0;
   uint64_t pairs = 0;                  // (row, expert) pairs asked for
   uint64_t pairs_remote = 0;           // answered by a worker and used
   uint64_t pairs_local = 0;            // owned by no worker: the backbone's own share
   uint64_t pairs_fallback = 0;         // a worker's share recomputed locally (by reason below)
+  uint64_t pairs_cached = 0;           // computed from the hot-expert cache, never sent
+  uint64_t calls_from_cache = 0;       // layer calls the cache served without any request (no round trip)
   uint64_t requests = 0;               // EXPERT_REQUESTs sent
   uint64_t responses = 0;              // accepted EXPERT_RESPONSEs
   uint64_t audits = 0;                 // responses re-computed locally and compared
@@ -73,6 +90,7 @@ struct DispatchStats {
   std::array<uint64_t, kFallbackReasonCount> fallback_pairs{};     // pairs, by reason
   std::vector<LayerWire> layers;       // indexed by layer
   std::vector<WorkerReport> workers;   // map order
+  HotCacheReport hot;                  // filled in by whoever owns the cache (enabled = false without one)
   double seconds = 0;                  // wall time inside the executor
   double max_call_seconds = 0;         // the slowest layer call (bounded by the deadline + local compute)
 

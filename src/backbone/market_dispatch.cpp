@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backbone/expert_map.h"
+#include "backbone/hot_expert_cache.h"
 #include "model/model.h"
 
 namespace essaim::backbone {
@@ -34,6 +35,8 @@ void add_stats(DispatchStats& into, const DispatchStats& s) {
   into.pairs_remote += s.pairs_remote;
   into.pairs_local += s.pairs_local;
   into.pairs_fallback += s.pairs_fallback;
+  into.pairs_cached += s.pairs_cached;
+  into.calls_from_cache += s.calls_from_cache;
   into.requests += s.requests;
   into.responses += s.responses;
   into.audits += s.audits;
@@ -76,7 +79,9 @@ void add_stats(DispatchStats& into, const DispatchStats& s) {
 MarketExpertExecutor::MarketExpertExecutor(const Model& model, ThreadPool* pool, MarketHooks hooks,
                                            MarketDispatchOptions options)
     : model_(model), pool_(pool), hooks_(std::move(hooks)), options_(std::move(options)),
-      local_(model.expert_store(), pool) {}
+      local_(model.expert_store(), pool) {
+  options_.dispatch.hot_cache = options_.hot_cache.get();
+}
 
 Result<std::unique_ptr<MarketExpertExecutor>> MarketExpertExecutor::create(const Model& model, ThreadPool* pool,
                                                                            MarketHooks hooks,
@@ -171,6 +176,7 @@ DispatchStats MarketExpertExecutor::stats() const {
     for (WorkerReport& w : s.workers) w.connected = false;  // the current executor says who is up
     add_stats(s, now);
   }
+  if (options_.hot_cache) s.hot = options_.hot_cache->report();
   return s;
 }
 

@@ -57,6 +57,9 @@ struct MarketDispatchOptions {
   std::chrono::milliseconds refresh{1000};    // how often the map is fetched
   std::chrono::milliseconds report{5000};     // how often usage and work are reported
   DispatchOptions dispatch;                   // for each executor built from a map
+  // The hot-expert cache every executor built from a map shares (its dispatch.hot_cache is set to it), owned
+  // here so it outlives them all and keeps its counts across map changes; stats() carries its report.
+  std::shared_ptr<HotExpertCache> hot_cache;
 };
 
 class MarketExpertExecutor final : public ExpertExecutor {
@@ -76,6 +79,7 @@ class MarketExpertExecutor final : public ExpertExecutor {
   // Blocks until a map with at least `workers` workers is dispatched to, all connected, or the deadline.
   bool wait_for_workers(size_t workers, std::chrono::milliseconds timeout);
   Status flush_reports();
+  HotExpertCache* hot_cache() const { return options_.hot_cache.get(); }
 
  private:
   MarketExpertExecutor(const Model& model, ThreadPool* pool, MarketHooks hooks, MarketDispatchOptions options);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backbone/hot_expert_cache.h"
 #include "backbone/weights_check.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
@@ -83,6 +84,17 @@ proto::ExpertRequest make_request(const ExpertBatch& b, const std::vector<uint32
     req.expert_ids.push_back(uint32_t(b.ids[p]));
   }
   return req;
+}
+
+// Computes the pairs `pairs` (flat indices into batch.ids) of a batch with `ex` into out; other slots untouched.
+Status compute_masked(LocalExpertExecutor& ex, const ExpertBatch& b, const std::vector<uint32_t>& pairs,
+                      std::span<float> out) {
+  if (pairs.empty()) return Status::ok();
+  std::vector<int32_t> masked(b.ids.size(), -1);  // [n][k]: only the selected pairs, others untouched
+  for (uint32_t p : pairs) masked[p] = b.ids[p];
+  ExpertBatch mb = b;
+  mb.ids = masked;
+  return ex.compute(mb, out);
 }
 
 // A well-formed answer of the wrong shape or format becomes a BAD_RESPONSE failure.
@@ -240,11 +252,7 @@ Status RemoteExpertExecutor::compute_local(const ExpertBatch& b, const std::vect
                                            std::span<float> out, net::Deadline deadline) {
   if (pairs.empty()) return Status::ok();
   if (!local_copy_) return ask_other_replicas(b, pairs, out, deadline);
-  std::vector<int32_t> masked(b.ids.size(), -1);  // [n][k]: only the selected pairs, others untouched
-  for (uint32_t p : pairs) masked[p] = b.ids[p];
-  ExpertBatch mb = b;
-  mb.ids = masked;
-  return local_.compute(mb, out);
+  return compute_masked(local_, b, pairs, out);
 }
 
 Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out) {
@@ -258,6 +266,13 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   const uint64_t E = uint64_t(layer->n_embd);
   const uint64_t row_bytes = layer->activation_row_bytes();
   const uint32_t lay = uint32_t(b.layer);
+  // The hot cache sees every pick; one snapshot serves the whole call.
+  std::shared_ptr<const HotSnapshot> hot;
+  if (options_.hot_cache != nullptr) {
+    options_.hot_cache->observe(b);
+    hot = options_.hot_cache->snapshot();
+  }
+  std::vector<uint32_t> cached_pairs;
 
   // 1. Owners. A pair nobody may serve now is the backbone's own share, unless a worker that is down held
   //    it: then it is a fallback (UNAVAILABLE) — the difference matters for the stats, not the result.
@@ -282,6 +297,10 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
     if (replica_.find(b.layer, id) == nullptr)
       return Status::error("layer " + std::to_string(b.layer) + ": expert " + std::to_string(id) + " is not held");
     ++asked;
+    if (hot && hot->holds(b.layer, id)) {  // the same bytes, verified: computed here, never sent
+      cached_pairs.push_back(uint32_t(p));
+      continue;
+    }
     candidates.clear();
     for (size_t i = 0; i < n_links; ++i)
       if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) candidates.push_back(i);
@@ -351,7 +370,12 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   std::vector<uint32_t> now = local_pairs;
   now.insert(now.end(), unavailable_pairs.begin(), unavailable_pairs.end());
   for (const auto& [why, pairs] : failed) now.insert(now.end(), pairs.begin(), pairs.end());
-  if (Status st = compute_local(b, now, out, deadline); !st) {
+  Status local_status = compute_local(b, now, out, deadline);
+  if (local_status && !cached_pairs.empty()) {
+    LocalExpertExecutor from_cache(hot->store(), pool_, options_.expert_output);
+    local_status = compute_masked(from_cache, b, cached_pairs, out);
+  }
+  if (Status st = local_status; !st) {
     for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::now());  // unregister, blame no one
     return st;
   }
@@ -439,6 +463,9 @@ Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   ++st.layer_calls;
   st.pairs += asked;
   st.pairs_local += local_pairs.size();
+  st.pairs_cached += cached_pairs.size();
+  if (!cached_pairs.empty() && sent.empty()) ++st.calls_from_cache;
+  if (!cached_pairs.empty()) options_.hot_cache->note_hits(cached_pairs.size());
   st.requests += sent.size();
   st.responses += responses;
   st.audits += audits;

@@ -12,6 +12,8 @@
 //   std::fputs(ex->stats().to_text().c_str(), stderr);
 //
 // One layer call, compute(batch, out):
+//   0. with a hot-expert cache (DispatchOptions::hot_cache), its picks are counted and the pairs whose
+//      expert its current snapshot holds are set aside, to be computed here in step 3 and never sent
 //   1. owner of each pair = a live worker that may serve the expert — the first in map order, or under
 //      ReplicaPolicy::NEAREST the cheapest by measured round trip and this call's load; none: local
 //   2. per owner, one EXPERT_REQUEST (split only to fit frame limits): the rows with at least one of its
@@ -55,6 +57,8 @@ class Model;
 
 namespace essaim::backbone {
 
+class HotExpertCache;
+
 inline constexpr std::chrono::milliseconds kDefaultWorkerTimeout{2000};
 
 struct DispatchOptions {
@@ -75,6 +79,10 @@ struct DispatchOptions {
   // presented to the relay, and an extra CA file to trust for wss:// (besides the system store).
   std::string relay_token;
   std::string relay_ca_file;
+  // The hot-expert cache (backbone/hot_expert_cache.h): every call's picks are counted into it, and the
+  // pairs whose expert its current snapshot holds are computed here from those verified copies instead of
+  // being sent. Not owned; must outlive the executor. Null: no cache.
+  HotExpertCache* hot_cache = nullptr;
 };
 
 // A worker reached through any transport (the TCP ones come from an ExpertMap).

@@ -5,7 +5,13 @@
 #include <memory>
 #include <sstream>
 
+#include "backbone/hot_expert_cache.h"
+#include "backbone/slice_server_source.h"
+#include "gguf/backbone_experts.h"
+#include "gguf/expert_digest.h"
+#include "gguf/gguf_slice.h"
 #include "market/market_client.h"
+#include "market/slice_download.h"
 
 namespace essaim::cli {
 namespace {
@@ -49,6 +55,15 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
       ->check(CLI::Range(int64_t(50), int64_t(3'600'000)))
       ->capture_default_str();
   cmd.add_flag("--no-audit", f.no_audit, "With --coordinator: no adaptive audits of worker answers");
+  cmd.add_option("--expert-cache-mb", f.expert_cache_mb,
+                 "With --coordinator: keep the most-picked experts that fit in this many MiB, fetched from the "
+                 "coordinator's slice server and verified, and compute them here instead of sending them (0 = off)")
+      ->check(CLI::Range(0.0, 1048576.0))
+      ->capture_default_str();
+  cmd.add_option("--expert-cache-window", f.expert_cache_window,
+                 "With --expert-cache-mb: the router picks of the last N layer calls of each layer decide what is hot")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
   cmd.add_flag("--require-workers", f.require_workers,
                "Fail (exit 1) when a listed worker does not connect or a MoE layer has experts no worker serves, "
                "instead of computing them on the backbone");
@@ -126,6 +141,55 @@ void apply_replica_flags(const DispatchFlags& f, backbone::DispatchOptions& opti
   options.replicas.hedge_factor = f.hedge_factor;
 }
 
+// The hot-expert cache on the coordinator's slice server: the catalogue's slices by Range, each expert
+// checked against the digest of the same expert in the backbone's own file and against its format.
+Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& model, const market::MarketClient& client,
+                                                                  const market::Catalogue& cat, const DispatchFlags& f,
+                                                                  const std::string& prefix) {
+  ESSAIM_ASSIGN_OR_RETURN(ModelIdentity id, source_model_identity(model.file()));
+  std::vector<backbone::SliceRef> slices;
+  for (const market::SliceOffer& o : cat.slices)
+    slices.push_back({.layer = o.range.layer, .expert_first = o.range.expert_first,
+                      .expert_count = o.range.expert_count, .target = o.url, .bytes = o.bytes});
+  const market::HttpUrl url = client.url();
+  const std::string token = client.token();
+  auto source = std::make_unique<backbone::SliceServerSource>(
+      id, std::move(slices), [url, token](const std::string& target, uint64_t offset, uint64_t length) {
+        return market::fetch_byte_range(url, token, target, offset, length);
+      });
+  backbone::HotCacheOptions o;
+  o.budget_bytes = uint64_t(f.expert_cache_mb * 1048576.0);
+  o.window_steps = f.expert_cache_window;
+  if (is_backbone_file(model.file())) {
+    // A backbone file records every expert's digest: the expected bytes are known without holding them.
+    ESSAIM_ASSIGN_OR_RETURN(BackboneExperts recorded, read_backbone_experts(model.file()));
+    auto rec = std::make_shared<const BackboneExperts>(std::move(recorded));
+    o.expected_digest = [rec](int32_t layer, int32_t expert) -> Result<Sha256Digest> {
+      const int64_t li = layer < 0 ? -1 : rec->layer_index(uint32_t(layer));
+      if (li < 0 || expert < 0 || uint32_t(expert) >= rec->expert_count)
+        return Status::error("layer " + std::to_string(layer) + " expert " + std::to_string(expert) +
+                             " is not in the backbone file's records");
+      return holding_digest(std::span(rec->digests[size_t(li)]).subspan(size_t(expert), 1));
+    };
+  } else {
+    struct Digests {
+      MoeLayout layout;
+      std::unique_ptr<ExpertDigestCache> cache;
+    };
+    auto digests = std::make_shared<Digests>();
+    ESSAIM_ASSIGN_OR_RETURN(digests->layout, moe_layout(model.file()));
+    ESSAIM_ASSIGN_OR_RETURN(digests->cache, ExpertDigestCache::open(model.file(), digests->layout));
+    o.expected_digest = [digests](int32_t layer, int32_t expert) {
+      return digests->cache->holding(uint32_t(layer), uint32_t(expert), 1);
+    };
+  }
+  o.reference = &model.expert_store();
+  if (f.verbose) o.log = [prefix](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };
+  auto cache = std::make_shared<backbone::HotExpertCache>(std::move(source), std::move(o));
+  cache->start();
+  return cache;
+}
+
 Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who, ExpertOutput output) {
   if (f.token.empty()) return Status::error("--coordinator needs --token");
@@ -156,6 +220,9 @@ Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool
   options.dispatch.relay_token = f.token;  // workers the market lists at ws[s]:// relay addresses
   options.dispatch.relay_ca_file = f.ca_file;
   apply_replica_flags(f, options.dispatch);
+  if (f.expert_cache_mb > 0) {
+    ESSAIM_ASSIGN_OR_RETURN(options.hot_cache, make_hot_cache(model, *shared, cat, f, prefix));
+  }
   if (f.verbose) {
     options.dispatch.link.log = [prefix](const std::string& line) {
       std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str());
@@ -175,6 +242,7 @@ Result<ExecutorChoice> make_expert_executor(const Model& model, ThreadPool* pool
   const std::optional<ExpertOutput> output = expert_output_from_name(f.expert_output);
   if (!output) return Status::error("--expert-output must be f32 or bf16, not '" + f.expert_output + "'");
   if (!f.coordinator.empty()) return make_market_executor(model, pool, f, who, *output);
+  if (f.expert_cache_mb > 0) return Status::error("--expert-cache-mb needs --coordinator (its slice server)");
   if (f.workers.empty() && f.expert_map.empty()) {
     if (f.require_workers) return Status::error("--require-workers needs --worker or --expert-map");
     choice.executor = std::make_unique<LocalExpertExecutor>(model.expert_store(), pool, *output);

@@ -42,6 +42,9 @@ struct DispatchFlags {
   std::string ca_file;               // an extra CA to trust for wss:// relays
   // Any source of workers: the experts can be dispatched (what --backbone-file needs).
   bool has_swarm() const { return !workers.empty() || !expert_map.empty() || !coordinator.empty(); }
+  // With --coordinator: the hot-expert cache's budget in MiB (0 = off), fetched from its slice server.
+  double expert_cache_mb = 0;
+  uint32_t expert_cache_window = 64;  // layer calls counted per layer
 };
 
 void add_dispatch_flags(CLI::App& cmd, DispatchFlags& flags);

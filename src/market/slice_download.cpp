@@ -50,6 +50,39 @@ Result<std::string> file_sha256_hex(const std::string& path) {
   return digest_hex(d);
 }
 
+Result<std::vector<uint8_t>> fetch_byte_range(const HttpUrl& coordinator, const std::string& token,
+                                              const std::string& target, uint64_t offset, uint64_t length,
+                                              std::chrono::milliseconds read_timeout) {
+  if (length == 0 || length > (1ull << 30)) return Status::error("a range of " + std::to_string(length) + " bytes");
+  if (offset > UINT64_MAX - length) return Status::error("a range past 2^64");
+  const uint64_t last = offset + length - 1;
+  HttpCall call{.method = "GET", .target = target, .bearer = token, .body = {}, .headers = {}};
+  call.read_timeout = read_timeout;
+  call.headers.emplace_back("Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(last));
+  std::vector<uint8_t> out;
+  Status st = http_stream(
+      coordinator, call,
+      [&](const HttpAnswer& head) -> Status {
+        if (head.status != 206) return Status::error("the coordinator answered " + std::to_string(head.status) + " to a Range request");
+        uint64_t a = 0, b = 0, total = 0;
+        const std::optional<std::string> cr = head.header("content-range");
+        if (!cr || !parse_content_range(*cr, a, b, total) || a != offset || b != last)
+          return Status::error("206 with Content-Range '" + cr.value_or("") + "', asked for bytes " +
+                               std::to_string(offset) + "-" + std::to_string(last));
+        out.reserve(length);
+        return Status::ok();
+      },
+      [&](std::span<const char> bytes) -> Status {
+        if (out.size() + bytes.size() > length) return Status::error("the body is longer than the range");
+        out.insert(out.end(), bytes.begin(), bytes.end());
+        return Status::ok();
+      });
+  ESSAIM_RETURN_IF_ERROR(st.with_context("reading " + target));
+  if (out.size() != length)
+    return Status::error("reading " + target + ": got " + std::to_string(out.size()) + " of " + std::to_string(length) + " bytes");
+  return out;
+}
+
 Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
                                       const std::string& data_dir, const DownloadOptions& options) {
   if (!is_plain_slice_name(offer.name)) return Status::error("slice name '" + offer.name + "' is not a plain file name");

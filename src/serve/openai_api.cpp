@@ -323,6 +323,7 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_dispatch_pairs_total", {{"where", "remote"}}, double(d->pairs_remote));
   m.sample("essaim_dispatch_pairs_total", {{"where", "local"}}, double(d->pairs_local));
   m.sample("essaim_dispatch_pairs_total", {{"where", "fallback"}}, double(d->pairs_fallback));
+  if (d->hot.enabled) m.sample("essaim_dispatch_pairs_total", {{"where", "hot_cache"}}, double(d->pairs_cached));
   m.family("essaim_dispatch_fallback_pairs_total", "counter", "Pairs of a worker recomputed locally, by reason");
   for (size_t i = 0; i < backbone::kFallbackReasonCount; ++i) {
     m.sample("essaim_dispatch_fallback_pairs_total",
@@ -333,6 +334,24 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_dispatch_bytes_total", {{"direction", "received"}}, double(d->bytes_received()));
   m.family("essaim_dispatch_requests_total", "counter", "Expert requests sent");
   m.sample("essaim_dispatch_requests_total", {}, double(d->requests));
+  if (d->hot.enabled) {  // --expert-cache-mb (docs/dispatch.md, "The hot-expert cache")
+    const backbone::HotCacheReport& h = d->hot;
+    m.family("essaim_hot_cache_hits_total", "counter", "Pairs computed from the hot-expert cache instead of sent");
+    m.sample("essaim_hot_cache_hits_total", {}, double(h.hits));
+    m.family("essaim_hot_cache_fetches_total", "counter", "Expert downloads verified and cached");
+    m.sample("essaim_hot_cache_fetches_total", {}, double(h.fetches));
+    m.family("essaim_hot_cache_refusals_total", "counter", "Expert downloads refused (digest or format not the expected one)");
+    m.sample("essaim_hot_cache_refusals_total", {}, double(h.refusals));
+    m.family("essaim_hot_cache_fetch_failures_total", "counter", "Expert downloads that did not complete");
+    m.sample("essaim_hot_cache_fetch_failures_total", {}, double(h.fetch_failures));
+    m.family("essaim_hot_cache_evictions_total", "counter", "Experts dropped from the cache for hotter ones");
+    m.sample("essaim_hot_cache_evictions_total", {}, double(h.evictions));
+    m.family("essaim_hot_cache_bytes", "gauge", "Expert bytes held by the cache, and its budget");
+    m.sample("essaim_hot_cache_bytes", {{"kind", "held"}}, double(h.bytes_held));
+    m.sample("essaim_hot_cache_bytes", {{"kind", "budget"}}, double(h.budget_bytes));
+    m.family("essaim_hot_cache_experts", "gauge", "Experts held by the cache");
+    m.sample("essaim_hot_cache_experts", {}, double(h.experts_held));
+  }
   struct PerWorker {
     const char* name;
     const char* type;
