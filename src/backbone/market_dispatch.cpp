@@ -79,7 +79,7 @@ void add_stats(DispatchStats& into, const DispatchStats& s) {
 MarketExpertExecutor::MarketExpertExecutor(const Model& model, ThreadPool* pool, MarketHooks hooks,
                                            MarketDispatchOptions options)
     : model_(model), pool_(pool), hooks_(std::move(hooks)), options_(std::move(options)),
-      local_(model.expert_store(), pool) {
+      local_(model.expert_store(), pool, options_.dispatch.expert_output) {  // the mode holds before any map too
   options_.dispatch.hot_cache = options_.hot_cache.get();
 }
 

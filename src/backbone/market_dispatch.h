@@ -91,7 +91,7 @@ class MarketExpertExecutor final : public ExpertExecutor {
   ThreadPool* pool_;
   MarketHooks hooks_;
   MarketDispatchOptions options_;
-  LocalExpertExecutor local_;  // while the map is empty
+  LocalExpertExecutor local_;  // while the map is empty (declared after options_: built from its output mode)
 
   std::mutex call_mu_;  // one layer call at a time; guards current_
   std::unique_ptr<RemoteExpertExecutor> current_;

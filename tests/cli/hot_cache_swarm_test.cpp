@@ -26,6 +26,7 @@ constexpr const char* kAdmin = "hot-cache-test-admin-token";
 
 struct SkewedModel {
   std::string dir, model, slices;
+  std::string backbone() const { return slices + "/skewed.backbone.gguf"; }
 };
 
 const SkewedModel& skewed() {
@@ -36,7 +37,7 @@ const SkewedModel& skewed() {
     s.slices = s.dir + "/slices";
     CliRun r = run_cli("essaim synth --arch qwen3moe --preset tiny --types q4_k_m --seed 5 --router-skew 4 -o " + s.model);
     if (r.code != 0) ADD_FAILURE() << r.err;
-    r = run_cli("essaim slice -m " + s.model + " --plan 3 -o " + s.slices);
+    r = run_cli("essaim slice -m " + s.model + " --plan 3 --backbone --stem skewed -o " + s.slices);
     if (r.code != 0) ADD_FAILURE() << r.err;
     return s;
   }();
@@ -99,8 +100,9 @@ class Coordinator {
 };
 
 // eval through the coordinator with the cache on; returns the --json summary.
-json cached_eval(const Coordinator& c, const std::string& out, const std::string& extra = "") {
-  const CliRun r = run_cli("essaim eval -m " + skewed().model + " --tokens " + tokens(160) + " --batch 1 --logits-out " +
+json cached_eval(const Coordinator& c, const std::string& out, const std::string& extra = "",
+                 const std::string& model_flag = "-m " + skewed().model) {
+  const CliRun r = run_cli("essaim eval " + model_flag + " --tokens " + tokens(160) + " --batch 1 --logits-out " +
                            out + " --coordinator " + c.url() + " --token " + kAdmin +
                            " --expert-cache-mb 0.25 --worker-log --json" + extra);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -177,6 +179,28 @@ TEST(HotCacheSwarm, TheCacheServesAShareOfThePairsAndTheLogitsAreMonolithic) {
   EXPECT_GT(metric(metrics, "essaim_hot_cache_experts"), 0) << metrics;
   EXPECT_NE(metrics.find("essaim_hot_cache_bytes{kind=\"held\"}"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("essaim_dispatch_pairs_total{where=\"hot_cache\"}"), std::string::npos) << metrics;
+}
+
+// A backbone that holds no expert bytes (the backbone file): the cache is its only local compute, its
+// expected bytes are the digests the backbone file records, and the logits are still the full model's.
+TEST(HotCacheSwarm, ABackboneFileBackboneComputesItsHotExpertsFromTheCacheBitForBit) {
+  const std::string dir = make_temp_dir("hot-lean");
+  Coordinator c(dir, skewed().slices);
+  ASSERT_TRUE(c.up()) << c.log();
+  auto w = c.worker("w0");
+  ASSERT_NE(w->port(), 0) << w->stderr_text();
+  ASSERT_TRUE(c.wait_ranges(4, 30)) << c.log() << w->stderr_text();
+
+  json s = cached_eval(c, dir + "/swarm.npy", "", "--backbone-file " + skewed().backbone());
+  EXPECT_EQ(mono(dir), read_text(dir + "/swarm.npy")) << "not bit-identical";
+  const json& d = s["dispatch"];
+  EXPECT_GT(d.value("pairs_cached", 0), 0) << s.dump();
+  EXPECT_EQ(d.value("pairs_local", 1), 0) << "no expert bytes here but the cache's: " << s.dump();
+  EXPECT_EQ(d.value("pairs_fallback", 1), 0) << s.dump();
+  EXPECT_EQ(d["hot_cache"].value("refusals", 1), 0) << s.dump();
+  EXPECT_NE(s.value("stderr", std::string()).find("backbone file"), std::string::npos) << s.value("stderr", std::string());
+  std::printf("[ measure ] backbone file: %d of %d pairs from the hot cache\n", d.value("pairs_cached", 0),
+              d.value("pairs", 0));
 }
 
 TEST(HotCacheSwarm, AlteredSliceFilesOnTheCoordinatorAreRefusedAndNeverUsed) {
