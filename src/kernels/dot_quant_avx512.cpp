@@ -11,7 +11,8 @@
 // and vpdpwssd applies their scales. Q8_0 uses vpdpbusd on whole blocks, whose reference sum is one
 // integer. A weight block is decoded once for up to eight activation rows, which then run two at a time;
 // two rows' lanes share one zmm for the f32 steps, and each row's values go through exactly the
-// reference's operations.
+// reference's operations. With one row (decode) and a CPU with AVX-512 VBMI, Q4_K and Q6_K arrange the
+// weight bytes with vpermi2b instead of chains of shuffles: same registers, same bits.
 #include <cpuid.h>
 #include <immintrin.h>
 
