@@ -4,6 +4,7 @@
 //
 //   build-kernels/bench/kernels_bench                 # all cases, median of 7, all hardware threads
 //   build-kernels/bench/kernels_bench --filter q4_k --threads 1 --reps 11
+//   build-kernels/bench/kernels_bench --filter "q4_k 3072x1024 n=1 " --no-vbmi   # AVX-512 without VBMI
 //
 // GB/s counts weight bytes streamed (each weight byte is read once per product); GFLOP/s counts
 // 2 * rows * cols * n_rows. Weights are cold: every timed product reads a different copy of the matrix from
@@ -29,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/dot_kernels.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
@@ -290,6 +292,11 @@ int main(int argc, char** argv) {
   app.add_option("--stream-mb", opt.stream_mb, "bandwidth buffer size in MiB")->check(CLI::Range(16, 1 << 16));
   app.add_option("--pool-mb", opt.pool_mb, "cold weight pool in MiB (0 = 2x LLC, 256..1024)")->check(CLI::Range(0, 1 << 16));
   app.add_flag("!--no-scalar", opt.scalar, "skip the scalar reference");
+  bool no_vbmi = false;
+  app.add_flag("--no-vbmi", no_vbmi, "AVX-512 kernels without their VBMI forms (same bits; to compare)");
   CLI11_PARSE(app, argc, argv);
+#if defined(__x86_64__)
+  if (no_vbmi) essaim::set_avx512_vbmi_kernels(false);
+#endif
   return essaim::run(opt);
 }

@@ -32,6 +32,10 @@ void vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* w, const void* x, size_t x
 void vec_dot_q4k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 
+// The AVX-512 one-row Q4_K kernel has a form using AVX-512 VBMI (vpermi2b) where the CPU has it, same
+// bits. Tests turn it off and on to check both; returns whether it was on. No effect without VBMI.
+bool set_avx512_vbmi_kernels(bool on);
+
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q6_K);
 //   q45k_avx512: per super-block four 64-byte groups in which every dword holds the four elements

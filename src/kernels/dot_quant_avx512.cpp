@@ -11,9 +11,12 @@
 // and vpdpwssd applies their scales. Q8_0 uses vpdpbusd on whole blocks, whose reference sum is one
 // integer. A weight block is decoded once for up to eight activation rows, which then run two at a time;
 // two rows' lanes share one zmm for the f32 steps, and each row's values go through exactly the
-// reference's operations.
+// reference's operations. With one row (decode) and a CPU with AVX-512 VBMI, Q4_K and Q6_K arrange the
+// weight bytes with vpermi2b instead of chains of shuffles: same registers, same bits.
+#include <cpuid.h>
 #include <immintrin.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -141,8 +144,9 @@ struct Q45kWeights {
   __m256i mins;
 };
 
+// The decode from the four qs runs already in the q45k_avx512 order (e[0] = e1, e[1] = e2 of vnni_runs).
 template <typename Block>
-inline Q45kWeights q45k_decode(const Block& a) {
+inline Q45kWeights q45k_decode_runs(const Block& a, const __m512i e[2]) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   uint64_t sc64, m64;
@@ -153,8 +157,6 @@ inline Q45kWeights q45k_decode(const Block& a) {
   r.mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
   r.scale[0] = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), sc16);
   r.scale[1] = _mm512_permutexvar_epi32(_mm512_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1), sc16);
-  __m512i e[2];  // runs g = 0..3 of qs (32 bytes each) in the q45k_avx512 byte order
-  vnni_runs(load512(a.qs), load512(a.qs + 64), &e[0], &e[1]);
 #pragma GCC unroll 2
   for (int i = 0; i < 2; ++i) {
     r.w[2 * i] = _mm512_and_si512(e[i], low4);                           // sub-blocks 2g
@@ -183,6 +185,13 @@ inline Q45kWeights q45k_decode(const Block& a) {
     }
   }
   return r;
+}
+
+template <typename Block>
+inline Q45kWeights q45k_decode(const Block& a) {
+  __m512i e[2];  // runs g = 0..3 of qs (32 bytes each) in the q45k_avx512 byte order
+  vnni_runs(load512(a.qs), load512(a.qs + 64), &e[0], &e[1]);
+  return q45k_decode_runs(a, e);
 }
 
 // Σ_s sc[s]·Σ_c q·q8 of one activation super-block (q45k_avx512 layout). vpdpbusd sums the four
@@ -310,6 +319,90 @@ void dot_q4k_one_row(int64_t n, const void* w, const void* x, float* y) {
   *y = fold_lanes8(acc, l8);
 }
 
+// ---- Q4_K one row with AVX-512 VBMI ---------------------------------------------------------------------
+
+// vpermi2b indices giving vnni_runs' e1 (kVbmiRuns[0]) and e2 ([1]) of qs bytes 0..127 in one instruction
+// each (source byte 32·run + element; 64 and up select the second 64 bytes). Part p of e1 holds run
+// (0, 1, 2, 3)[p], lanes 0-3 for p < 2 and 4-7 above; e2 runs (2, 3, 0, 1); dword d of a part is lane
+// L + d, its byte c element 8c + L + d — the order vnni_runs reaches with eight shuffles.
+struct VbmiRunIndex {
+  alignas(64) uint8_t idx[2][64];
+};
+constexpr VbmiRunIndex make_vbmi_run_index() {
+  VbmiRunIndex t{};
+  constexpr int kRun[2][4] = {{0, 1, 2, 3}, {2, 3, 0, 1}};
+  for (int e = 0; e < 2; ++e)
+    for (int o = 0; o < 64; ++o) {
+      const int part = o / 16, lane = (part < 2 ? 0 : 4) + (o % 16) / 4, c = o % 4;
+      t.idx[e][o] = uint8_t(32 * kRun[e][part] + 8 * c + lane);
+    }
+  return t;
+}
+constexpr VbmiRunIndex kVbmiRuns = make_vbmi_run_index();
+
+// Whether the one-row Q4_K kernel uses VBMI: -1 until first asked (CPUID leaf 7, ECX bit 1; the kernel
+// table's AVX-512 check already covers the OS's zmm state), then 0 or 1. Lazy, so that no code of this
+// file runs on a CPU without AVX-512; set_avx512_vbmi_kernels lets tests run both forms.
+bool cpu_has_vbmi() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 1)) != 0;
+}
+std::atomic<int> g_q4k_vbmi{-1};
+bool use_vbmi() {
+  int v = g_q4k_vbmi.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = cpu_has_vbmi() ? 1 : 0;
+    g_q4k_vbmi.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+__attribute__((target("avx512vbmi"))) inline Q45kWeights q4k_decode_vbmi(const BlockQ4K& blk, __m512i i1,
+                                                                           __m512i i2) {
+  const __m512i lo = load512(blk.qs), hi = load512(blk.qs + 64);
+  const __m512i e[2] = {_mm512_permutex2var_epi8(lo, i1, hi), _mm512_permutex2var_epi8(lo, i2, hi)};
+  return q45k_decode_runs(blk, e);
+}
+
+// dot_q4k_one_row with the weight runs arranged by two vpermi2b instead of vnni_runs' eight shuffles:
+// the same bytes in the same registers, so the same integer sums, and the f32 steps are dot_q4k_one_row's
+// line for line (keep the two in step).
+__attribute__((target("avx512vbmi"))) void dot_q4k_one_row_vbmi(int64_t n, const void* w, const void* x,
+                                                                 float* y) {
+  const auto* a = static_cast<const BlockQ4K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m512i i1 = _mm512_load_si512(kVbmiRuns.idx[0]), i2 = _mm512_load_si512(kVbmiRuns.idx[1]);
+  __m256 lane = _mm256_setzero_ps();
+  float acc = 0.0f;
+  const int64_t nb = n / kQK_K;
+  int64_t k = 0;
+  for (; k + 2 <= nb; k += 2) {
+    const Q45kWeights w0 = q4k_decode_vbmi(a[k], i1, i2), w1 = q4k_decode_vbmi(a[k + 1], i1, i2);
+    const __m512 A = _mm512_cvtepi32_ps(q45k_fold_two(q45k_row_sums(w0, b[k].qs), q45k_row_sums(w1, b[k + 1].qs)));
+    const __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins),
+                                        _mm256_madd_epi16(load256(b[k + 1].bsums), w1.mins));
+    const __m128i h2 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    const __m128 M = _mm_cvtepi32_ps(_mm_hadd_epi32(h2, h2));  // [M_k, M_k+1, M_k, M_k+1]
+    const float db0 = _cvtsh_ss(a[k].d) * b[k].d, dmb0 = _cvtsh_ss(a[k].dmin) * b[k].d;
+    const float db1 = _cvtsh_ss(a[k + 1].d) * b[k + 1].d, dmb1 = _cvtsh_ss(a[k + 1].dmin) * b[k + 1].d;
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db0), _mm512_castps512_ps256(A), lane);
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A), 1)), lane);
+    acc = __builtin_fmaf(-dmb0, _mm_cvtss_f32(M), acc);
+    acc = __builtin_fmaf(-dmb1, _mm_cvtss_f32(_mm_shuffle_ps(M, M, 0x55)), acc);
+  }
+  for (; k < nb; ++k) {  // an odd last block
+    const Q45kWeights w0 = q4k_decode_vbmi(a[k], i1, i2);
+    const __m512 A = _mm512_cvtepi32_ps(q45k_fold_two(q45k_row_sums(w0, b[k].qs), _mm512_setzero_si512()));
+    const float M = float(hsum_i32(_mm256_madd_epi16(load256(b[k].bsums), w0.mins)));
+    const float db = _cvtsh_ss(a[k].d) * b[k].d, dmb = _cvtsh_ss(a[k].dmin) * b[k].d;
+    lane = _mm256_fmadd_ps(_mm256_set1_ps(db), _mm512_castps512_ps256(A), lane);
+    acc = __builtin_fmaf(-dmb, M, acc);
+  }
+  alignas(32) float l8[8];
+  _mm256_store_ps(l8, lane);
+  *y = fold_lanes8(acc, l8);
+}
+
 // ---- Q6_K ----------------------------------------------------------------------------------------------
 
 // One Q6_K weight super-block decoded into the q6k_avx512 arrangement: per 128 elements the signed
@@ -417,6 +510,97 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
 }
 
 
+// ---- Q6_K one row with AVX-512 VBMI ---------------------------------------------------------------------
+
+// vpermi2b indices giving q6k_decode's q[2h] ([0]) and q[2h + 1] ([1]) of one half from the 6-bit values
+// in element order (s01 = elements 0..63, s23 = 64..127 of the half; 64 and up select s23): the pair
+// shuffle, the word interleave and the quarter regrouping of q6k_decode composed into one byte permutation.
+constexpr VbmiRunIndex make_vbmi_q6k_index() {
+  auto pair_src = [](int i) { return 16 * (i / 16) + (i % 16) / 2 + 8 * (i % 2); };  // pairs16
+  // unpack{lo,hi}_epi16(A, B) byte o of 128-bit lane L: (from B?, byte of A/B)
+  auto unpack_src = [](bool high, int o, int* from_b) {
+    const int lane = o / 16, w = (o % 16) / 4, b = o % 2;
+    *from_b = (o % 4) >= 2;
+    return 16 * lane + (high ? 8 : 0) + 2 * w + b;
+  };
+  constexpr int kQuarters[2][8] = {{0, 1, 8, 9, 2, 3, 10, 11}, {4, 5, 12, 13, 6, 7, 14, 15}};
+  VbmiRunIndex t{};
+  for (int e = 0; e < 2; ++e)
+    for (int o = 0; o < 64; ++o) {
+      const int q = kQuarters[e][o / 8];  // qword of lo (q < 8) or hi (q >= 8)
+      const int in_unpack = 8 * (q % 8) + o % 8;
+      int from_b = 0;
+      const int ab = unpack_src(q >= 8, in_unpack, &from_b);
+      t.idx[e][o] = uint8_t(64 * from_b + pair_src(ab));
+    }
+  return t;
+}
+constexpr VbmiRunIndex kVbmiQ6k = make_vbmi_q6k_index();
+
+// q6k_decode without the pair shuffles, the 6-bit values arranged by two vpermi2b per half: the same
+// registers as q6k_decode, the bias term formed by the same instructions.
+__attribute__((target("avx512vbmi"))) inline Q6kWeights q6k_decode_vbmi(const BlockQ6K& a, __m512i ia,
+                                                                          __m512i ib) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), bias = _mm512_set1_epi8(32);
+  const __m512i rot01 = join(_mm256_set1_epi32(4), _mm256_set1_epi32(2));
+  const __m512i rot23 = join(_mm256_set1_epi32(0), _mm256_set1_epi32(30));
+  const __m512i pair_a = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i pair_b = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  Q6kWeights r;
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = load512(a.ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(load256(a.qh + 32 * h));
+    const __m512i hi01 = _mm512_and_si512(_mm512_rolv_epi32(qh, rot01), bits45);
+    const __m512i hi23 = _mm512_and_si512(_mm512_rolv_epi32(qh, rot23), bits45);
+    const __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, low4), hi01);
+    const __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi23);
+    const __m512i s01 = _mm512_sub_epi8(g01, bias), s23 = _mm512_sub_epi8(g23, bias);
+    r.q[2 * h] = _mm512_permutex2var_epi8(s01, ia, s23);
+    r.q[2 * h + 1] = _mm512_permutex2var_epi8(s01, ib, s23);
+    const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + 8 * h)));
+    const __m512i sp = _mm512_castsi128_si512(_mm_unpacklo_epi16(s16, _mm_srli_si128(s16, 8)));
+    r.scale[2 * h] = _mm512_permutexvar_epi32(pair_a, sp);
+    r.scale[2 * h + 1] = _mm512_permutexvar_epi32(pair_b, sp);
+  }
+  const __m512i b128 = _mm512_set1_epi8(char(0x80));
+  __m512i t[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    t[i & 1] = _mm512_dpwssd_epi32(t[i & 1], _mm512_maddubs_epi16(b128, r.q[i]), r.scale[i]);
+  r.bias_sums = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(t[0], t[1]));
+  return r;
+}
+
+// dot_q6k<1> with q6k_decode_vbmi, and two super-blocks folded at once ([A_k | A_k+1]); the f32 steps
+// stay block by block: lane = lane + (d_k·y_k.d)·f32(A_k), then k + 1.
+__attribute__((target("avx512vbmi"))) void dot_q6k_one_row_vbmi(int64_t n, const void* w, const void* x,
+                                                                 float* y) {
+  const auto* a = static_cast<const BlockQ6K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m512i ia = _mm512_load_si512(kVbmiQ6k.idx[0]), ib = _mm512_load_si512(kVbmiQ6k.idx[1]);
+  __m256 lane = _mm256_setzero_ps();
+  const int64_t nb = n / kQK_K;
+  int64_t k = 0;
+  for (; k + 2 <= nb; k += 2) {
+    const Q6kWeights w0 = q6k_decode_vbmi(a[k], ia, ib), w1 = q6k_decode_vbmi(a[k + 1], ia, ib);
+    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q6k_row_sums(w0, b[k].qs), q6k_row_sums(w1, b[k + 1].qs)));
+    const float dd0 = _cvtsh_ss(a[k].d) * b[k].d, dd1 = _cvtsh_ss(a[k + 1].d) * b[k + 1].d;
+    lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_set1_ps(dd0), _mm512_castps512_ps256(A)));
+    lane = _mm256_add_ps(
+        lane, _mm256_mul_ps(_mm256_set1_ps(dd1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A), 1))));
+  }
+  for (; k < nb; ++k) {  // an odd last block
+    const Q6kWeights w0 = q6k_decode_vbmi(a[k], ia, ib);
+    const __m512 A = _mm512_cvtepi32_ps(fold_halves_two(q6k_row_sums(w0, b[k].qs), _mm512_setzero_si512()));
+    const float dd = _cvtsh_ss(a[k].d) * b[k].d;
+    lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_set1_ps(dd), _mm512_castps512_ps256(A)));
+  }
+  alignas(32) float l8[8];
+  _mm256_store_ps(l8, lane);
+  *y = fold_lanes8(0.0f, l8);
+}
+
 // ---- Q8_0 ----------------------------------------------------------------------------------------------
 
 // One block's Σ w_i·x_i as 8 partial i32 sums, by vpdpbusd on |w| and x carrying w's sign.
@@ -484,14 +668,26 @@ void vec_dot_q8_0_q8_0_avx512(int64_t n, const void* w, const void* x, size_t xs
 }
 // Up to four rows the register-resident form (all accumulators live); more rows the wide form.
 void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
-  if (nx == 1) return dot_q4k_one_row(n, w, x, y);
+  if (nx == 1) {
+    if (use_vbmi()) return dot_q4k_one_row_vbmi(n, w, x, y);
+    return dot_q4k_one_row(n, w, x, y);
+  }
   ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ4K)
 }
 void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
   ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ5K)
 }
 void vec_dot_q6k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  if (nx == 1 && use_vbmi()) return dot_q6k_one_row_vbmi(n, w, x, y);
   ESSAIM_DISPATCH_NX8(dot_q6k)
 }
 
+}  // namespace essaim
+
+namespace essaim {
+bool set_avx512_vbmi_kernels(bool on) {
+  const bool was = use_vbmi();
+  g_q4k_vbmi.store(on && cpu_has_vbmi() ? 1 : 0);
+  return was;
+}
 }  // namespace essaim

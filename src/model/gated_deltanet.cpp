@@ -177,21 +177,23 @@ void delta_rule(const GdnShape& s, const float* u, const float* decay, const flo
   const int64_t per_seq = Hv * n_blocks;
   const float scale = 1.0f / std::sqrt(float(Dv));
   parallel_for(pool, seqs.size() * size_t(per_seq), [&](size_t b, size_t e) {
-    std::vector<float> st(size_t(kColumnBlock * Dk));  // [columns][Dk]
     for (size_t item = b; item < e; ++item) {
       const GdnSequence& sq = seqs[item / size_t(per_seq)];
       const int64_t in_seq = int64_t(item % size_t(per_seq));
       const int64_t h = in_seq / n_blocks, j = h % Hk;  // tiled head mapping (docs/reference.md 10.15)
       const int64_t c0 = (in_seq % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
       const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
-      std::memcpy(st.data(), sq.io.state_in + first, n * sizeof(float));
+      // The block of state columns ([columns][Dk], contiguous) is advanced in place in state_out: one copy
+      // per step instead of a copy into scratch and one back (a decode step otherwise moves each layer's
+      // state three times; the same operations run on the same values).
+      float* st = sq.io.state_out + first;
+      std::memmove(st, sq.io.state_in + first, n * sizeof(float));
       const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
-                             scale, st.data(), o};
+                             scale, st, o};
       if (kHaveAvx2)
         delta_rule_run_avx2(run);
       else
         delta_rule_run_baseline(run);
-      std::memcpy(sq.io.state_out + first, st.data(), n * sizeof(float));
     }
   });
 }

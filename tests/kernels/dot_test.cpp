@@ -12,6 +12,7 @@
 
 #include "core/fp16.h"
 #include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
@@ -50,9 +51,7 @@ std::vector<Isa> simd_isas() {
 
 uint32_t bits(float f) { return f32_bits(f); }
 
-TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
-  const std::vector<Isa> isas = simd_isas();
-  if (isas.empty()) GTEST_SKIP() << "no SIMD variant runs on this CPU";
+void check_every_variant_against_the_scalar_reference(const std::vector<Isa>& isas) {
   for (const KernelCase& c : kernel_cases_correctness()) {
     SCOPED_TRACE(c.name);
     const Prepared s = prepare(c, 1234);
@@ -92,6 +91,24 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
     EXPECT_GT(distinct.size(), size_t(c.rows * c.n_rows / 2)) << "inputs must vary";
   }
 }
+
+TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
+  const std::vector<Isa> isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD variant runs on this CPU";
+  check_every_variant_against_the_scalar_reference(isas);
+}
+
+#if defined(__x86_64__)
+// The AVX-512 one-row Q4_K kernel has a VBMI form (taken by default where the CPU has VBMI) and the
+// plain one; the test above checks the default, this one the other, so both stay the reference's bits.
+TEST(Dot, Avx512KernelsWithoutVbmiEqualTheScalarReference) {
+  if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const bool was = set_avx512_vbmi_kernels(false);
+  check_every_variant_against_the_scalar_reference({Isa::AVX512});
+  set_avx512_vbmi_kernels(was);
+  if (!was) GTEST_SKIP() << "no AVX-512 VBMI on this CPU: only the plain form ran";
+}
+#endif
 
 TEST(Dot, ScalarReferenceIsIndependentOfRowsPerCall) {
   for (const KernelCase& c : kernel_cases_correctness()) {
