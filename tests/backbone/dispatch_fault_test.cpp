@@ -340,7 +340,7 @@ TEST_P(LeanFault, WithNoReplicaLeftTheCallFailsNamingLayerAndExperts) {
   Result<std::vector<float>> got = forward_all(*lean, tokens, *ex);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(got) << name(fc.how);
-  const std::string& msg = got.status().message();
+  const std::string msg = got.status().message();  // a copy: status() returns by value
   EXPECT_NE(msg.find("layer 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expert"), std::string::npos) << msg;
   EXPECT_NE(msg.find("no copy of the experts"), std::string::npos) << msg;
