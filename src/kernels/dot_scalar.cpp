@@ -3,11 +3,12 @@
 //   F32/F16/BF16  element i goes into f32 lane i % 16 as lane = fma(w_i, x_i, lane), lanes start at +0, in
 //                 increasing i (a partial last chunk follows the same rule); then reduce_lanes16.
 //   Q8_0          per 32-block in block order: acc = fma(f32(sumi), f32(dw) * f32(dx), acc).
-//   Q4_K/Q5_K     docs/reference.md 2.7 eight-lane order: per super-block exact integer A[l] and M, then
-//                 lane[l] = fma(db, f32(A[l]), lane[l]) and acc = fma(-dmb, f32(M), acc); fold_lanes8(acc).
-//   Q6_K          the same lanes without the min term, lane[l] = lane[l] + d * f32(A[l]) (multiply, then add).
-// The fused / unfused choices are those a native GCC build makes for llama.cpp's scalar kernels (docs/reference.md
-// 2.7), so on the same quantised inputs these return llama.cpp's scalar results.
+//   Q4_K/Q5_K     per super-block the exact integers A = Σ_s sc[s]·Σ_i q·q8 and M = Σ_g bsums[g]·m[g/2],
+//                 then acc = fma(db, f32(A), acc), acc = fma(-dmb, f32(M), acc), super-block after super-block.
+//   Q6_K          per super-block the exact integer A = Σ_s sc[s]·Σ_i (q - 32)·q8, then
+//                 acc = fma(d·y.d, f32(A), acc).
+// The K-quant orders keep no per-lane f32 state: how a kernel forms the integers is free (they are exact),
+// so the only f32 work is two (Q6_K: one) fused steps per row and super-block (docs/kernels.md).
 #include <cmath>
 
 #include "core/fp16.h"
@@ -63,34 +64,30 @@ int32_t q5k_value(const BlockQ5K& b, int s, int i) {
   return ((b.qs[32 * (s / 2) + i] >> (4 * (s % 2))) & 0xF) | (((b.qh[i] >> s) & 1) << 4);
 }
 
-// Q4_K and Q5_K differ only in how the 0..15 / 0..31 values are read. Lane l's partial sum of sub-block
-// s adds its four elements 8c + l (c = 0..3) — written out so compilers vectorise it over l.
+// Q4_K and Q5_K differ only in how the 0..15 / 0..31 values are read.
 template <typename Block, int32_t (*Value)(const Block&, int, int)>
 float dot_q45k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const Block*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
   float acc = 0.0f;
-  float lane[8] = {};
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     uint8_t sc[8], m[8];
     q4k_unpack_scales(a[k].scales, sc, m);
-    int32_t A[8] = {};
+    int32_t A = 0;
     for (int s = 0; s < 8; ++s) {
       const int8_t* y = b[k].qs + 32 * s;
-      for (int l = 0; l < 8; ++l) {
-        const int32_t part = Value(a[k], s, l) * y[l] + Value(a[k], s, 8 + l) * y[8 + l] +
-                             Value(a[k], s, 16 + l) * y[16 + l] + Value(a[k], s, 24 + l) * y[24 + l];
-        A[l] += int32_t(sc[s]) * part;
-      }
+      int32_t S = 0;
+      for (int i = 0; i < 32; ++i) S += Value(a[k], s, i) * y[i];
+      A += int32_t(sc[s]) * S;
     }
     int32_t M = 0;
     for (int g = 0; g < 16; ++g) M += int32_t(b[k].bsums[g]) * int32_t(m[g / 2]);
     const float db = f16_to_f32(a[k].d) * b[k].d;
     const float dmb = f16_to_f32(a[k].dmin) * b[k].d;
-    for (int l = 0; l < 8; ++l) lane[l] = std::fma(db, float(A[l]), lane[l]);
+    acc = std::fma(db, float(A), acc);
     acc = std::fma(-dmb, float(M), acc);
   }
-  return fold_lanes8(acc, lane);
+  return acc;
 }
 
 float dot_q4k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ4K, q4k_value>(n, w, x); }
@@ -114,18 +111,19 @@ Q6kRun q6k_run(const BlockQ6K& b, int s) {
 float dot_q6k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ6K*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
-  float lane[8] = {};
+  float acc = 0.0f;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
-    int32_t A[8] = {};
-    for (int s = 0; s < 16; ++s) {  // lane l of sub-block s: elements 16s + l and 16s + 8 + l
+    int32_t A = 0;
+    for (int s = 0; s < 16; ++s) {
       const Q6kRun q = q6k_run(a[k], s);
       const int8_t* y = b[k].qs + 16 * s;
-      for (int l = 0; l < 8; ++l) A[l] += int32_t(a[k].scales[s]) * (q.value(l) * y[l] + q.value(8 + l) * y[8 + l]);
+      int32_t S = 0;
+      for (int i = 0; i < 16; ++i) S += q.value(i) * y[i];
+      A += int32_t(a[k].scales[s]) * S;
     }
-    const float d = f16_to_f32(a[k].d) * b[k].d;
-    for (int l = 0; l < 8; ++l) lane[l] = lane[l] + d * float(A[l]);
+    acc = std::fma(f16_to_f32(a[k].d) * b[k].d, float(A), acc);
   }
-  return fold_lanes8(0.0f, lane);
+  return acc;
 }
 
 template <float (*Dot)(int64_t, const void*, const void*)>

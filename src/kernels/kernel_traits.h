@@ -44,7 +44,7 @@ Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it
 // whenever a change could alter one output bit. Peers of the expert protocol compare it in their HELLO.
-inline constexpr uint32_t kKernelAbiVersion = 1;
+inline constexpr uint32_t kKernelAbiVersion = 2;  // 2: K-quant orders without f32 lanes
 
 // Rows a dot kernel takes at once: y[j] = dot(w, x + j * x_stride) for j < nx, 1 <= nx <= kDotMaxRows.
 // Several activation rows per call let a kernel decode a weight block once and use it nx times; each y[j]
