@@ -1,0 +1,253 @@
+// AVX-512 (F, BW, VL, VNNI) Q4_K / Q5_K dot products, bit-identical to dot_scalar.cpp.
+//
+// The canonical order keeps no f32 lanes: per row and super-block only the exact integers
+// A = Σ_s sc[s]·S_s (S_s = Σ_i q·q8 over sub-block s) and M = Σ_g bsums[g]·m[g/2] are needed, then two fused
+// f32 steps. So the activations are transposed once (prepare_q8k_q45k_avx512: 4-byte group i of sub-block s
+// at bytes 32i + 4s) and every weight super-block is arranged the same way once for all rows of the call:
+// four zmm W_p, dword e holding group 2p + e/8 of sub-block e % 8. Per row, four vpdpbusd chained into one
+// accumulator leave S_s in dwords s and s + 8; two rows' halves are folded into one zmm and multiplied by the
+// scales (vpmulld: |S_s| <= 32·31·128 does not fit the i16 of vpdpwssd), and one transpose-add tree shared
+// by all rows of the call forms every A (and, from bsums·mins, every M). The f32 steps then run for all rows
+// at once, row j's acc in one element of a ymm. One row (decode) uses the same tree across eight
+// consecutive super-blocks, then the scalar f32 chain block by block.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
+
+namespace essaim {
+
+// q45k_avx512: per super-block the 8x8 matrix of 4-byte groups transposed — group i (elements 4i..4i+3) of
+// sub-block s moves from byte 32s + 4i to byte 32i + 4s — so bytes 64p..64p+63 hold groups 2p, 2p+1 of all
+// eight sub-blocks; d and bsums stay where they are.
+void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n) {
+  const auto* in = static_cast<const BlockQ8K*>(x);
+  auto* o = static_cast<BlockQ8K*>(out);
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    o[k] = in[k];
+    for (int s = 0; s < 8; ++s)
+      for (int i = 0; i < 8; ++i) std::memcpy(o[k].qs + 32 * i + 4 * s, in[k].qs + 32 * s + 4 * i, 4);
+  }
+}
+
+namespace {
+
+__m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Constants of the weight arrangement, built once per call.
+struct Q45kIndex {
+  __m512i perm[4];   // W_p dword e: qs dword 8·(s/2) + i of [qs 0..63 | qs 64..127], s = e % 8, i = 2p + e/8
+  __m512i shift;     // 4·(s % 2): sub-block 2g in the low nibble, 2g + 1 in the high one
+  __m512i qh_rot;    // Q5_K: rotate bit s of each byte to bit 4: (4 - s) mod 32
+};
+
+inline Q45kIndex q45k_index() {
+  Q45kIndex r;
+  alignas(64) int32_t perm[16], shift[16], rot[16];
+  for (int p = 0; p < 4; ++p) {
+    for (int e = 0; e < 16; ++e) perm[e] = 8 * ((e % 8) / 2) + 2 * p + e / 8;
+    r.perm[p] = _mm512_load_si512(perm);
+  }
+  for (int e = 0; e < 16; ++e) {
+    shift[e] = 4 * ((e % 8) % 2);
+    rot[e] = (4 - e % 8) & 31;
+  }
+  r.shift = _mm512_load_si512(shift);
+  r.qh_rot = _mm512_load_si512(rot);
+  return r;
+}
+
+// One weight super-block in the q45k_avx512 arrangement (w[p] pairs with activation bytes 64p..64p+63),
+// its scales as [sc | sc] dwords and its mins as [m[g/2] (g = 0..15) | the same] words.
+struct Q45kWeights {
+  __m512i w[4];
+  __m512i sc2;    // dword e: sc[e % 8]
+  __m512i mins2;  // word e: m[(e % 16) / 2]
+};
+
+template <typename Block>
+inline Q45kWeights q45k_arrange(const Block& a, const Q45kIndex& ix) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  uint64_t sc64, m64;
+  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+  Q45kWeights r;
+  r.sc2 = _mm512_cvtepu8_epi32(_mm_set1_epi64x(int64_t(sc64)));
+  const __m128i m8 = _mm_cvtsi64_si128(int64_t(m64));
+  r.mins2 = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_unpacklo_epi8(m8, m8)));
+  const __m512i q0 = load512(a.qs), q1 = load512(a.qs + 64);
+  __m512i qh;
+  if constexpr (kQ5) qh = _mm512_broadcast_i64x4(load256(a.qh));  // qh dword i in dwords i and 8 + i
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    const __m512i g = _mm512_permutex2var_epi32(q0, ix.perm[p], q1);
+    r.w[p] = _mm512_and_si512(_mm512_srlv_epi32(g, ix.shift), low4);
+    if constexpr (kQ5) {
+      // qh dword i holds the fifth bits of elements 4i..4i+3 of every sub-block s at bit s of each byte;
+      // perm[p] mod 8 is exactly i and qh fills both halves, so the same index selects it.
+      const __m512i h = _mm512_permutexvar_epi32(ix.perm[p], qh);
+      r.w[p] = _mm512_ternarylogic_epi32(r.w[p], _mm512_rolv_epi32(h, ix.qh_rot), _mm512_set1_epi8(0x10), 0xF8);
+    }
+  }
+  return r;
+}
+
+// S_s of one activation super-block (q45k_avx512 layout) in dwords s and s + 8: four vpdpbusd, one chain.
+// Each dword sums 16 products of at most 31·128: exact.
+inline __m512i q45k_sub_sums(const Q45kWeights& wt, const int8_t* q8) {
+  __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt.w[0], load512(q8));
+  s = _mm512_dpbusd_epi32(s, wt.w[1], load512(q8 + 64));
+  s = _mm512_dpbusd_epi32(s, wt.w[2], load512(q8 + 128));
+  return _mm512_dpbusd_epi32(s, wt.w[3], load512(q8 + 192));
+}
+
+// [S_a (sub-blocks 0..7) | S_b] from two such sums.
+inline __m512i fold_two(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+}
+
+// The full sums of the eight-dword halves of NP (1..4) vectors P_r = [u_2r | u_2r+1]: element t of the
+// result is Σ of half kHalfOrder[t] (u_0, u_2, u_4, u_6, u_1, u_3, u_5, u_7); halves past 2·NP are zero.
+inline constexpr int kHalfOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+template <int NP>
+inline __m256i sum_halves(const __m512i p[4]) {
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i p1 = NP > 1 ? p[1] : z;
+  const __m512i v0 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p1), _mm512_unpackhi_epi32(p[0], p1));
+  __m512i v1 = z;
+  if constexpr (NP > 2) {
+    const __m512i p3 = NP > 3 ? p[3] : z;
+    v1 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p3), _mm512_unpackhi_epi32(p[2], p3));
+  }
+  // 128-bit part L of u: element r = the four dwords of part L of P_r summed; parts 0, 1 are u_2r, 2, 3 u_2r+1.
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(v0, v1), _mm512_unpackhi_epi64(v0, v1));
+  const __m512i x = _mm512_shuffle_i64x2(u, u, _MM_SHUFFLE(3, 1, 2, 0));
+  return _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+}
+
+const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
+  return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
+}
+
+// NX (1..8) activation rows against one weight row: per super-block the weights are arranged once; every
+// row's S_s, then A and M of all rows through sum_halves, then the two f32 steps of all rows at once (row
+// kHalfOrder[t] in element t): acc = fma(db, f32(A), acc), acc = fma(-dmb, f32(M), acc).
+template <typename Block, int NX>
+void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 8);
+  constexpr int kPairs = (NX + 1) / 2;
+  const auto* blocks = static_cast<const Block*>(w);
+  const Q45kIndex ix = q45k_index();
+  const BlockQ8K* rows[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) rows[j] = q8k_row(x, x_stride, j < NX ? j : 0);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block& a = blocks[k];
+    const Q45kWeights wt = q45k_arrange(a, ix);
+    __m512i pa[4], pm[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < kPairs; ++i) {
+      const BlockQ8K& ra = rows[2 * i][k];
+      const BlockQ8K& rb = rows[2 * i + 1 < NX ? 2 * i + 1 : 2 * i][k];
+      const __m512i sa = q45k_sub_sums(wt, ra.qs);
+      const __m512i sb = 2 * i + 1 < NX ? q45k_sub_sums(wt, rb.qs) : _mm512_setzero_si512();
+      pa[i] = _mm512_mullo_epi32(fold_two(sa, sb), wt.sc2);
+      const __m512i bs = 2 * i + 1 < NX
+                             ? _mm512_inserti64x4(_mm512_castsi256_si512(load256(ra.bsums)), load256(rb.bsums), 1)
+                             : _mm512_zextsi256_si512(load256(ra.bsums));
+      pm[i] = _mm512_madd_epi16(bs, wt.mins2);
+    }
+    alignas(32) float yd_rows[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) yd_rows[t] = kHalfOrder[t] < NX ? rows[kHalfOrder[t]][k].d : 0.0f;
+    const __m256 yd = _mm256_load_ps(yd_rows);
+    const __m256 A = _mm256_cvtepi32_ps(sum_halves<kPairs>(pa));
+    const __m256 M = _mm256_cvtepi32_ps(sum_halves<kPairs>(pm));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), yd), A, acc);
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.dmin)), yd), M, acc);
+  }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc);
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t)
+    if (kHalfOrder[t] < NX) y[kHalfOrder[t]] = out[t];
+}
+
+// A and M of up to eight consecutive super-blocks k0..k0+nb-1 of one row, block k0 + kHalfOrder[t] in
+// element t (the others zero).
+template <typename Block, int NB>
+inline void one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& ix, __m256i* A, __m256i* M) {
+  constexpr int kPairs = (NB + 1) / 2;
+  __m512i pa[4], pm[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < kPairs; ++i) {
+    const int k0 = 2 * i, k1 = 2 * i + 1;
+    const Q45kWeights w0 = q45k_arrange(a[k0], ix);
+    if (k1 < NB) {
+      const Q45kWeights w1 = q45k_arrange(a[k1], ix);
+      pa[i] = _mm512_mullo_epi32(fold_two(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs)),
+                                 _mm512_shuffle_i64x2(w0.sc2, w1.sc2, 0x44));
+      pm[i] = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(load256(b[k0].bsums)), load256(b[k1].bsums), 1),
+                                _mm512_shuffle_i64x2(w0.mins2, w1.mins2, 0x44));
+    } else {
+      pa[i] = _mm512_mullo_epi32(fold_two(q45k_sub_sums(w0, b[k0].qs), _mm512_setzero_si512()), w0.sc2);
+      pm[i] = _mm512_madd_epi16(_mm512_zextsi256_si512(load256(b[k0].bsums)), w0.mins2);
+    }
+  }
+  *A = sum_halves<kPairs>(pa);
+  *M = sum_halves<kPairs>(pm);
+}
+
+// One activation row (decode): the integers of eight super-blocks share one reduction tree; the f32 chain
+// then runs block by block in order.
+template <typename Block>
+void dot_q45k_one_row(int64_t n, const void* w, const void* x, float* y) {
+  const auto* a = static_cast<const Block*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const Q45kIndex ix = q45k_index();
+  const int64_t nb = n / kQK_K;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < nb; k += 8) {
+    __m256i Ai, Mi;
+    int cnt = int(nb - k < 8 ? nb - k : 8);
+    switch (cnt) {
+      case 8: one_row_group<Block, 8>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 7: one_row_group<Block, 7>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 6: one_row_group<Block, 6>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 5: one_row_group<Block, 5>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 4: one_row_group<Block, 4>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 3: one_row_group<Block, 3>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 2: one_row_group<Block, 2>(a + k, b + k, ix, &Ai, &Mi); break;
+      default: one_row_group<Block, 1>(a + k, b + k, ix, &Ai, &Mi); break;
+    }
+    alignas(32) float Af[8], Mf[8];
+    _mm256_store_ps(Af, _mm256_cvtepi32_ps(Ai));
+    _mm256_store_ps(Mf, _mm256_cvtepi32_ps(Mi));
+    constexpr int kSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element holding block k + j (inverse of kHalfOrder)
+    for (int j = 0; j < cnt; ++j) {
+      const float db = _cvtsh_ss(a[k + j].d) * b[k + j].d, dmb = _cvtsh_ss(a[k + j].dmin) * b[k + j].d;
+      acc = __builtin_fmaf(db, Af[kSlot[j]], acc);
+      acc = __builtin_fmaf(-dmb, Mf[kSlot[j]], acc);
+    }
+  }
+  *y = acc;
+}
+
+}  // namespace
+
+void vec_dot_q4k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  if (nx == 1) return dot_q45k_one_row<BlockQ4K>(n, w, x, y);
+  ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ4K)
+}
+void vec_dot_q5k_q8k_avx512(int64_t n, const void* w, const void* x, size_t xs, int nx, float* y) {
+  if (nx == 1) return dot_q45k_one_row<BlockQ5K>(n, w, x, y);
+  ESSAIM_DISPATCH_NX8(dot_q45k, BlockQ5K)
+}
+
+}  // namespace essaim
