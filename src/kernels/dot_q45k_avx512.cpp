@@ -44,11 +44,13 @@ struct Q45kIndex {
   __m512i perm[4];   // W_p dword e: qs dword 8·(s/2) + i of [qs 0..63 | qs 64..127], s = e % 8, i = 2p + e/8
   __m512i shift;     // 4·(s % 2): sub-block 2g in the low nibble, 2g + 1 in the high one
   __m512i qh_rot;    // Q5_K: rotate bit s of each byte to bit 4: (4 - s) mod 32
+  __m512i halves;    // Q4_K: words (low word of dword s, of dword s + 8) of row a, then of row b
 };
 
 inline Q45kIndex q45k_index() {
   Q45kIndex r;
   alignas(64) int32_t perm[16], shift[16], rot[16];
+  alignas(64) int16_t halves[32];
   for (int p = 0; p < 4; ++p) {
     for (int e = 0; e < 16; ++e) perm[e] = 8 * ((e % 8) / 2) + 2 * p + e / 8;
     r.perm[p] = _mm512_load_si512(perm);
@@ -57,8 +59,10 @@ inline Q45kIndex q45k_index() {
     shift[e] = 4 * ((e % 8) % 2);
     rot[e] = (4 - e % 8) & 31;
   }
+  for (int w = 0; w < 32; ++w) halves[w] = int16_t(32 * (w / 16) + 2 * ((w % 16) / 2 + 8 * (w % 2)));
   r.shift = _mm512_load_si512(shift);
   r.qh_rot = _mm512_load_si512(rot);
+  r.halves = _mm512_load_si512(halves);
   return r;
 }
 
@@ -66,18 +70,24 @@ inline Q45kIndex q45k_index() {
 // its scales as [sc | sc] dwords and its mins as [m[g/2] (g = 0..15) | the same] words.
 struct Q45kWeights {
   __m512i w[4];
-  __m512i sc2;    // dword e: sc[e % 8]
+  __m512i sc;     // Q4_K: word e: sc[(e % 16) / 2]; Q5_K: dword e: sc[e % 8]
   __m512i mins2;  // word e: m[(e % 16) / 2]
 };
 
-template <typename Block>
+// kWords: the scales as vpmaddwd words (Q4_K with several rows, see scaled_pair), else as dwords.
+template <typename Block, bool kWords>
 inline Q45kWeights q45k_arrange(const Block& a, const Q45kIndex& ix) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   uint64_t sc64, m64;
   q4k_unpack_scales_u64(a.scales, &sc64, &m64);
   Q45kWeights r;
-  r.sc2 = _mm512_cvtepu8_epi32(_mm_set1_epi64x(int64_t(sc64)));
+  if constexpr (!kWords) {
+    r.sc = _mm512_cvtepu8_epi32(_mm_set1_epi64x(int64_t(sc64)));
+  } else {
+    const __m128i s8 = _mm_cvtsi64_si128(int64_t(sc64));
+    r.sc = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_unpacklo_epi8(s8, s8)));
+  }
   const __m128i m8 = _mm_cvtsi64_si128(int64_t(m64));
   r.mins2 = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_unpacklo_epi8(m8, m8)));
   const __m512i q0 = load512(a.qs), q1 = load512(a.qs + 64);
@@ -106,29 +116,46 @@ inline __m512i q45k_sub_sums(const Q45kWeights& wt, const int8_t* q8) {
   return _mm512_dpbusd_epi32(s, wt.w[3], load512(q8 + 192));
 }
 
-// [S_a (sub-blocks 0..7) | S_b] from two such sums.
-inline __m512i fold_two(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+// [sc[s]·S_s of a (s = 0..7) | the same of b] from two such sums and sc (lower 256 bits a's scales, upper
+// b's). Q4_K: each dword of a sum covers 16 elements, |.| <= 16·15·128 < 2^15, so the low words of dwords s
+// and s + 8 of both rows are gathered as word pairs by one vpermt2w and vpmaddwd applies the scale to
+// both halves and adds them. Q5_K (|.| <= 16·31·128 does not fit i16): the halves are added as i32 and
+// multiplied by vpmulld.
+template <bool kWords>
+inline __m512i scaled_pair(__m512i a, __m512i b, __m512i sc, const Q45kIndex& ix) {
+  if constexpr (!kWords) {
+    const __m512i f = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+    return _mm512_mullo_epi32(f, sc);
+  } else {
+    return _mm512_madd_epi16(_mm512_permutex2var_epi16(a, ix.halves, b), sc);
+  }
 }
 
-// The full sums of the eight-dword halves of NP (1..4) vectors P_r = [u_2r | u_2r+1]: element t of the
-// result is Σ of half kHalfOrder[t] (u_0, u_2, u_4, u_6, u_1, u_3, u_5, u_7); halves past 2·NP are zero.
+// The full sums of the eight-dword halves of NP (1..4) vectors P_r = [u_2r | u_2r+1] (the A partials pa)
+// and of the M partials pm alike: element t of the result's lower 256 bits is Σ of half kHalfOrder[t]
+// (u_0, u_2, u_4, u_6, u_1, u_3, u_5, u_7) of pa, of its upper 256 bits the same of pm; halves past 2·NP
+// are zero. One transpose-add tree: two unpack levels within 128-bit parts, then the parts.
 inline constexpr int kHalfOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 template <int NP>
-inline __m256i sum_halves(const __m512i p[4]) {
+inline __m512i pair_level(const __m512i p[4], int first) {
   const __m512i z = _mm512_setzero_si512();
-  const __m512i p1 = NP > 1 ? p[1] : z;
-  const __m512i v0 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p1), _mm512_unpackhi_epi32(p[0], p1));
-  __m512i v1 = z;
-  if constexpr (NP > 2) {
-    const __m512i p3 = NP > 3 ? p[3] : z;
-    v1 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p3), _mm512_unpackhi_epi32(p[2], p3));
-  }
-  // 128-bit part L of u: element r = the four dwords of part L of P_r summed; parts 0, 1 are u_2r, 2, 3 u_2r+1.
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(v0, v1), _mm512_unpackhi_epi64(v0, v1));
-  const __m512i x = _mm512_shuffle_i64x2(u, u, _MM_SHUFFLE(3, 1, 2, 0));
-  return _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+  const __m512i b = first + 1 < NP ? p[first + 1] : z;
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(p[first], b), _mm512_unpackhi_epi32(p[first], b));
 }
+template <int NP>
+inline __m512i sum_halves_am(const __m512i pa[4], const __m512i pm[4]) {
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i va0 = pair_level<NP>(pa, 0), vm0 = pair_level<NP>(pm, 0);
+  const __m512i va1 = NP > 2 ? pair_level<NP>(pa, 2) : z, vm1 = NP > 2 ? pair_level<NP>(pm, 2) : z;
+  // 128-bit part L: element r = the four dwords of part L of P_r summed; parts 0, 1 are u_2r, 2, 3 u_2r+1.
+  const __m512i ua = _mm512_add_epi32(_mm512_unpacklo_epi64(va0, va1), _mm512_unpackhi_epi64(va0, va1));
+  const __m512i um = _mm512_add_epi32(_mm512_unpacklo_epi64(vm0, vm1), _mm512_unpackhi_epi64(vm0, vm1));
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(ua, um, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i64x2(ua, um, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+
+inline __m256 upper_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
 const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
@@ -141,15 +168,19 @@ template <typename Block, int NX>
 void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);
   constexpr int kPairs = (NX + 1) / 2;
+  constexpr bool kWords = !std::is_same_v<Block, BlockQ5K>;
   const auto* blocks = static_cast<const Block*>(w);
   const Q45kIndex ix = q45k_index();
   const BlockQ8K* rows[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) rows[j] = q8k_row(x, x_stride, j < NX ? j : 0);
+  alignas(64) int64_t offsets[8];
+  for (int t = 0; t < 8; ++t) offsets[t] = kHalfOrder[t] < NX ? int64_t(kHalfOrder[t]) * int64_t(x_stride) : 0;
+  const __m512i yd_index = _mm512_load_si512(offsets);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block& a = blocks[k];
-    const Q45kWeights wt = q45k_arrange(a, ix);
+    const Q45kWeights wt = q45k_arrange<Block, kWords>(a, ix);
     __m512i pa[4], pm[4];
 #pragma GCC unroll 4
     for (int i = 0; i < kPairs; ++i) {
@@ -157,20 +188,17 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
       const BlockQ8K& rb = rows[2 * i + 1 < NX ? 2 * i + 1 : 2 * i][k];
       const __m512i sa = q45k_sub_sums(wt, ra.qs);
       const __m512i sb = 2 * i + 1 < NX ? q45k_sub_sums(wt, rb.qs) : _mm512_setzero_si512();
-      pa[i] = _mm512_mullo_epi32(fold_two(sa, sb), wt.sc2);
+      pa[i] = scaled_pair<kWords>(sa, sb, wt.sc, ix);
       const __m512i bs = 2 * i + 1 < NX
                              ? _mm512_inserti64x4(_mm512_castsi256_si512(load256(ra.bsums)), load256(rb.bsums), 1)
                              : _mm512_zextsi256_si512(load256(ra.bsums));
       pm[i] = _mm512_madd_epi16(bs, wt.mins2);
     }
-    alignas(32) float yd_rows[8];
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) yd_rows[t] = kHalfOrder[t] < NX ? rows[kHalfOrder[t]][k].d : 0.0f;
-    const __m256 yd = _mm256_load_ps(yd_rows);
-    const __m256 A = _mm256_cvtepi32_ps(sum_halves<kPairs>(pa));
-    const __m256 M = _mm256_cvtepi32_ps(sum_halves<kPairs>(pm));
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), yd), A, acc);
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.dmin)), yd), M, acc);
+    // y.d of row kHalfOrder[t] in element t (rows past NX read row 0; their results are dropped).
+    const __m256 yd = _mm512_i64gather_ps(yd_index, &rows[0][k].d, 1);
+    const __m512 am = _mm512_cvtepi32_ps(sum_halves_am<kPairs>(pa, pm));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.d)), yd), _mm512_castps512_ps256(am), acc);
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a.dmin)), yd), upper_ps(am), acc);
   }
   alignas(32) float out[8];
   _mm256_store_ps(out, acc);
@@ -182,26 +210,25 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
 // A and M of up to eight consecutive super-blocks k0..k0+nb-1 of one row, block k0 + kHalfOrder[t] in
 // element t (the others zero).
 template <typename Block, int NB>
-inline void one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& ix, __m256i* A, __m256i* M) {
+inline __m512 one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& ix) {
   constexpr int kPairs = (NB + 1) / 2;
   __m512i pa[4], pm[4];
 #pragma GCC unroll 4
   for (int i = 0; i < kPairs; ++i) {
     const int k0 = 2 * i, k1 = 2 * i + 1;
-    const Q45kWeights w0 = q45k_arrange(a[k0], ix);
+    const Q45kWeights w0 = q45k_arrange<Block, false>(a[k0], ix);
     if (k1 < NB) {
-      const Q45kWeights w1 = q45k_arrange(a[k1], ix);
-      pa[i] = _mm512_mullo_epi32(fold_two(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs)),
-                                 _mm512_shuffle_i64x2(w0.sc2, w1.sc2, 0x44));
+      const Q45kWeights w1 = q45k_arrange<Block, false>(a[k1], ix);
+      pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs),
+                                 _mm512_shuffle_i64x2(w0.sc, w1.sc, 0x44), ix);
       pm[i] = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(load256(b[k0].bsums)), load256(b[k1].bsums), 1),
                                 _mm512_shuffle_i64x2(w0.mins2, w1.mins2, 0x44));
     } else {
-      pa[i] = _mm512_mullo_epi32(fold_two(q45k_sub_sums(w0, b[k0].qs), _mm512_setzero_si512()), w0.sc2);
+      pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), _mm512_setzero_si512(), w0.sc, ix);
       pm[i] = _mm512_madd_epi16(_mm512_zextsi256_si512(load256(b[k0].bsums)), w0.mins2);
     }
   }
-  *A = sum_halves<kPairs>(pa);
-  *M = sum_halves<kPairs>(pm);
+  return _mm512_cvtepi32_ps(sum_halves_am<kPairs>(pa, pm));
 }
 
 // One activation row (decode): the integers of eight super-blocks share one reduction tree; the f32 chain
@@ -214,26 +241,25 @@ void dot_q45k_one_row(int64_t n, const void* w, const void* x, float* y) {
   const int64_t nb = n / kQK_K;
   float acc = 0.0f;
   for (int64_t k = 0; k < nb; k += 8) {
-    __m256i Ai, Mi;
-    int cnt = int(nb - k < 8 ? nb - k : 8);
+    __m512 am;
+    const int cnt = int(nb - k < 8 ? nb - k : 8);
     switch (cnt) {
-      case 8: one_row_group<Block, 8>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 7: one_row_group<Block, 7>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 6: one_row_group<Block, 6>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 5: one_row_group<Block, 5>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 4: one_row_group<Block, 4>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 3: one_row_group<Block, 3>(a + k, b + k, ix, &Ai, &Mi); break;
-      case 2: one_row_group<Block, 2>(a + k, b + k, ix, &Ai, &Mi); break;
-      default: one_row_group<Block, 1>(a + k, b + k, ix, &Ai, &Mi); break;
+      case 8: am = one_row_group<Block, 8>(a + k, b + k, ix); break;
+      case 7: am = one_row_group<Block, 7>(a + k, b + k, ix); break;
+      case 6: am = one_row_group<Block, 6>(a + k, b + k, ix); break;
+      case 5: am = one_row_group<Block, 5>(a + k, b + k, ix); break;
+      case 4: am = one_row_group<Block, 4>(a + k, b + k, ix); break;
+      case 3: am = one_row_group<Block, 3>(a + k, b + k, ix); break;
+      case 2: am = one_row_group<Block, 2>(a + k, b + k, ix); break;
+      default: am = one_row_group<Block, 1>(a + k, b + k, ix); break;
     }
-    alignas(32) float Af[8], Mf[8];
-    _mm256_store_ps(Af, _mm256_cvtepi32_ps(Ai));
-    _mm256_store_ps(Mf, _mm256_cvtepi32_ps(Mi));
+    alignas(64) float amf[16];  // A of block k + kHalfOrder[t] in t, its M in 8 + t
+    _mm512_store_ps(amf, am);
     constexpr int kSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // element holding block k + j (inverse of kHalfOrder)
     for (int j = 0; j < cnt; ++j) {
       const float db = _cvtsh_ss(a[k + j].d) * b[k + j].d, dmb = _cvtsh_ss(a[k + j].dmin) * b[k + j].d;
-      acc = __builtin_fmaf(db, Af[kSlot[j]], acc);
-      acc = __builtin_fmaf(-dmb, Mf[kSlot[j]], acc);
+      acc = __builtin_fmaf(db, amf[kSlot[j]], acc);
+      acc = __builtin_fmaf(-dmb, amf[8 + kSlot[j]], acc);
     }
   }
   *y = acc;

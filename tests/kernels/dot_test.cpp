@@ -99,7 +99,29 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
 }
 
 #if defined(__x86_64__)
-// The AVX-512 one-row Q4_K kernel has a VBMI form (taken by default where the CPU has VBMI) and the
+// The AVX-512 Q4_K/Q5_K one-row kernel reduces up to eight super-blocks at once (dot_q45k_avx512.cpp):
+// every group size 1..8, and more than one group, against the reference, on rows of random bits.
+TEST(Dot, Avx512Q45kOneRowEveryBlockCount) {
+  if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    for (int64_t blocks = 1; blocks <= 18; ++blocks) {
+      const KernelCase c = {.name = "one row", .type = type, .cols = blocks * kQK_K, .rows = 2, .n_rows = 2,
+                            .fill = WeightFill::RANDOM_BITS};
+      const Prepared s = prepare(c, 77 + uint64_t(blocks));
+      std::vector<uint8_t> xp(s.xq.size());
+      prepare_activations(*s.k, Isa::AVX512, s.xq.data(), c.n_rows, c.cols, xp.data());
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t t = 0; t < c.n_rows; ++t) {
+          float want = 0, got = 0;
+          s.k->vec_dot[size_t(Isa::SCALAR)](c.cols, s.w(r), s.x(t), s.x_row, 1, &want);
+          s.k->dot(Isa::AVX512)(c.cols, s.w(r), xp.data() + uint64_t(t) * s.x_row, s.x_row, 1, &got);
+          ASSERT_EQ(bits(got), bits(want)) << type_name(type) << " blocks " << blocks << " row " << r << " act " << t;
+        }
+    }
+  }
+}
+
+// The AVX-512 one-row Q6_K kernel has a VBMI form (taken by default where the CPU has VBMI) and the
 // plain one; the test above checks the default, this one the other, so both stay the reference's bits.
 TEST(Dot, Avx512KernelsWithoutVbmiEqualTheScalarReference) {
   if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "no AVX-512 on this CPU";
