@@ -32,15 +32,15 @@ void vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* w, const void* x, size_t x
 void vec_dot_q4k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 
-// The AVX-512 one-row Q4_K kernel has a form using AVX-512 VBMI (vpermi2b) where the CPU has it, same
+// The AVX-512 one-row Q6_K kernel has a form using AVX-512 VBMI (vpermi2b) where the CPU has it, same
 // bits. Tests turn it off and on to check both; returns whether it was on. No effect without VBMI.
 bool set_avx512_vbmi_kernels(bool on);
 
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q6_K);
-//   q45k_avx512: per super-block four 64-byte groups in which every dword holds the four elements
-//   8c + l (c = 0..3) of one lane l of one sub-block, so vpdpbusd sums a (sub-block, lane) exactly
-//   (AVX-512 Q4_K/Q5_K; the order is spelled out at prepare_q8k_q45k_avx512 and in docs/kernels.md).
+//   q45k_avx512: per super-block the 8x8 matrix of 4-byte groups transposed: group i (elements 4i..4i+3)
+//   of sub-block s at byte 32i + 4s, so each 64 bytes hold two groups of all eight sub-blocks (AVX-512
+//   Q4_K/Q5_K, dot_q45k_avx512.cpp; docs/kernels.md).
 //   q8_0_group8 (Q8_0 rows, AVX2 and AVX-512 Q8_0): every 8 blocks as [8 x f16 d][8 x 32 qs], so the eight
 //   scales are one load; blocks after the last full group of eight stay as they are.
 //   lanes4 (Q8_K rows, AArch64 dotprod Q4_K/Q5_K): per 32-element sub-block, byte 4l + c is element 8c + l.

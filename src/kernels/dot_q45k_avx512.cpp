@@ -5,11 +5,12 @@
 // f32 steps. So the activations are transposed once (prepare_q8k_q45k_avx512: 4-byte group i of sub-block s
 // at bytes 32i + 4s) and every weight super-block is arranged the same way once for all rows of the call:
 // four zmm W_p, dword e holding group 2p + e/8 of sub-block e % 8. Per row, four vpdpbusd chained into one
-// accumulator leave S_s in dwords s and s + 8; two rows' halves are folded into one zmm and multiplied by the
-// scales (vpmulld: |S_s| <= 32·31·128 does not fit the i16 of vpdpwssd), and one transpose-add tree shared
-// by all rows of the call forms every A (and, from bsums·mins, every M). The f32 steps then run for all rows
-// at once, row j's acc in one element of a ymm. One row (decode) uses the same tree across eight
-// consecutive super-blocks, then the scalar f32 chain block by block.
+// accumulator leave the two 16-element halves of S_s in dwords s and s + 8. Two rows at a time the scales
+// are applied (Q4_K: the halves fit i16, one vpermt2w pairs them as words and vpmaddwd scales and adds;
+// Q5_K: halves added, vpmulld), and one transpose-add tree shared by all rows of the call forms every A and,
+// from bsums·mins, every M. The f32 steps then run for all rows at once, row j's acc in one element of a
+// ymm. One row (decode) shares the same work across up to eight consecutive super-blocks instead, then
+// runs the scalar f32 chain block by block. Usage: through the kernel table (kernel_traits.h).
 #include <immintrin.h>
 
 #include <cstdint>
