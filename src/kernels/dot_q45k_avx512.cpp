@@ -46,11 +46,14 @@ struct Q45kIndex {
   __m512i shift;     // 4·(s % 2): sub-block 2g in the low nibble, 2g + 1 in the high one
   __m512i qh_rot;    // Q5_K: rotate bit s of each byte to bit 4: (4 - s) mod 32
   __m512i halves;    // Q4_K: words (low word of dword s, of dword s + 8) of row a, then of row b
+  __m512i nibble;    // Q4_K one row: 0x0F bytes for even s, 0xF0 for odd s
+  __m512i even16;    // Q4_K one row: 4 for even s, 0 for odd s
+  __m512i a_shift;   // Q4_K one row: 4 in the A half, 0 in the M half
 };
 
 inline Q45kIndex q45k_index() {
   Q45kIndex r;
-  alignas(64) int32_t perm[16], shift[16], rot[16];
+  alignas(64) int32_t perm[16], shift[16], rot[16], nibble[16], even16[16], a_shift[16];
   alignas(64) int16_t halves[32];
   for (int p = 0; p < 4; ++p) {
     for (int e = 0; e < 16; ++e) perm[e] = 8 * ((e % 8) / 2) + 2 * p + e / 8;
@@ -59,11 +62,17 @@ inline Q45kIndex q45k_index() {
   for (int e = 0; e < 16; ++e) {
     shift[e] = 4 * ((e % 8) % 2);
     rot[e] = (4 - e % 8) & 31;
+    nibble[e] = e % 2 ? int32_t(0xF0F0F0F0u) : 0x0F0F0F0F;
+    even16[e] = e % 2 ? 0 : 4;
+    a_shift[e] = e < 8 ? 4 : 0;
   }
   for (int w = 0; w < 32; ++w) halves[w] = int16_t(32 * (w / 16) + 2 * ((w % 16) / 2 + 8 * (w % 2)));
   r.shift = _mm512_load_si512(shift);
   r.qh_rot = _mm512_load_si512(rot);
   r.halves = _mm512_load_si512(halves);
+  r.nibble = _mm512_load_si512(nibble);
+  r.even16 = _mm512_load_si512(even16);
+  r.a_shift = _mm512_load_si512(a_shift);
   return r;
 }
 
@@ -76,15 +85,21 @@ struct Q45kWeights {
 };
 
 // kWords: the scales as vpmaddwd words (Q4_K with several rows, see scaled_pair), else as dwords.
-template <typename Block, bool kWords>
+// kTimes16 (Q4_K, dword scales only): the odd sub-blocks' nibbles stay in the high half of their byte
+// (16·q <= 240 is still an unsigned byte, one vpsrlvd less per W), so their S come out 16 times larger; the
+// even sub-blocks' scales are taken 16 times larger to match and the sum, exactly 16·A
+// (|16·A| <= 16·8·63·32·15·128 < 2^31), is shifted back exactly (one_row_group).
+template <typename Block, bool kWords, bool kTimes16 = false>
 inline Q45kWeights q45k_arrange(const Block& a, const Q45kIndex& ix) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  static_assert(!kTimes16 || (!kQ5 && !kWords));
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   uint64_t sc64, m64;
   q4k_unpack_scales_u64(a.scales, &sc64, &m64);
   Q45kWeights r;
   if constexpr (!kWords) {
     r.sc = _mm512_cvtepu8_epi32(_mm_set1_epi64x(int64_t(sc64)));
+    if constexpr (kTimes16) r.sc = _mm512_sllv_epi32(r.sc, ix.even16);
   } else {
     const __m128i s8 = _mm_cvtsi64_si128(int64_t(sc64));
     r.sc = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_unpacklo_epi8(s8, s8)));
@@ -97,7 +112,10 @@ inline Q45kWeights q45k_arrange(const Block& a, const Q45kIndex& ix) {
 #pragma GCC unroll 4
   for (int p = 0; p < 4; ++p) {
     const __m512i g = _mm512_permutex2var_epi32(q0, ix.perm[p], q1);
-    r.w[p] = _mm512_and_si512(_mm512_srlv_epi32(g, ix.shift), low4);
+    if constexpr (kTimes16)
+      r.w[p] = _mm512_and_si512(g, ix.nibble);
+    else
+      r.w[p] = _mm512_and_si512(_mm512_srlv_epi32(g, ix.shift), low4);
     if constexpr (kQ5) {
       // qh dword i holds the fifth bits of elements 4i..4i+3 of every sub-block s at bit s of each byte;
       // perm[p] mod 8 is exactly i and qh fills both halves, so the same index selects it.
@@ -213,13 +231,14 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
 template <typename Block, int NB>
 inline __m512 one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& ix) {
   constexpr int kPairs = (NB + 1) / 2;
+  constexpr bool kTimes16 = !std::is_same_v<Block, BlockQ5K>;
   __m512i pa[4], pm[4];
 #pragma GCC unroll 4
   for (int i = 0; i < kPairs; ++i) {
     const int k0 = 2 * i, k1 = 2 * i + 1;
-    const Q45kWeights w0 = q45k_arrange<Block, false>(a[k0], ix);
+    const Q45kWeights w0 = q45k_arrange<Block, false, kTimes16>(a[k0], ix);
     if (k1 < NB) {
-      const Q45kWeights w1 = q45k_arrange<Block, false>(a[k1], ix);
+      const Q45kWeights w1 = q45k_arrange<Block, false, kTimes16>(a[k1], ix);
       pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs),
                                  _mm512_shuffle_i64x2(w0.sc, w1.sc, 0x44), ix);
       pm[i] = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(load256(b[k0].bsums)), load256(b[k1].bsums), 1),
@@ -229,7 +248,9 @@ inline __m512 one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& 
       pm[i] = _mm512_madd_epi16(_mm512_zextsi256_si512(load256(b[k0].bsums)), w0.mins2);
     }
   }
-  return _mm512_cvtepi32_ps(sum_halves_am<kPairs>(pa, pm));
+  __m512i am = sum_halves_am<kPairs>(pa, pm);
+  if constexpr (kTimes16) am = _mm512_srav_epi32(am, ix.a_shift);  // 16·A -> A, exact
+  return _mm512_cvtepi32_ps(am);
 }
 
 // One activation row (decode): the integers of eight super-blocks share one reduction tree; the f32 chain
