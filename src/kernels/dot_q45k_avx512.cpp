@@ -239,10 +239,17 @@ inline __m512 one_row_group(const Block* a, const BlockQ8K* b, const Q45kIndex& 
     const Q45kWeights w0 = q45k_arrange<Block, false, kTimes16>(a[k0], ix);
     if (k1 < NB) {
       const Q45kWeights w1 = q45k_arrange<Block, false, kTimes16>(a[k1], ix);
-      pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs),
-                                 _mm512_shuffle_i64x2(w0.sc, w1.sc, 0x44), ix);
-      pm[i] = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(load256(b[k0].bsums)), load256(b[k1].bsums), 1),
-                                _mm512_shuffle_i64x2(w0.mins2, w1.mins2, 0x44));
+      // Both blocks' scales and mins unpacked straight into the pair form (w0.sc, w1.sc etc. go unused).
+      uint64_t sc0, m0, sc1, m1;
+      q4k_unpack_scales_u64(a[k0].scales, &sc0, &m0);
+      q4k_unpack_scales_u64(a[k1].scales, &sc1, &m1);
+      __m512i sc = _mm512_cvtepu8_epi32(_mm_set_epi64x(int64_t(sc1), int64_t(sc0)));  // [sc_k0 | sc_k1]
+      if constexpr (kTimes16) sc = _mm512_sllv_epi32(sc, ix.even16);
+      const __m128i mm = _mm_set_epi64x(int64_t(m1), int64_t(m0));
+      const __m512i mins = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(mm, mm), _mm_unpacklo_epi8(mm, mm)));
+      pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), q45k_sub_sums(w1, b[k1].qs), sc, ix);
+      pm[i] = _mm512_madd_epi16(
+          _mm512_inserti64x4(_mm512_castsi256_si512(load256(b[k0].bsums)), load256(b[k1].bsums), 1), mins);
     } else {
       pa[i] = scaled_pair<false>(q45k_sub_sums(w0, b[k0].qs), _mm512_setzero_si512(), w0.sc, ix);
       pm[i] = _mm512_madd_epi16(_mm512_zextsi256_si512(load256(b[k0].bsums)), w0.mins2);
