@@ -173,7 +173,6 @@ inline __m512i sum_halves_am(const __m512i pa[4], const __m512i pm[4]) {
                           _mm512_shuffle_i64x2(ua, um, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-
 inline __m256 upper_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
 const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
@@ -181,7 +180,7 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
 }
 
 // NX (1..8) activation rows against one weight row: per super-block the weights are arranged once; every
-// row's S_s, then A and M of all rows through sum_halves, then the two f32 steps of all rows at once (row
+// row's S_s, then A and M of all rows through sum_halves_am, then the two f32 steps of all rows at once (row
 // kHalfOrder[t] in element t): acc = fma(db, f32(A), acc), acc = fma(-dmb, f32(M), acc).
 template <typename Block, int NX>
 void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
