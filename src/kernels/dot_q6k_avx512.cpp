@@ -6,11 +6,11 @@
 // with q6 the unsigned 6-bit value (0..63, vpdpbusd's unsigned operand) and bsums[s] = Σ q8 of sub-block s.
 // Weights and activations are both arranged "by group": vector i (i = 0..3, 64 bytes) holds in dword p
 // the elements 4i..4i+3 of sub-block s(p) = 4(p % 4) + p / 4 (a 4×4 dword transpose in each 128-bit lane
-// of the element order). Four vpdpbusd chained in one accumulator then give U of all 16 sub-blocks, one
-// vpmulld applies the scales (in the same order), one vpmaddwd adds the bsums term, and a transpose-add
-// tree shared by all rows of the call sums the 16 products of every row at once; the f32 step runs for
-// all rows in one fma. The weight block is decoded once per call (up to eight rows). docs/kernels.md
-// ("AVX-512 Q6_K") gives the bounds.
+// of the element order). An accumulator started at −32·bsums (the prepared bsums, in that order) and four
+// vpdpbusd then give S_s = U_s − 32·bsums[s] of all 16 sub-blocks, one vpmulld applies the scales (in the
+// same order), and a transpose-add tree shared by all rows of the call sums the 16 products of every row
+// at once; the f32 step runs for all rows in one fma. The weight block is decoded once per call (up to
+// eight rows). docs/kernels.md ("AVX-512 Q6_K") gives the bounds.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -38,10 +38,9 @@ inline void by_group(const __m512i e[4], __m512i out[4]) {
 }
 
 // One Q6_K super-block ready for every row: w[i] the unsigned 6-bit values by group, scales the sixteen
-// sc[s(p)] as i32 in dword p, bsum_scales the sixteen −32·sc[s] as i16 in sub-block order (for bsums).
+// sc[s(p)] as i32 in dword p.
 struct Q6kWeights {
   __m512i w[4], scales;
-  __m256i bsum_scales;
 };
 
 inline Q6kWeights q6k_weights(const BlockQ6K& a) {
@@ -67,20 +66,18 @@ inline Q6kWeights q6k_weights(const BlockQ6K& a) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);  // s(p)
   r.scales = _mm512_permutexvar_epi32(order, _mm512_cvtepi8_epi32(sc8));
-  r.bsum_scales = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 5));
   return r;
 }
 
-// Sixteen i32 whose sum is A of one row and super-block (activations prepared by group). Bounds: U_s ≤
-// 16·63·128 < 2^17, |sc·U| < 2^24, the bsums pair sums |2·4096·2048| < 2^24, so every partial sum of
-// these (the tree below adds them in any grouping) is exact; the total is |A| ≤ 16·128·16·32·128 < 2^31.
+// The sixteen sc[s]·S_s, S_s = U_s − 32·bsums[s], of one row and super-block (activations prepared by
+// group, their bsums negated in dword order): the accumulator starts at −32·bsums[s(p)] (|·| ≤ 32·2048)
+// and four vpdpbusd add U (≤ 16·63·128 < 2^17 per dword), leaving the exact S (|S| ≤ 16·128·32 = 2^16);
+// |sc·S| ≤ 2^23 and their sum, A, stays below 2^27 in any grouping.
 inline __m512i q6k_row_products(const Q6kWeights& wt, const BlockQ8K& b) {
-  __m512i u = _mm512_setzero_si512();
+  __m512i u = _mm512_slli_epi32(_mm512_cvtepi16_epi32(load256(b.bsums)), 5);
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) u = _mm512_dpbusd_epi32(u, wt.w[i], load512(b.qs + 64 * i));
-  const __m256i m = _mm256_madd_epi16(load256(b.bsums), wt.bsum_scales);  // −32·Σ sc·bsums, 8 pair sums
-  const __m512i p = _mm512_mullo_epi32(u, wt.scales);
-  return _mm512_mask_add_epi32(p, 0x00FF, p, _mm512_castsi256_si512(m));
+  return _mm512_mullo_epi32(u, wt.scales);
 }
 
 // [Σ p[0], …, Σ p[NX−1], 0…]: the sums of the 16 dwords of each of NX vectors, by one transpose-add tree
@@ -177,8 +174,9 @@ void dot_q6k_one_row(int64_t n, const void* w, const void* x, float* y) {
 
 // by_group on the activations: per super-block, qs as four 64-byte vectors, dword p of vector i holding
 // elements 4i..4i+3 of sub-block 4(p % 4) + p / 4 (the arrangement q6k_weights gives the weights). d is
-// copied and bsums are recomputed from qs: equal to the input's for every row the Q8_K quantiser writes,
-// and the kernel's bsums term then matches qs whatever the input held (the scalar reference reads only qs).
+// copied; bsums[p] becomes −Σ q8 of sub-block s(p), recomputed from qs: the negation and order of the
+// input's bsums for every row the Q8_K quantiser writes, and consistent with qs whatever the input held
+// (the scalar reference reads only qs).
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
@@ -190,10 +188,11 @@ void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n) {
     by_group(e, g);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) _mm512_storeu_si512(o[k].qs + 64 * i, g[i]);
-    for (int s = 0; s < kQK_K / 16; ++s) {
+    for (int p = 0; p < kQK_K / 16; ++p) {
+      const int s = 4 * (p % 4) + p / 4;
       int sum = 0;
       for (int i = 0; i < 16; ++i) sum += in[k].qs[16 * s + i];
-      o[k].bsums[s] = int16_t(sum);
+      o[k].bsums[p] = int16_t(-sum);
     }
   }
 }
