@@ -47,8 +47,8 @@ bool set_avx512_vbmi_kernels(bool on);
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 //   q6k_avx512: per super-block qs as four 64-byte vectors, dword p of vector i holding elements 4i..4i+3
-//   of sub-block 4(p % 4) + p / 4 (a 4x4 dword transpose in every 128-bit lane); bsums recomputed from qs
-//   (AVX-512 Q6_K, dot_q6k_avx512.cpp).
+//   of sub-block 4(p % 4) + p / 4 (a 4x4 dword transpose in every 128-bit lane); bsums[p] = -(sum of the
+//   qs of that sub-block), recomputed (AVX-512 Q6_K, dot_q6k_avx512.cpp).
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n);
 //   q45k_avx2: pairs16, then per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);
