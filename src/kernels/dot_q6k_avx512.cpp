@@ -126,12 +126,12 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   __m256 acc = _mm256_setzero_ps();
   const int64_t nb = n / kQK_K;
   for (int64_t k = 0; k < nb; ++k) {
-    // The next weight row, which matmul usually asks for next, one super-block ahead of its use: the
-    // weights are read once per call and come cold from memory when few rows share them. A prefetch
-    // past the end of the buffer is harmless.
-    const char* next = reinterpret_cast<const char*>(blocks + nb + k);
+    // Super-block k of the next weight row in memory, which matmul usually asks for next: the weights
+    // are read once per call and come cold from memory when few rows share them. The address is formed
+    // as an integer (it may lie past the buffer, where a prefetch is harmless).
+    const uintptr_t next = reinterpret_cast<uintptr_t>(blocks) + sizeof(BlockQ6K) * uintptr_t(nb + k);
 #pragma GCC unroll 4
-    for (int o = 0; o < 256; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+    for (uintptr_t o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
     const Q6kWeights wt = q6k_weights(blocks[k]);
     __m512i p[8];
     alignas(32) float yd[8] = {};
