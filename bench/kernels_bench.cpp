@@ -4,7 +4,6 @@
 //
 //   build-kernels/bench/kernels_bench                 # all cases, median of 7, all hardware threads
 //   build-kernels/bench/kernels_bench --filter q4_k --threads 1 --reps 11
-//   build-kernels/bench/kernels_bench --filter "q4_k 3072x1024 n=1 " --no-vbmi   # AVX-512 without VBMI
 //
 // GB/s counts weight bytes streamed (each weight byte is read once per product); GFLOP/s counts
 // 2 * rows * cols * n_rows. Weights are cold: every timed product reads a different copy of the matrix from
@@ -292,11 +291,6 @@ int main(int argc, char** argv) {
   app.add_option("--stream-mb", opt.stream_mb, "bandwidth buffer size in MiB")->check(CLI::Range(16, 1 << 16));
   app.add_option("--pool-mb", opt.pool_mb, "cold weight pool in MiB (0 = 2x LLC, 256..1024)")->check(CLI::Range(0, 1 << 16));
   app.add_flag("!--no-scalar", opt.scalar, "skip the scalar reference");
-  bool no_vbmi = false;
-  app.add_flag("--no-vbmi", no_vbmi, "AVX-512 kernels without their VBMI forms (same bits; to compare)");
   CLI11_PARSE(app, argc, argv);
-#if defined(__x86_64__)
-  if (no_vbmi) essaim::set_avx512_vbmi_kernels(false);
-#endif
   return essaim::run(opt);
 }

@@ -32,10 +32,6 @@ void vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* w, const void* x, size_t x
 void vec_dot_q4k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 
-// The AVX-512 one-row Q6_K kernel has a form using AVX-512 VBMI (vpermi2b) where the CPU has it, same
-// bits. Tests turn it off and on to check both; returns whether it was on. No effect without VBMI.
-bool set_avx512_vbmi_kernels(bool on);
-
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q6_K);
 //   q45k_avx512: per super-block the 8x8 matrix of 4-byte groups transposed: group i (elements 4i..4i+3)
@@ -46,9 +42,9 @@ bool set_avx512_vbmi_kernels(bool on);
 //   lanes4 (Q8_K rows, AArch64 dotprod Q4_K/Q5_K): per 32-element sub-block, byte 4l + c is element 8c + l.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
-//   q6k_avx512: pairs16, then per 128 elements the two 64-byte runs interleaved by 16-bit words and the
-//   16-byte quarters regrouped [L0 H0 L1 H1] [L2 H2 L3 H3], every byte then offset by +128 (x ^ 0x80)
-//   (AVX-512 Q6_K).
+//   q6k_avx512: per super-block qs as four 64-byte vectors, dword p of vector i holding elements 4i..4i+3
+//   of sub-block 4(p % 4) + p / 4 (a 4x4 dword transpose in every 128-bit lane); bsums[p] = -(sum of the
+//   qs of that sub-block), recomputed (AVX-512 Q6_K, dot_q6k_avx512.cpp).
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n);
 //   q45k_avx2: pairs16, then per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);

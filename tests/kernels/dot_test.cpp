@@ -121,16 +121,58 @@ TEST(Dot, Avx512Q45kOneRowEveryBlockCount) {
   }
 }
 
-// The AVX-512 one-row Q6_K kernel has a VBMI form (taken by default where the CPU has VBMI) and the
-// plain one; the test above checks the default, this one the other, so both stay the reference's bits.
-TEST(Dot, Avx512KernelsWithoutVbmiEqualTheScalarReference) {
-  if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  const bool was = set_avx512_vbmi_kernels(false);
-  check_every_variant_against_the_scalar_reference({Isa::AVX512});
-  set_avx512_vbmi_kernels(was);
-  if (!was) GTEST_SKIP() << "no AVX-512 VBMI on this CPU: only the plain form ran";
-}
 #endif
+
+// The AVX-512 Q6_K kernel on the extreme integer sums (|A| up to 2^27: all activations -128, all weights
+// at -32 or +31, all scales -128 or 127) and on activation rows whose bsums disagree with their qs (the
+// reference reads only qs; the kernel's prepare recomputes the bsums it uses), for every nx.
+TEST(Dot, Q6kAvx512AtTheBoundsAndWithForeignBsums) {
+  if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const KernelTraits& k = *kernel_traits(GgmlType::Q6_K);
+  constexpr int64_t kCols = 3 * kQK_K;
+  constexpr int kRows = 9;
+  std::vector<BlockQ6K> w(3 * 4);  // four weight rows of three super-blocks
+  for (size_t b = 0; b < w.size(); ++b) {
+    const uint8_t bits_all = (b / 3) % 2 == 0 ? 0x00 : 0xFF;  // 6-bit values 0 (q - 32 = -32) or 63 (+31)
+    std::memset(w[b].ql, bits_all, sizeof(w[b].ql));
+    std::memset(w[b].qh, bits_all, sizeof(w[b].qh));
+    for (int s = 0; s < 16; ++s) w[b].scales[s] = int8_t(b / 6 == 0 ? -128 : (s % 2 ? 127 : -128));
+    w[b].d = f32_to_f16(b % 2 ? 1.0f : 0.5f);
+  }
+  std::vector<BlockQ8K> x(size_t(kRows) * 3);
+  uint32_t seed = 7;
+  for (size_t b = 0; b < x.size(); ++b) {
+    x[b].d = 1.0f + float(b) / 64.0f;
+    for (int i = 0; i < kQK_K; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      x[b].qs[i] = int8_t(b < 6 ? -128 : int8_t(seed >> 24));  // rows 0, 1: all -128
+    }
+    for (int g = 0; g < 16; ++g) {
+      seed = seed * 1664525u + 1013904223u;
+      x[b].bsums[g] = int16_t(seed >> 16);  // not the sums of qs
+    }
+  }
+  const auto* xb = reinterpret_cast<const uint8_t*>(x.data());
+  const size_t x_row = 3 * sizeof(BlockQ8K);
+  const VecDotFn ref = k.vec_dot[size_t(Isa::SCALAR)];
+  for (Isa isa : {Isa::AVX512}) {
+    const VecDotFn fn = k.dot(isa);
+    std::vector<uint8_t> xp(x.size() * sizeof(BlockQ8K));
+    prepare_activations(k, isa, xb, kRows, kCols, xp.data());
+    for (int r = 0; r < 4; ++r) {
+      const void* wr = w.data() + 3 * r;
+      for (int nx = 1; nx <= kDotMaxRows; ++nx)
+        for (int t0 = 0; t0 + nx <= kRows; ++t0) {
+          float got[kDotMaxRows], want;
+          fn(kCols, wr, xp.data() + size_t(t0) * x_row, x_row, nx, got);
+          for (int j = 0; j < nx; ++j) {
+            ref(kCols, wr, xb + size_t(t0 + j) * x_row, x_row, 1, &want);
+            ASSERT_EQ(bits(got[j]), bits(want)) << isa_name(isa) << " row " << r << " act " << t0 + j << " nx " << nx;
+          }
+        }
+    }
+  }
+}
 
 TEST(Dot, ScalarReferenceIsIndependentOfRowsPerCall) {
   for (const KernelCase& c : kernel_cases_correctness()) {
