@@ -68,16 +68,14 @@ struct DotprodQ45k {
       for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
     }
   }
-  static void sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8], int32x4_t* lo, int32x4_t* hi) {
-    int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
+  static int32x4_t sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8]) {
+    int32x4_t a = vdupq_n_s32(0);
     for (int s = 0; s < 8; ++s) {
-      const int32x4_t d_lo = vdotq_s32(vdupq_n_s32(0), q[2 * s], vld1q_s8(x.qs + 32 * s));
-      const int32x4_t d_hi = vdotq_s32(vdupq_n_s32(0), q[2 * s + 1], vld1q_s8(x.qs + 32 * s + 16));
-      a_lo = vmlaq_n_s32(a_lo, d_lo, int32_t(sc[s]));
-      a_hi = vmlaq_n_s32(a_hi, d_hi, int32_t(sc[s]));
+      const int32x4_t d = vdotq_s32(vdotq_s32(vdupq_n_s32(0), q[2 * s], vld1q_s8(x.qs + 32 * s)), q[2 * s + 1],
+                                    vld1q_s8(x.qs + 32 * s + 16));
+      a = vmlaq_n_s32(a, d, int32_t(sc[s]));
     }
-    *lo = a_lo;
-    *hi = a_hi;
+    return a;
   }
 };
 
