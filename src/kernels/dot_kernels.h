@@ -37,23 +37,21 @@ void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_s
 bool set_avx512_vbmi_kernels(bool on);
 
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
-//   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15 (AVX2 Q6_K);
+//   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15, bsums recomputed from qs (AVX2 Q6_K);
 //   q45k_avx512: per super-block four 64-byte groups in which every dword holds the four elements
 //   8c + l (c = 0..3) of one lane l of one sub-block, so vpdpbusd sums a (sub-block, lane) exactly
 //   (AVX-512 Q4_K/Q5_K; the order is spelled out at prepare_q8k_q45k_avx512 and in docs/kernels.md).
 //   q8_0_group8 (Q8_0 rows, AVX2 and AVX-512 Q8_0): every 8 blocks as [8 x f16 d][8 x 32 qs], so the eight
 //   scales are one load; blocks after the last full group of eight stay as they are.
-//   lanes4 (Q8_K rows, AArch64 dotprod Q4_K/Q5_K): per 32-element sub-block, byte 4l + c is element 8c + l.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 //   q6k_avx512: pairs16, then per 128 elements the two 64-byte runs interleaved by 16-bit words and the
 //   16-byte quarters regrouped [L0 H0 L1 H1] [L2 H2 L3 H3], every byte then offset by +128 (x ^ 0x80)
 //   (AVX-512 Q6_K).
 void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n);
-//   q45k_avx2: pairs16, then per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
+//   q45k_avx2: per 64 bytes the two 32-byte halves interleaved by 16-bit words (AVX2 Q4_K/Q5_K).
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);
 void prepare_q8_0_group8(const void* x, void* out, int64_t n);
-void prepare_q8k_lanes4_neon(const void* x, void* out, int64_t n);
 
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given, so each row count
 // gets its own register allocation. ESSAIM_DISPATCH_NX serves kernels whose widest form takes 4 rows:

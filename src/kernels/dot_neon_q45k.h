@@ -1,12 +1,10 @@
 // Internal to the AArch64 kernel files: the Q4_K / Q5_K super-block driver shared by the NEON
 // (dot_quant_neon.cpp) and NEON + dotprod (dot_quant_neon_dotprod.cpp) kernels. The two differ only in how
-// the weights are decoded and how a super-block's scaled integer sum A is formed (vmull_s8, or SDOT in
-// lanes4 order; any grouping gives the same exact integer); the min term, the reduction of all rows' A and
-// M with one pairwise-add tree and the two f32 steps of the canonical order (docs/kernels.md) are the same
-// code here.
-//   struct MyKernel {
-//     template <bool kFiveBit, typename Block> static void decode(const Block& b, int8x16_t q[16]);
-//     static int32x4_t sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8]);  // Σ = A
+// a sub-block's sum is formed (vmull_s8 / vmlal_s8, or SDOT; any grouping gives the same exact integer A);
+// the weight decode, the min term, the reduction of all rows' A and M with one pairwise-add tree and the
+// two f32 steps of the canonical order (docs/kernels.md) are the same code here.
+//   struct MyKernel {  // the four partial sums of A = Σ_s sc[s]·Σ_i q·x for one row
+//     static int32x4_t sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8]);
 //   };
 //   q45k_rows_neon<MyKernel, true, BlockQ5K, NX>(n, w, x, xs, y);
 //
@@ -57,6 +55,20 @@ static inline void neon_q5k_add_high_bits(uint8x16_t v[4], uint8x16_t h0, uint8x
   v[3] = vorrq_u8(v[3], vandq_u8(vtstq_u8(h1, bit_hi), sixteen));
 }
 
+// The 256 values of a Q4_K / Q5_K block decoded to bytes in natural order: q[2s], q[2s+1] = sub-block s,
+// elements 0..15 and 16..31 (docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble,
+// 2j+1 in its high one; Q5_K adds its fifth bit).
+template <bool kFiveBit, typename Block>
+static inline void neon_q45k_decode(const Block& b, int8x16_t q[16]) {
+  const uint8x16_t low4 = vdupq_n_u8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const uint8x16_t b0 = vld1q_u8(b.qs + 32 * j), b1 = vld1q_u8(b.qs + 32 * j + 16);
+    uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
+    if constexpr (kFiveBit) neon_q5k_add_high_bits(v, vld1q_u8(b.qh), vld1q_u8(b.qh + 16), j);
+    for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
+  }
+}
+
 // y[j] = dot(w, x_j) for NX <= 4 activation rows: per super-block the weights are decoded once, each row's
 // exact A (Kernel::sums) and M (bsums) as partial vectors, the four rows' A and M summed by one pairwise
 // tree each (row j in element j), then acc = fma(db, f32(A), acc) and acc = fma(-dmb, f32(M), acc) for all
@@ -72,7 +84,7 @@ static inline void q45k_rows_neon(int64_t n, const void* wv, const void* xv, siz
     uint8_t sc[8], m[8];
     q4k_unpack_scales(w[k].scales, sc, m);
     int8x16_t q[16];
-    Kernel::template decode<kFiveBit>(w[k], q);
+    neon_q45k_decode<kFiveBit>(w[k], q);
     int32x4_t a_part[4], m_part[4];
     float yd[4];
     for (int j = 0; j < 4; ++j) {

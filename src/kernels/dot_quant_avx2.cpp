@@ -6,8 +6,8 @@
 // while the integers A and M are exact in any grouping. So the kernels form per-sub-block sums with
 // maddubs, scale them with madd into one i32 accumulator per row and super-block, sum all rows' accumulators
 // (and min terms) with one horizontal-add tree, and run the f32 steps for all rows of the call at once
-// (row j in element j). Activation bytes are assumed in [-127, 127] and Q8_K bsums to be the sums of their
-// 16 qs, which every quantiser here produces (quantize_activations).
+// (row j in element j). Q8_0 activation bytes are assumed in [-127, 127] (sign_epi8 cannot negate -128),
+// which every quantiser here produces.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -50,12 +50,19 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
 
 }  // namespace
 
-// The activation side of the pair shuffle, done once per activation row instead of once per weight row.
+// Q6_K: the activation side of the pair shuffle, done once per activation row instead of once per weight
+// row, and bsums recomputed from qs: dot_q6k's −32 offset is Σ_s sc[s]·bsums[s], so recomputing makes
+// its result the reference's (which reads only qs) for any Q8_K bytes, not only quantiser output.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     o[k] = in[k];
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += in[k].qs[16 * g + i];
+      o[k].bsums[g] = int16_t(sum);  // |sum| <= 16·128
+    }
     for (int i = 0; i < kQK_K; i += 32)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs(load256(in[k].qs + i)));
   }
@@ -242,7 +249,8 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
 
 // A = Σ_s sc[s]·Σ (q − 32)·x = Σ_s sc[s]·Σ q·x − 32·Σ_s sc[s]·bsums[s] (a Q6_K sub-block is one bsums
 // group of 16): maddubs takes the unsigned 6-bit q (0..63, pair sums ≤ 2·63·128, no saturation) against
-// the signed activations directly, and the offset is one madd of bsums by the scales per row. Per row and
+// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the pairs16
+// prepare) by the scales per row. Per row and
 // super-block: 8 maddubs + 8 madd + 1 madd for the offset, one i32 accumulator; the rows' accumulators enter
 // the horizontal-add tree of their group of four as soon as they are complete.
 template <int NX>

@@ -55,20 +55,9 @@ static inline int16x8_t lanes32(int8x16_t q0, int8x16_t q1, int8x16_t x0, int8x1
   return vmlal_high_s8(p, q1, x1);
 }
 
-// Plain NEON: the 256 values decoded to bytes in natural order (q[2s], q[2s+1] = sub-block s, elements
-// 0..15 and 16..31; docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one), and
-// a sub-block's sum by vmull_s8 / vmlal_s8 of its four 8-element groups.
+// Plain NEON: a sub-block's sum by vmull_s8 / vmlal_s8 of its four 8-element groups (the weights decoded
+// to bytes in natural order by neon_q45k_decode).
 struct NeonQ45k {
-  template <bool kFiveBit, typename Block>
-  static void decode(const Block& b, int8x16_t q[16]) {
-    const uint8x16_t low4 = vdupq_n_u8(0x0F);
-    for (int j = 0; j < 4; ++j) {
-      const uint8x16_t b0 = vld1q_u8(b.qs + 32 * j), b1 = vld1q_u8(b.qs + 32 * j + 16);
-      uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
-      if constexpr (kFiveBit) neon_q5k_add_high_bits(v, vld1q_u8(b.qh), vld1q_u8(b.qh + 16), j);
-      for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
-    }
-  }
   static int32x4_t sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8]) {
     int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
     for (int s = 0; s < 8; ++s) {
