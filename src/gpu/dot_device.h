@@ -7,7 +7,8 @@
 //
 // Exactness (docs/kernels.md, "Canonical accumulation orders"): integer sums inside a block are exact in
 // any order; every f32 step is one explicitly rounded operation in the reference's order — fma_rn where
-// the reference calls std::fma, mul_rn then add_rn where it multiplies and then adds — so neither nvcc's
+// the reference calls std::fma (the K-quants: one or two per row and super-block, no f32 lanes), mul_rn for
+// the products of scales, add_rn in the float formats' lane reduction — so neither nvcc's
 // contraction (also disabled with -fmad=false) nor the host compiler's (-ffp-contract=off) can fuse or
 // reorder anything. f16 → f32 is exact on both sides (__half2float / core/fp16.h).
 //
