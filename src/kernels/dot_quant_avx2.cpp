@@ -144,12 +144,12 @@ struct Q45kDecoder {
   }
 };
 
-// Σ over one sub-block pair of a row: maddubs (two products of one sub-block per word, ≤ 2·31·127) and
-// madd by (sc[2p], sc[2p+1]): 8 i32 partials of sc[2p]·S_2p + sc[2p+1]·S_2p+1.
+// Σ over one sub-block pair of a row: two maddubs (each word two products of one sub-block, |·| ≤ 2·31·128)
+// added as words — even words are sub-block 2p, odd words 2p+1 in both halves, and the sum stays within
+// ±15 872 — then one madd by (sc[2p], sc[2p+1]): 8 i32 partials of sc[2p]·S_2p + sc[2p+1]·S_2p+1.
 __m256i q45k_pair_sum(__m256i w_lo, __m256i w_hi, __m256i scale, const int8_t* q8) {
-  const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo, load256(q8)), scale);
-  const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi, load256(q8 + 32)), scale);
-  return _mm256_add_epi32(lo, hi);
+  const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w_lo, load256(q8)), _mm256_maddubs_epi16(w_hi, load256(q8 + 32)));
+  return _mm256_madd_epi16(p16, scale);
 }
 
 // Up to four rows: the weight pairs are decoded one at a time and every row's accumulator stays live.
@@ -220,31 +220,21 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
     __m256i w_lo[4], w_hi[4], scale[4];
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) dec.pair(a, p, &w_lo[p], &w_hi[p], &scale[p]);
-    // The min terms first (integers only: their f32 step still comes after A's), so that one ymm of M
-    // stays live instead of eight partial vectors.
-    __m256i M[8] = {};
+    __m256i A[8] = {}, M[8] = {};
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+      const int8_t* q8 = b.qs;  // q45k_avx2 layout
+      __m256i s = q45k_pair_sum(w_lo[0], w_hi[0], scale[0], q8);
+#pragma GCC unroll 3
+      for (int p = 1; p < 4; ++p) s = _mm256_add_epi32(s, q45k_pair_sum(w_lo[p], w_hi[p], scale[p], q8 + 64 * p));
+      A[j] = s;
       M[j] = _mm256_madd_epi16(load256(b.bsums), dec.mins);
       yd_rows[j] = b.d;
     }
+    const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(A[4], A[5], A[6], A[7])));
     const __m256 fm = _mm256_cvtepi32_ps(fold_tree8(tree4(M[0], M[1], M[2], M[3]), tree4(M[4], M[5], M[6], M[7])));
-    // One row at a time, not unrolled: the twelve weight registers stay live and each row's sum goes to
-    // memory (unrolled, the compiler hoists all 64 maddubs and spills their results instead).
-    __m256i A[8] = {};
-#pragma GCC unroll 1
-    for (int j = 0; j < NX; ++j) {
-      const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs;  // q45k_avx2 layout
-      const __m256i s01 = _mm256_add_epi32(q45k_pair_sum(w_lo[0], w_hi[0], scale[0], q8),
-                                           q45k_pair_sum(w_lo[1], w_hi[1], scale[1], q8 + 64));
-      const __m256i s23 = _mm256_add_epi32(q45k_pair_sum(w_lo[2], w_hi[2], scale[2], q8 + 128),
-                                           q45k_pair_sum(w_lo[3], w_hi[3], scale[3], q8 + 192));
-      A[j] = _mm256_add_epi32(s01, s23);
-    }
-    const __m256i T[2] = {tree4(A[0], A[1], A[2], A[3]), tree4(A[4], A[5], A[6], A[7])};
-    const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(T[0], T[1]));
     const __m256 yd = _mm256_load_ps(yd_rows);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->d)), yd), fa, acc);
     acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), fm, acc);
@@ -259,9 +249,9 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
 
 // A = Σ_s sc[s]·Σ (q − 32)·x = Σ_s sc[s]·Σ q·x − 32·Σ_s sc[s]·bsums[s] (a Q6_K sub-block is one bsums
 // group of 16): maddubs takes the unsigned 6-bit q (0..63, pair sums ≤ 2·63·128, no saturation) against
-// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the pairs16
-// prepare) by the scales per row. Per row and super-block: 8 maddubs + 8 madd + 1 madd for the offset, one
-// i32 accumulator; then one horizontal-add tree for all rows and one f32 step for all rows.
+// the signed activations directly, and the offset is one madd of bsums by the scales per row. Per row and
+// super-block: 8 maddubs + 8 madd + 1 madd for the offset, one i32 accumulator; the rows' accumulators enter
+// the horizontal-add tree of their group of four as soon as they are complete.
 template <int NX>
 void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);
@@ -275,7 +265,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     const BlockQ6K& a = blocks[k];
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales));
     const __m256i sc_all = _mm256_cvtepi8_epi16(sc8);  // the 16 scales as words, against bsums
-    __m256i A[8] = {};  // row j's partial sums
+    __m256i T[2] = {};  // tree4 partials of rows 0..3 and 4..7
+    __m256i A1 = _mm256_setzero_si256();
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + i, c = 0..3
@@ -297,9 +288,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       for (int c = 0; c < 4; ++c)
         scale[c] = _mm256_shuffle_epi8(sc_h, _mm256_setr_m128i(_mm_set1_epi16(int16_t(((4 * c + 1) << 8) | (4 * c))),
                                                                _mm_set1_epi16(int16_t(((4 * c + 3) << 8) | (4 * c + 2)))));
-      // One row at a time, not unrolled (as dot_q45k_wide: unrolled, the compiler hoists every maddubs
-      // and spills); the rows' sums stay in memory until the tree.
-#pragma GCC unroll 1
+      __m256i S[8];
+#pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
         const int8_t* q8 = b.qs + 128 * h;  // pairs16 layout
@@ -311,17 +301,27 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
           yd_rows[j] = b.d;
           s01 = _mm256_sub_epi32(s01, _mm256_slli_epi32(_mm256_madd_epi16(load256(b.bsums), sc_all), 5));
         }
-        A[j] = _mm256_add_epi32(A[j], _mm256_add_epi32(s01, s23));
+        S[j] = _mm256_add_epi32(s01, s23);
+      }
+      if constexpr (NX == 1) {
+        A1 = _mm256_add_epi32(A1, S[0]);
+      } else {
+        // hadd is linear: the trees of the two halves h add up to the tree of the whole super-block.
+        const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int q = 0; q < kGroups; ++q)
+          T[q] = _mm256_add_epi32(T[q], tree4(S[4 * q], 4 * q + 1 < NX ? S[4 * q + 1] : z, 4 * q + 2 < NX ? S[4 * q + 2] : z,
+                                              4 * q + 3 < NX ? S[4 * q + 3] : z));
       }
     }
     const float d = _cvtsh_ss(a.d);
     if constexpr (NX == 1) {
-      acc1 = __builtin_fmaf(d * yd_rows[0], float(hsum_i32(A[0])), acc1);
+      acc1 = __builtin_fmaf(d * yd_rows[0], float(hsum_i32(A1)), acc1);
     } else if constexpr (kGroups == 1) {
-      const __m128 fa = _mm_cvtepi32_ps(fold_tree4(tree4(A[0], A[1], A[2], A[3])));
+      const __m128 fa = _mm_cvtepi32_ps(fold_tree4(T[0]));
       acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_load_ps(yd_rows)), fa, acc4);
     } else {
-      const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(A[4], A[5], A[6], A[7])));
+      const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(T[0], T[1]));
       acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows)), fa, acc8);
     }
   }
