@@ -249,9 +249,10 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
 
 // A = Σ_s sc[s]·Σ (q − 32)·x = Σ_s sc[s]·Σ q·x − 32·Σ_s sc[s]·bsums[s] (a Q6_K sub-block is one bsums
 // group of 16): maddubs takes the unsigned 6-bit q (0..63, pair sums ≤ 2·63·128, no saturation) against
-// the signed activations directly, and the offset is one madd of bsums by the scales per row. Per row and
-// super-block: 8 maddubs + 8 madd + 1 madd for the offset, one i32 accumulator; the rows' accumulators enter
-// the horizontal-add tree of their group of four as soon as they are complete.
+// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the pairs16
+// prepare, so this holds for any Q8_K bytes) by the scales per row. Per row and super-block: 8 maddubs +
+// 8 madd + 1 madd for the offset; per 128-element half the rows' sums enter the horizontal-add trees of
+// their groups of four (hadd is linear, so the halves' trees add up), then one f32 step for all rows.
 template <int NX>
 void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);
