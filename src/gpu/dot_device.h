@@ -7,7 +7,8 @@
 //
 // Exactness (docs/kernels.md, "Canonical accumulation orders"): integer sums inside a block are exact in
 // any order; every f32 step is one explicitly rounded operation in the reference's order — fma_rn where
-// the reference calls std::fma, mul_rn then add_rn where it multiplies and then adds — so neither nvcc's
+// the reference calls std::fma (the K-quants: one or two per row and super-block, no f32 lanes), mul_rn for
+// the products of scales, add_rn in the float formats' lane reduction — so neither nvcc's
 // contraction (also disabled with -fmad=false) nor the host compiler's (-ffp-contract=off) can fuse or
 // reorder anything. f16 → f32 is exact on both sides (__half2float / core/fp16.h).
 //
@@ -70,18 +71,13 @@ ESSAIM_HD float bf16_bits_to_f32(uint16_t h) {
 #endif
 }
 
-// --- canonical reductions (kernels/dot_kernels.h: reduce_lanes16, fold_lanes8) ------------------------
+// --- canonical reduction of the float formats (kernels/dot_kernels.h: reduce_lanes16) ------------------
 ESSAIM_HD float reduce_lanes16(const float lane[16]) {
   float a[8];
   for (int i = 0; i < 8; ++i) a[i] = add_rn(lane[i], lane[i + 8]);
   for (int i = 0; i < 4; ++i) a[i] = add_rn(a[i], a[i + 4]);
   for (int i = 0; i < 2; ++i) a[i] = add_rn(a[i], a[i + 2]);
   return add_rn(a[0], a[1]);
-}
-
-ESSAIM_HD float fold_lanes8(float acc, const float lane[8]) {
-  for (int i = 0; i < 8; ++i) acc = add_rn(acc, lane[i]);
-  return acc;
 }
 
 // --- float formats: 16 FMA lanes, lane i % 16 in increasing i ------------------------------------------
@@ -146,34 +142,31 @@ struct Q5kValue {
   }
 };
 
-// Q4_K / Q5_K · Q8_K: per super-block exact A[l] (lane l = elements 8c + l of every sub-block) and M (mins
-// against bsums); lane[l] = fma(db, f32(A[l]), lane[l]); acc = fma(-dmb, f32(M), acc); fold_lanes8(acc).
+// Q4_K / Q5_K · Q8_K: per super-block the exact integers A = Σ_s sc[s]·Σ_i q·y (one int32 for the whole
+// super-block) and M = Σ_g bsums[g]·m[g/2]; acc = fma(db, f32(A), acc), then acc = fma(-dmb, f32(M), acc).
 template <typename Block, typename Value>
 ESSAIM_HD float dot_q45k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const Block*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
   float acc = 0.0f;
-  float lane[8] = {};
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) scale_min_k4(a[k].scales, j, &sc[j], &m[j]);
-    int32_t A[8] = {};
+    int32_t A = 0;
     for (int s = 0; s < 8; ++s) {
       const int8_t* y = b[k].qs + 32 * s;
-      for (int l = 0; l < 8; ++l) {
-        const int32_t part = Value::get(a[k], s, l) * y[l] + Value::get(a[k], s, 8 + l) * y[8 + l] +
-                             Value::get(a[k], s, 16 + l) * y[16 + l] + Value::get(a[k], s, 24 + l) * y[24 + l];
-        A[l] += int32_t(sc[s]) * part;
-      }
+      int32_t S = 0;
+      for (int i = 0; i < 32; ++i) S += Value::get(a[k], s, i) * y[i];
+      A += int32_t(sc[s]) * S;
     }
     int32_t M = 0;
     for (int g = 0; g < 16; ++g) M += int32_t(b[k].bsums[g]) * int32_t(m[g / 2]);
     const float db = mul_rn(half_to_f32(a[k].d), b[k].d);
     const float dmb = mul_rn(half_to_f32(a[k].dmin), b[k].d);
-    for (int l = 0; l < 8; ++l) lane[l] = fma_rn(db, float(A[l]), lane[l]);
+    acc = fma_rn(db, float(A), acc);
     acc = fma_rn(-dmb, float(M), acc);
   }
-  return fold_lanes8(acc, lane);
+  return acc;
 }
 
 ESSAIM_HD float dot_q4k(int64_t n, const void* w, const void* x) { return dot_q45k<BlockQ4K, Q4kValue>(n, w, x); }
@@ -189,23 +182,23 @@ ESSAIM_HD int32_t q6k_value(const BlockQ6K& b, int s, int i) {
   return (((ql >> (4 * (c / 2))) & 0xF) | (((qh >> (2 * c)) & 3) << 4)) - 32;
 }
 
-// Q6_K · Q8_K: A[l] over lane l's two elements per sub-block; lane[l] = lane[l] + d·f32(A[l]) (multiply,
-// then add: not fused, as the reference); fold_lanes8(0, lane).
+// Q6_K · Q8_K: per super-block the exact signed integer A = Σ_s scales[s]·Σ_i (q - 32)·y, then
+// acc = fma(f32(d)·y.d, f32(A), acc).
 ESSAIM_HD float dot_q6k(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ6K*>(w);
   const auto* b = static_cast<const BlockQ8K*>(x);
-  float lane[8] = {};
+  float acc = 0.0f;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
-    int32_t A[8] = {};
+    int32_t A = 0;
     for (int s = 0; s < 16; ++s) {
       const int8_t* y = b[k].qs + 16 * s;
-      for (int l = 0; l < 8; ++l)
-        A[l] += int32_t(a[k].scales[s]) * (q6k_value(a[k], s, l) * y[l] + q6k_value(a[k], s, 8 + l) * y[8 + l]);
+      int32_t S = 0;
+      for (int i = 0; i < 16; ++i) S += q6k_value(a[k], s, i) * y[i];
+      A += int32_t(a[k].scales[s]) * S;
     }
-    const float d = mul_rn(half_to_f32(a[k].d), b[k].d);
-    for (int l = 0; l < 8; ++l) lane[l] = add_rn(lane[l], mul_rn(d, float(A[l])));
+    acc = fma_rn(mul_rn(half_to_f32(a[k].d), b[k].d), float(A), acc);
   }
-  return fold_lanes8(0.0f, lane);
+  return acc;
 }
 
 }  // namespace essaim::gpu

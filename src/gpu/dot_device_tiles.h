@@ -8,16 +8,16 @@
 //   float y[4];
 //   dot_q45k_tile<BlockQ4K>(3072, w_row, prepared, x_stride, 4, y);  // y[j] = dot(w_row, row j)
 //
-// Why the result is the scalar reference's, bit for bit (docs/kernels.md): lane l of a K-quant super-block
-// owns the elements 8c + l of every 32-element sub-block. dp4a adds four neighbouring bytes, so both
-// operands are put in "lanes4" order — per sub-block, byte 4l + c is element 8c + l: the activations once
-// per row (prepare_q8k_lanes4), the weights in registers (a 4x4 byte transpose with __byte_perm). One dp4a
-// then yields exactly lane l's Σ_c q·y of the sub-block, an exact integer; scales, mins, and every f32
-// step follow the reference in its order with explicit roundings. Each row of a tile has its own
-// accumulators, updated exactly as a one-row call would, so the tile size changes no bit. Q8_0's block
-// sum is one integer whatever the grouping, so dp4a runs on the bytes in memory order. Q6_K has only two
-// elements per lane per 16-element sub-block (a dp4a would be half empty): it keeps scalar integer
-// products and shares the 6-bit decode across the tile.
+// Why the result is the scalar reference's, bit for bit (docs/kernels.md): the order fixes only the f32
+// steps — per row and super-block acc = fma(db, f32(A), acc), then acc = fma(-dmb, f32(M), acc) (Q6_K: one
+// step) — while the integers A and M are exact in any grouping. dp4a adds four byte products, so any byte
+// order works as long as weights and activations share it; the activations are in "lanes4" order (per
+// sub-block, byte 4l + c is element 8c + l: prepare_q8k_lanes4, once per row) and the weights are put in
+// the same order in registers (a 4x4 byte transpose with __byte_perm). The eight dp4a of a sub-block
+// chain into one sum S, scaled by the sub-block's 6-bit scale into one A per row and super-block. Each
+// row of a tile has its own accumulator, updated exactly as a one-row call would, so the tile size
+// changes no bit. Q8_0's block sum is one integer too, so dp4a runs on the bytes in memory order. Q6_K
+// keeps scalar integer products (16-element sub-blocks) and shares the 6-bit decode across the tile.
 #pragma once
 
 #include <cstdint>
@@ -102,18 +102,14 @@ template <typename Block>
 ESSAIM_HD void dot_q45k_tile(int64_t n, const void* w, const void* x, uint64_t x_stride, int nx, float* y) {
   const auto* a = static_cast<const Block*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
-  float acc[kTileRows], lane[kTileRows][8];
-  for (int j = 0; j < kTileRows; ++j) {
-    acc[j] = 0.0f;
-    for (int l = 0; l < 8; ++l) lane[j][l] = 0.0f;
-  }
+  float acc[kTileRows];
+  for (int j = 0; j < kTileRows; ++j) acc[j] = 0.0f;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block& blk = a[k];
     uint8_t sc[8], m[8];
     for (int s = 0; s < 8; ++s) scale_min_k4(blk.scales, s, &sc[s], &m[s]);
-    int32_t A[kTileRows][8];
-    for (int j = 0; j < kTileRows; ++j)
-      for (int l = 0; l < 8; ++l) A[j][l] = 0;
+    int32_t A[kTileRows];
+    for (int j = 0; j < kTileRows; ++j) A[j] = 0;
     uint32_t hw[8] = {};  // Q5_K: qh as words, bit s of byte i = fifth bit of element 32s + i
     if constexpr (Q45kBits<Block>::kFifthBit)
       for (int i = 0; i < 8; ++i) hw[i] = load_u32_a2(Q45kBits<Block>::qh(blk) + 4 * i);
@@ -132,7 +128,9 @@ ESSAIM_HD void dot_q45k_tile(int64_t n, const void* w, const void* x, uint64_t x
           if (j >= nx) break;
           const auto* yb = reinterpret_cast<const BlockQ8K*>(xb + uint64_t(j) * x_stride) + k;
           const uint8_t* ys = reinterpret_cast<const uint8_t*>(yb->qs) + 32 * s;
-          for (int l = 0; l < 8; ++l) A[j][l] += int32_t(sc[s]) * dp4a_s8(lw[l], load_u32_a2(ys + 4 * l), 0);
+          int32_t S = 0;  // the sub-block's Σ q·y, |S| <= 32·31·128
+          for (int l = 0; l < 8; ++l) S = dp4a_s8(lw[l], load_u32_a2(ys + 4 * l), S);
+          A[j] += int32_t(sc[s]) * S;
         }
       }
     }
@@ -143,13 +141,13 @@ ESSAIM_HD void dot_q45k_tile(int64_t n, const void* w, const void* x, uint64_t x
       for (int g = 0; g < 16; ++g) M += int32_t(yb->bsums[g]) * int32_t(m[g / 2]);
       const float db = mul_rn(half_to_f32(blk.d), yb->d);
       const float dmb = mul_rn(half_to_f32(blk.dmin), yb->d);
-      for (int l = 0; l < 8; ++l) lane[j][l] = fma_rn(db, float(A[j][l]), lane[j][l]);
+      acc[j] = fma_rn(db, float(A[j]), acc[j]);
       acc[j] = fma_rn(-dmb, float(M), acc[j]);
     }
   }
   for (int j = 0; j < kTileRows; ++j) {
     if (j >= nx) break;
-    y[j] = fold_lanes8(acc[j], lane[j]);
+    y[j] = acc[j];
   }
 }
 
@@ -157,14 +155,12 @@ ESSAIM_HD void dot_q45k_tile(int64_t n, const void* w, const void* x, uint64_t x
 ESSAIM_HD void dot_q6k_tile(int64_t n, const void* w, const void* x, uint64_t x_stride, int nx, float* y) {
   const auto* a = static_cast<const BlockQ6K*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
-  float lane[kTileRows][8];
-  for (int j = 0; j < kTileRows; ++j)
-    for (int l = 0; l < 8; ++l) lane[j][l] = 0.0f;
+  float acc[kTileRows];
+  for (int j = 0; j < kTileRows; ++j) acc[j] = 0.0f;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& blk = a[k];
-    int32_t A[kTileRows][8];
-    for (int j = 0; j < kTileRows; ++j)
-      for (int l = 0; l < 8; ++l) A[j][l] = 0;
+    int32_t A[kTileRows];
+    for (int j = 0; j < kTileRows; ++j) A[j] = 0;
     for (int s = 0; s < 16; ++s) {
       int32_t q[16];
       for (int i = 0; i < 16; ++i) q[i] = q6k_value(blk, s, i);
@@ -172,19 +168,20 @@ ESSAIM_HD void dot_q6k_tile(int64_t n, const void* w, const void* x, uint64_t x_
       for (int j = 0; j < kTileRows; ++j) {
         if (j >= nx) break;
         const int8_t* ys = (reinterpret_cast<const BlockQ8K*>(xb + uint64_t(j) * x_stride) + k)->qs + 16 * s;
-        for (int l = 0; l < 8; ++l) A[j][l] += scale * (q[l] * ys[l] + q[8 + l] * ys[8 + l]);
+        int32_t S = 0;
+        for (int i = 0; i < 16; ++i) S += q[i] * ys[i];
+        A[j] += scale * S;
       }
     }
     for (int j = 0; j < kTileRows; ++j) {
       if (j >= nx) break;
       const auto* yb = reinterpret_cast<const BlockQ8K*>(xb + uint64_t(j) * x_stride) + k;
-      const float d = mul_rn(half_to_f32(blk.d), yb->d);
-      for (int l = 0; l < 8; ++l) lane[j][l] = add_rn(lane[j][l], mul_rn(d, float(A[j][l])));
+      acc[j] = fma_rn(mul_rn(half_to_f32(blk.d), yb->d), float(A[j]), acc[j]);
     }
   }
   for (int j = 0; j < kTileRows; ++j) {
     if (j >= nx) break;
-    y[j] = fold_lanes8(0.0f, lane[j]);
+    y[j] = acc[j];
   }
 }
 

@@ -1,16 +1,13 @@
 // AVX2 dot products of the quantised formats against their activation blocks (Q8_0·Q8_0, Q4_K·Q8_K,
 // Q5_K·Q8_K, Q6_K·Q8_K), bit-identical to dot_scalar.cpp.
 //
-// The integer parts are exact, so only their *grouping* has to follow the reference: K-quant lane l owns
-// the elements e ≡ l (mod 8) of a super-block (docs/reference.md 2.7). One in-lane byte shuffle (pairs) puts
-// elements i and i+8 of every 16 side by side, so maddubs' pair sums never mix lanes; i16 lane i of a
-// 128-bit half is then lane i % 8. The weights are shuffled here, the activations once per row by
-// prepare_q8k_pairs16_avx2 (docs/kernels.md, "prepared activations"). Two sub-blocks are interleaved with
-// unpack{lo,hi}_epi16 so that madd applies both their 6-bit scales while still summing within one lane; a
-// ymm of i32 ends up holding lanes 0..3 twice (unpacklo) or 4..7 twice (unpackhi), folded at the end of
-// each super-block. The f32 steps are then the reference's, one vector FMA (Q4_K, Q5_K) or multiply + add
-// (Q6_K) over the eight lanes. Activation bytes are assumed in [-127, 127], which every quantiser here
-// produces (sign_epi8 cannot negate -128).
+// The canonical K-quant orders (docs/kernels.md) fix only the f32 steps — per row and super-block
+// acc = fma(db, f32(A), acc), then acc = fma(-dmb, f32(M), acc) (Q6_K: acc = fma(d·y.d, f32(A), acc)) —
+// while the integers A and M are exact in any grouping. So the kernels form per-sub-block sums with
+// maddubs, scale them with madd into one i32 accumulator per row and super-block, sum all rows' accumulators
+// (and min terms) with one horizontal-add tree, and run the f32 steps for all rows of the call at once
+// (row j in element j). Q8_0 activation bytes are assumed in [-127, 127] (sign_epi8 cannot negate -128),
+// which every quantiser here produces.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -22,7 +19,8 @@
 namespace essaim {
 namespace {
 
-// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half.
+// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half (the pairs16 layout: any
+// byte order shared by both operands gives the same integer sums; this one is kept for Q6_K's table entry).
 __m256i pairs(__m256i v) {
   const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
                                      0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
@@ -38,11 +36,6 @@ int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Two i16 scales as the (low, high) halves of one i32, the operand layout of madd.
-int32_t scale_pair(int a, int b) {
-  return int32_t(uint32_t(uint16_t(int16_t(a))) | (uint32_t(uint16_t(int16_t(b))) << 16));
-}
-
 // [S_0 .. S_7]: the full sums of eight partial vectors (eight blocks, or eight rows).
 __m256i hsum8_i32(const __m256i v[8]) {
   const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -51,37 +44,40 @@ __m256i hsum8_i32(const __m256i v[8]) {
                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
-// [lanes 0..3 | lanes 0..3] + [lanes 4..7 | lanes 4..7] -> lanes 0..7.
-__m256i fold_lane_halves(__m256i a, __m256i b) {
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
 }
 
 }  // namespace
 
-// The activation side of the pair shuffle, done once per activation row instead of once per weight row.
+// Q6_K: the activation side of the pair shuffle, done once per activation row instead of once per weight
+// row, and bsums recomputed from qs: dot_q6k's −32 offset is Σ_s sc[s]·bsums[s], so recomputing makes
+// its result the reference's (which reads only qs) for any Q8_K bytes, not only quantiser output.
 void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     o[k] = in[k];
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += in[k].qs[16 * g + i];
+      o[k].bsums[g] = int16_t(sum);  // |sum| <= 16·128
+    }
     for (int i = 0; i < kQK_K; i += 32)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs(load256(in[k].qs + i)));
   }
 }
 
-// Q4_K / Q5_K: pairs16, then per 64 bytes (sub-blocks 2p | 2p+1) the two 32-byte halves interleaved by
-// 16-bit words, as dot_q45k interleaves the matching weight bytes once per block (docs/kernels.md).
+// Q4_K / Q5_K: per 64 bytes (sub-blocks 2p | 2p+1) the two 32-byte halves interleaved by 16-bit words, as
+// dot_q45k interleaves the matching weight bytes once per block (docs/kernels.md), so that one madd applies
+// the two sub-blocks' scales.
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     o[k] = in[k];
     for (int i = 0; i < kQK_K; i += 64) {
-      const __m256i a = pairs(load256(in[k].qs + i)), b = pairs(load256(in[k].qs + i + 32));
+      const __m256i a = load256(in[k].qs + i), b = load256(in[k].qs + i + 32);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), _mm256_unpacklo_epi16(a, b));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i + 32), _mm256_unpackhi_epi16(a, b));
     }
@@ -90,234 +86,252 @@ void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n) {
 
 namespace {
 
-// ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
+// ---- horizontal sums of several rows ---------------------------------------------------------------------
 
-// [M_0 .. M_3] from the first nx of four rows' partial vectors (the others are zero); one row takes the
-// cheaper single reduction, which is what decoding runs.
-template <int NX>
-__m128i hsum4_i32(const __m256i v[4]) {
-  if constexpr (NX == 1) return _mm_cvtsi32_si128(hsum_i32(v[0]));
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+// Four rows' partial vectors p[0..3] -> one vector whose element j (of either 128-bit half) is row j's sum
+// over that half. Partial trees of the same rows add element-wise, so a kernel may accumulate them.
+__m256i tree4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+}
+// tree4 of rows 0..3 -> [S_0 .. S_3].
+__m128i fold_tree4(__m256i t) { return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)); }
+// tree4 of rows 0..3 and of rows 4..7 -> [S_0 .. S_7].
+__m256i fold_tree8(__m256i t0123, __m256i t4567) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(t0123, t4567, 0x20), _mm256_permute2x128_si256(t0123, t4567, 0x31));
 }
 
-template <typename Block, int NX>
-void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
-  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
-  const auto* blocks = static_cast<const Block*>(w);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-  __m256 lanes[NX];
-#pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
-  __m128 acc = _mm_setzero_ps();  // acc of row j in element j
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
-    const Block* a = &blocks[k];
+// [Σ a, Σ b, Σ a, Σ b] of two partial vectors (one row's A and M).
+__m128i hsum2_i32(__m256i a, __m256i b) {
+  const __m256i h = _mm256_hadd_epi32(a, b);
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return _mm_hadd_epi32(s, s);
+}
+
+// ---- Q4_K / Q5_K ---------------------------------------------------------------------------------------
+
+// One super-block's weights, decoded: per sub-block pair p the interleaved nibble words w_lo / w_hi of
+// sub-blocks 2p and 2p+1 (matching the q45k_avx2 activations), the madd scale pair (sc[2p], sc[2p+1])
+// broadcast, and the 16 mins as (m[g/2]) words against bsums.
+template <bool kQ5>
+struct Q45kDecoder {
+  __m256i sc16, mins, hb;
+  template <typename Block>
+  explicit Q45kDecoder(const Block* a) {
     uint64_t sc64, m64;
     q4k_unpack_scales_u64(a->scales, &sc64, &m64);
     // i32 element p of sc16 is the (sc[2p], sc[2p+1]) pair one madd needs.
-    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
     const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-    __m256i hb = _mm256_setzero_si256();
-    if constexpr (kQ5) hb = pairs(load256(a->qh));
-
-    __m256i lo_lanes[NX], hi_lanes[NX];  // i32: lanes 0..3 twice / lanes 4..7 twice
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
-      const __m256i raw = pairs(load256(a->qs + 32 * p));
-      __m256i q_lo = _mm256_and_si256(raw, low4);
-      __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kQ5) {  // bit 2p / 2p+1 of qh, brought down to bits 0 / 1 by the running shift
-        q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-        q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-        hb = _mm256_srli_epi16(hb, 2);
-      }
-      const __m256i scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
-      // Weight byte pairs of sub-blocks 2p and 2p+1 interleaved by words once per block, so one maddubs per
-      // activation row yields the (2p, 2p+1) word pairs of one lane that madd scales and sums.
-      const __m256i w_lo = _mm256_unpacklo_epi16(q_lo, q_hi), w_hi = _mm256_unpackhi_epi16(q_lo, q_hi);
-#pragma GCC unroll 8
-      for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 64 * p;  // q45k_avx2 layout
-        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo, load256(q8)), scale));
-        hi_lanes[j] =
-            _mm256_add_epi32(hi_lanes[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi, load256(q8 + 32)), scale));
-      }
+    mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    if constexpr (kQ5) hb = load256(a->qh);
+  }
+  // Pair p (call in increasing p: Q5_K's high bits are brought down by a running shift).
+  template <typename Block>
+  void pair(const Block* a, int p, __m256i* w_lo, __m256i* w_hi, __m256i* scale) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i raw = load256(a->qs + 32 * p);
+    __m256i q_lo = _mm256_and_si256(raw, low4);
+    __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    if constexpr (kQ5) {  // bit 2p / 2p+1 of qh, brought down to bits 0 / 1 by the running shift
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+      q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+      hb = _mm256_srli_epi16(hb, 2);
     }
-    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
-    __m256i mpart[4] = {};
+    *scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
+    *w_lo = _mm256_unpacklo_epi16(q_lo, q_hi);
+    *w_hi = _mm256_unpackhi_epi16(q_lo, q_hi);
+  }
+};
+
+// Σ over one sub-block pair of a row: two maddubs (each word two products of one sub-block, |·| ≤ 2·31·128)
+// added as words — even words are sub-block 2p, odd words 2p+1 in both halves, and the sum stays within
+// ±15 872 — then one madd by (sc[2p], sc[2p+1]): 8 i32 partials of sc[2p]·S_2p + sc[2p+1]·S_2p+1.
+__m256i q45k_pair_sum(__m256i w_lo, __m256i w_hi, __m256i scale, const int8_t* q8) {
+  const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w_lo, load256(q8)), _mm256_maddubs_epi16(w_hi, load256(q8 + 32)));
+  return _mm256_madd_epi16(p16, scale);
+}
+
+// Up to four rows: the weight pairs are decoded one at a time and every row's accumulator stays live.
+template <typename Block, int NX>
+void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 4);
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  const auto* blocks = static_cast<const Block*>(w);
+  __m128 acc = _mm_setzero_ps();  // row j in element j (NX > 1)
+  float acc1 = 0.0f;              // NX == 1
+  for (int64_t k = 0; k < n / kQK_K; ++k) {
+    const Block* a = &blocks[k];
+    Q45kDecoder<kQ5> dec(a);
+    __m256i A[4] = {};
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      __m256i w_lo, w_hi, scale;
+      dec.pair(a, p, &w_lo, &w_hi, &scale);
+#pragma GCC unroll 4
+      for (int j = 0; j < NX; ++j)
+        A[j] = _mm256_add_epi32(A[j], q45k_pair_sum(w_lo, w_hi, scale, q8k_row(x, x_stride, j)[k].qs + 64 * p));
+    }
+    __m256i M[4] = {};
     alignas(16) float yd_rows[4] = {};
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      M[j] = _mm256_madd_epi16(load256(b.bsums), dec.mins);
       yd_rows[j] = b.d;
     }
-    const __m128 yd = _mm_load_ps(yd_rows);
-    const __m128 M = _mm_cvtepi32_ps(hsum4_i32<NX>(mpart));
-    acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
-    const float d = _cvtsh_ss(a->d);
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) {
-      const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
-      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd_rows[j]), _mm256_cvtepi32_ps(A), lanes[j]);
+    const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    if constexpr (NX == 1) {
+      const __m128 am = _mm_cvtepi32_ps(hsum2_i32(A[0], M[0]));  // [A, M, A, M]
+      acc1 = __builtin_fmaf(d * yd_rows[0], _mm_cvtss_f32(am), acc1);
+      acc1 = __builtin_fmaf(-(dmin * yd_rows[0]), _mm_cvtss_f32(_mm_movehdup_ps(am)), acc1);
+    } else {
+      // One tree for the A and M of all rows: elements 0..3 of the fold are A_j, 4..7 M_j.
+      const __m256i am = fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(M[0], M[1], M[2], M[3]));
+      const __m256 f = _mm256_cvtepi32_ps(am);
+      const __m128 yd = _mm_load_ps(yd_rows);
+      acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), yd), _mm256_castps256_ps128(f), acc);
+      acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_set1_ps(dmin), yd), _mm256_extractf128_ps(f, 1), acc);
     }
   }
-  alignas(16) float acc_rows[4];
-  _mm_store_ps(acc_rows, acc);
-#pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) {
-    alignas(32) float lane[8];
-    _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(acc_rows[j], lane);
+  if constexpr (NX == 1) {
+    y[0] = acc1;
+  } else {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc);
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; ++j) y[j] = out[j];
   }
 }
 
 // Five to eight activation rows (prefill, experts with many rows): the weight block is decoded once —
-// the four sub-block pairs' interleaved nibble words (eight ymm) and their scales — and each row then runs
-// its integer sums, lane fold and f32 step on its own, so only two integer accumulators are live at a
-// time. The per-row operations are dot_q45k's, in the same order, so every row gets the reference's bits.
+// the four sub-block pairs' interleaved nibble words (eight ymm) and their scales — and then each row runs
+// its integer sums on its own and enters the horizontal-add tree of its group of four at once, so only a
+// few accumulators are live; the f32 steps run for all rows in one ymm.
 template <typename Block, int NX>
 void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
-  static_assert(NX >= 1 && NX <= 8);
+  static_assert(NX >= 5 && NX <= 8);
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   const auto* blocks = static_cast<const Block*>(w);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-  __m256 lanes[NX];
-#pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
-  __m256 acc = _mm256_setzero_ps();  // acc of row j in element j
+  __m256 acc = _mm256_setzero_ps();  // row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block* a = &blocks[k];
-    uint64_t sc64, m64;
-    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
-    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-    const __m256i mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
-    __m256i hb = _mm256_setzero_si256();
-    if constexpr (kQ5) hb = pairs(load256(a->qh));
+    Q45kDecoder<kQ5> dec(a);
     __m256i w_lo[4], w_hi[4], scale[4];
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {  // as in dot_q45k
-      const __m256i raw = pairs(load256(a->qs + 32 * p));
-      __m256i q_lo = _mm256_and_si256(raw, low4);
-      __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kQ5) {
-        q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-        q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-        hb = _mm256_srli_epi16(hb, 2);
-      }
-      scale[p] = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
-      w_lo[p] = _mm256_unpacklo_epi16(q_lo, q_hi);
-      w_hi[p] = _mm256_unpackhi_epi16(q_lo, q_hi);
-    }
-    // Min term of all rows at once: M_j in element j, then acc_j = fma(-dmin * d_j, M_j, acc_j).
-    __m256i mpart[8] = {};
+    for (int p = 0; p < 4; ++p) dec.pair(a, p, &w_lo[p], &w_hi[p], &scale[p]);
+    __m256i A[8] = {}, M[8] = {};
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-      mpart[j] = _mm256_madd_epi16(load256(b.bsums), mins);
+      const int8_t* q8 = b.qs;  // q45k_avx2 layout
+      __m256i s = q45k_pair_sum(w_lo[0], w_hi[0], scale[0], q8);
+#pragma GCC unroll 3
+      for (int p = 1; p < 4; ++p) s = _mm256_add_epi32(s, q45k_pair_sum(w_lo[p], w_hi[p], scale[p], q8 + 64 * p));
+      A[j] = s;
+      M[j] = _mm256_madd_epi16(load256(b.bsums), dec.mins);
       yd_rows[j] = b.d;
     }
+    const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(A[4], A[5], A[6], A[7])));
+    const __m256 fm = _mm256_cvtepi32_ps(fold_tree8(tree4(M[0], M[1], M[2], M[3]), tree4(M[4], M[5], M[6], M[7])));
     const __m256 yd = _mm256_load_ps(yd_rows);
-    const __m256 M = _mm256_cvtepi32_ps(hsum8_i32(mpart));
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), M, acc);
-    const float d = _cvtsh_ss(a->d);
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) {
-      const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs;  // q45k_avx2 layout
-      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo[p], load256(q8 + 64 * p)), scale[p]));
-        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi[p], load256(q8 + 64 * p + 32)), scale[p]));
-      }
-      const __m256i A = fold_lane_halves(lo, hi);
-      lanes[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd_rows[j]), _mm256_cvtepi32_ps(A), lanes[j]);
-    }
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->d)), yd), fa, acc);
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(a->dmin)), yd), fm, acc);
   }
-  alignas(32) float acc_rows[8];
-  _mm256_store_ps(acc_rows, acc);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc);
 #pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) {
-    alignas(32) float lane[8];
-    _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(acc_rows[j], lane);
-  }
+  for (int j = 0; j < NX; ++j) y[j] = out[j];
 }
 
 // ---- Q6_K ----------------------------------------------------------------------------------------------
 
+// A = Σ_s sc[s]·Σ (q − 32)·x = Σ_s sc[s]·Σ q·x − 32·Σ_s sc[s]·bsums[s] (a Q6_K sub-block is one bsums
+// group of 16): maddubs takes the unsigned 6-bit q (0..63, pair sums ≤ 2·63·128, no saturation) against
+// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the pairs16
+// prepare, so this holds for any Q8_K bytes) by the scales per row. Per row and super-block: 8 maddubs +
+// 8 madd + 1 madd for the offset; per 128-element half the rows' sums enter the horizontal-add trees of
+// their groups of four (hadd is linear, so the halves' trees add up), then one f32 step for all rows.
 template <int NX>
 void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
+  static_assert(NX >= 1 && NX <= 8);
+  constexpr int kGroups = (NX + 3) / 4;
   const auto* blocks = static_cast<const BlockQ6K*>(w);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(32);
-  __m256 lanes[NX];
-#pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) lanes[j] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc8 = _mm256_setzero_ps();  // row j in element j
+  __m128 acc4 = _mm_setzero_ps();
+  float acc1 = 0.0f;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
-    __m256i lo_lanes[NX], hi_lanes[NX];
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) lo_lanes[j] = hi_lanes[j] = _mm256_setzero_si256();
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales));
+    const __m256i sc_all = _mm256_cvtepi8_epi16(sc8);  // the 16 scales as words, against bsums
+    __m256i T[2] = {};  // tree4 partials of rows 0..3 and 4..7
+    __m256i A1 = _mm256_setzero_si256();
+    alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + l, c = 0..3
+    for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + i, c = 0..3
       const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
       const __m256i qh = pairs(load256(a.qh + 32 * h));
       // 6-bit values of the four groups: low nibble (c = 0, 1) or high nibble (c = 2, 3) of ql, and bits
       // 2c..2c+1 of qh moved to bits 4..5 (masking first keeps the 16-bit shifts within each byte).
-      const __m256i h01 = _mm256_and_si256(qh, _mm256_set1_epi8(0x03));
-      const __m256i h23 = _mm256_and_si256(qh, _mm256_set1_epi8(0x0C));
-      const __m256i h45 = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
-      const __m256i h67 = _mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0)));
       __m256i g[4];
-      g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(h01, 4));
-      g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(h23, 2));
-      g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h45);
-      g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_srli_epi16(h67, 2));
-      __m256i sgn[4], mag[4];  // q - 32 and |q - 32|: maddubs wants an unsigned operand
-#pragma GCC unroll 8
-      for (int c = 0; c < 4; ++c) {
-        sgn[c] = _mm256_sub_epi8(g[c], bias);
-        mag[c] = _mm256_abs_epi8(sgn[c]);
-      }
-      // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1; groups c and c+1 share one madd.
-      const int8_t* s = a.scales + 8 * h;
-      const __m256i scale01 =
-          _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[0], s[2])), _mm_set1_epi32(scale_pair(s[1], s[3])));
-      const __m256i scale23 =
-          _mm256_setr_m128i(_mm_set1_epi32(scale_pair(s[4], s[6])), _mm_set1_epi32(scale_pair(s[5], s[7])));
+      g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
+      g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2));
+      g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+      g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                             _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0))), 2));
+      // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1: their scale words, one byte shuffle
+      // each from the eight scales of this half (words, in both 128-bit halves).
+      const __m256i sc_h = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_unpackhi_epi64(sc8, sc8)));
+      __m256i scale[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c)
+        scale[c] = _mm256_shuffle_epi8(sc_h, _mm256_setr_m128i(_mm_set1_epi16(int16_t(((4 * c + 1) << 8) | (4 * c))),
+                                                               _mm_set1_epi16(int16_t(((4 * c + 3) << 8) | (4 * c + 2)))));
+      __m256i S[8];
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
-        const int8_t* q8 = q8k_row(x, x_stride, j)[k].qs + 128 * h;  // pairs16 layout
-        __m256i p[4];
-#pragma GCC unroll 8
-        for (int c = 0; c < 4; ++c) p[c] = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(load256(q8 + 32 * c), sgn[c]));
-        const __m256i lo01 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[0], p[1]), scale01);
-        const __m256i hi01 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[0], p[1]), scale01);
-        const __m256i lo23 = _mm256_madd_epi16(_mm256_unpacklo_epi16(p[2], p[3]), scale23);
-        const __m256i hi23 = _mm256_madd_epi16(_mm256_unpackhi_epi16(p[2], p[3]), scale23);
-        lo_lanes[j] = _mm256_add_epi32(lo_lanes[j], _mm256_add_epi32(lo01, lo23));
-        hi_lanes[j] = _mm256_add_epi32(hi_lanes[j], _mm256_add_epi32(hi01, hi23));
+        const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
+        const int8_t* q8 = b.qs + 128 * h;  // pairs16 layout
+        __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(g[0], load256(q8)), scale[0]),
+                                       _mm256_madd_epi16(_mm256_maddubs_epi16(g[1], load256(q8 + 32)), scale[1]));
+        const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(g[2], load256(q8 + 64)), scale[2]),
+                                             _mm256_madd_epi16(_mm256_maddubs_epi16(g[3], load256(q8 + 96)), scale[3]));
+        if (h == 0) {  // the −32 offset of all 16 sub-blocks: 32·Σ_s sc[s]·bsums[s]
+          yd_rows[j] = b.d;
+          s01 = _mm256_sub_epi32(s01, _mm256_slli_epi32(_mm256_madd_epi16(load256(b.bsums), sc_all), 5));
+        }
+        S[j] = _mm256_add_epi32(s01, s23);
+      }
+      if constexpr (NX == 1) {
+        A1 = _mm256_add_epi32(A1, S[0]);
+      } else {
+        // hadd is linear: the trees of the two halves h add up to the tree of the whole super-block.
+        const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int q = 0; q < kGroups; ++q)
+          T[q] = _mm256_add_epi32(T[q], tree4(S[4 * q], 4 * q + 1 < NX ? S[4 * q + 1] : z, 4 * q + 2 < NX ? S[4 * q + 2] : z,
+                                              4 * q + 3 < NX ? S[4 * q + 3] : z));
       }
     }
     const float d = _cvtsh_ss(a.d);
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) {
-      const __m256i A = fold_lane_halves(lo_lanes[j], hi_lanes[j]);
-      const __m256 dd = _mm256_set1_ps(d * q8k_row(x, x_stride, j)[k].d);
-      lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(A)));
+    if constexpr (NX == 1) {
+      acc1 = __builtin_fmaf(d * yd_rows[0], float(hsum_i32(A1)), acc1);
+    } else if constexpr (kGroups == 1) {
+      const __m128 fa = _mm_cvtepi32_ps(fold_tree4(T[0]));
+      acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_load_ps(yd_rows)), fa, acc4);
+    } else {
+      const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(T[0], T[1]));
+      acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows)), fa, acc8);
     }
   }
+  alignas(32) float out[8];
+  if constexpr (NX == 1) out[0] = acc1;
+  else if constexpr (kGroups == 1) _mm_store_ps(out, acc4);
+  else _mm256_store_ps(out, acc8);
 #pragma GCC unroll 8
-  for (int j = 0; j < NX; ++j) {
-    alignas(32) float lane[8];
-    _mm256_store_ps(lane, lanes[j]);
-    y[j] = fold_lanes8(0.0f, lane);
-  }
+  for (int j = 0; j < NX; ++j) y[j] = out[j];
 }
 
 // ---- Q8_0 ----------------------------------------------------------------------------------------------

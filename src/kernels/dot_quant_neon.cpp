@@ -2,13 +2,12 @@
 // ·Q8_K), bit-identical to dot_scalar.cpp. Baseline AArch64; the dot-product-extension variants are in
 // dot_quant_neon_dotprod.cpp.
 //
-// Why no shuffle is needed here: lane l of a K-quant super-block owns the elements e ≡ l (mod 8) of every
-// sub-block. vmull_s8 / vmlal_s8 multiply eight bytes into eight i16 products *without* adding neighbours,
-// so product j of any 8-element group is lane j's. Adding the four groups of a 32-element sub-block (or the
-// two of a 16-element Q6_K one) element-wise gives lane l's partial sum in i16 element l (at most 4·31·128 =
-// 15 872 in magnitude), and vmlal_n_s16 applies the sub-block scale into i32 lanes 0..3 / 4..7. All integer
-// steps are exact, so any order gives the reference's A[l] and M; the f32 steps then run on the eight lanes
-// in the canonical order (docs/kernels.md).
+// The canonical K-quant orders (docs/kernels.md) fix only the f32 steps per row and super-block; the
+// integers A (and M) are exact in any grouping. Here vmull_s8 / vmlal_s8 multiply eight bytes into eight
+// i16 products; the four 8-element groups of a 32-element sub-block (two of a 16-element Q6_K one) are
+// added element-wise (at most 4·31·128 = 15 872 in magnitude), vmlal_n_s16 applies the sub-block scale
+// into i32 partial sums, and a row's partial vector is summed with the other rows' by one pairwise-add
+// tree; the f32 steps then run for four rows at once.
 #include <arm_neon.h>
 
 #include <cstdint>
@@ -47,8 +46,8 @@ void q8_0_rows(int64_t n, const void* wv, const void* xv, size_t xs, float* y) {
   for (int j = 0; j < NX; ++j) y[j] = acc[j];
 }
 
-// Lane sums of one 32-element sub-block: q holds elements 0..15 and 16..31 (values < 32), x the same of
-// the activation. Returns i16 element l = Σ_c q[8c+l]·x[8c+l].
+// Partial sums of one 32-element sub-block: q holds elements 0..15 and 16..31 (values < 32), x the same of
+// the activation. Returns i16 element l = Σ_c q[8c+l]·x[8c+l] (their total is the sub-block's Σ q·x).
 static inline int16x8_t lanes32(int8x16_t q0, int8x16_t q1, int8x16_t x0, int8x16_t x1) {
   int16x8_t p = vmull_s8(vget_low_s8(q0), vget_low_s8(x0));
   p = vmlal_high_s8(p, q0, x0);
@@ -56,29 +55,17 @@ static inline int16x8_t lanes32(int8x16_t q0, int8x16_t q1, int8x16_t x0, int8x1
   return vmlal_high_s8(p, q1, x1);
 }
 
-// Plain NEON: the 256 values decoded to bytes in natural order (q[2s], q[2s+1] = sub-block s, elements
-// 0..15 and 16..31; docs/reference.md 2.4: qs[32j + i] holds sub-block 2j in its low nibble, 2j+1 in its high one), and
-// a sub-block's lane sums by vmull_s8 / vmlal_s8 of its four 8-element groups.
+// Plain NEON: a sub-block's sum by vmull_s8 / vmlal_s8 of its four 8-element groups (the weights decoded
+// to bytes in natural order by neon_q45k_decode).
 struct NeonQ45k {
-  template <bool kFiveBit, typename Block>
-  static void decode(const Block& b, int8x16_t q[16]) {
-    const uint8x16_t low4 = vdupq_n_u8(0x0F);
-    for (int j = 0; j < 4; ++j) {
-      const uint8x16_t b0 = vld1q_u8(b.qs + 32 * j), b1 = vld1q_u8(b.qs + 32 * j + 16);
-      uint8x16_t v[4] = {vandq_u8(b0, low4), vandq_u8(b1, low4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4)};
-      if constexpr (kFiveBit) neon_q5k_add_high_bits(v, vld1q_u8(b.qh), vld1q_u8(b.qh + 16), j);
-      for (int i = 0; i < 4; ++i) q[4 * j + i] = vreinterpretq_s8_u8(v[i]);
-    }
-  }
-  static void sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8], int32x4_t* lo, int32x4_t* hi) {
+  static int32x4_t sums(const int8x16_t q[16], const BlockQ8K& x, const uint8_t sc[8]) {
     int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
     for (int s = 0; s < 8; ++s) {
       const int16x8_t p = lanes32(q[2 * s], q[2 * s + 1], vld1q_s8(x.qs + 32 * s), vld1q_s8(x.qs + 32 * s + 16));
       a_lo = vmlal_n_s16(a_lo, vget_low_s16(p), int16_t(sc[s]));
       a_hi = vmlal_high_n_s16(a_hi, p, int16_t(sc[s]));
     }
-    *lo = a_lo;
-    *hi = a_hi;
+    return vaddq_s32(a_lo, a_hi);
   }
 };
 
@@ -103,38 +90,42 @@ static inline int8x16_t q6k_sub(const BlockQ6K& b, int s) {
   return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
 }
 
+// Per row and super-block A = Σ_s scales[s]·Σ_i (q - 32)·x as i32 partials (two elements per i16 product
+// element, ≤ 2·32·128), the rows' A by one pairwise tree, then acc = fma(d·y.d, f32(A), acc) for four rows.
 template <int NX>
 void q6k_rows(int64_t n, const void* wv, const void* xv, size_t xs, float* y) {
+  static_assert(NX >= 1 && NX <= 4);
   const auto* w = static_cast<const BlockQ6K*>(wv);
   const BlockQ8K* x[NX];
   for (int j = 0; j < NX; ++j) x[j] = reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(xv) + j * xs);
-  float32x4_t lane_lo[NX], lane_hi[NX];
-  for (int j = 0; j < NX; ++j) lane_lo[j] = lane_hi[j] = vdupq_n_f32(0.0f);
+  float32x4_t acc = vdupq_n_f32(0.0f);  // row j in element j
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     int8x16_t q[16];
     for (int s = 0; s < 16; ++s) q[s] = q6k_sub(w[k], s);
-    const float dw = f16_to_f32(w[k].d);
+    int32x4_t a_part[4];
+    float yd[4];
+    for (int j = 0; j < 4; ++j) {
+      a_part[j] = vdupq_n_s32(0);
+      yd[j] = 0.0f;
+    }
     for (int j = 0; j < NX; ++j) {
       const BlockQ8K& b = x[j][k];
       int32x4_t a_lo = vdupq_n_s32(0), a_hi = vdupq_n_s32(0);
-      for (int s = 0; s < 16; ++s) {  // lane l: elements 16s + l and 16s + 8 + l
+      for (int s = 0; s < 16; ++s) {
         const int8x16_t xv16 = vld1q_s8(b.qs + 16 * s);
         const int16x8_t p = vmlal_high_s8(vmull_s8(vget_low_s8(q[s]), vget_low_s8(xv16)), q[s], xv16);
         a_lo = vmlal_n_s16(a_lo, vget_low_s16(p), int16_t(w[k].scales[s]));
         a_hi = vmlal_high_n_s16(a_hi, p, int16_t(w[k].scales[s]));
       }
-      const float d = dw * b.d;
-      // lane[l] + d·A[l], multiply then add (not fused), as the reference.
-      lane_lo[j] = vaddq_f32(lane_lo[j], vmulq_n_f32(vcvtq_f32_s32(a_lo), d));
-      lane_hi[j] = vaddq_f32(lane_hi[j], vmulq_n_f32(vcvtq_f32_s32(a_hi), d));
+      a_part[j] = vaddq_s32(a_lo, a_hi);
+      yd[j] = b.d;
     }
+    const float32x4_t d = vmulq_n_f32(vld1q_f32(yd), f16_to_f32(w[k].d));
+    acc = vfmaq_f32(acc, d, vcvtq_f32_s32(neon_hsum4_s32(a_part)));
   }
-  for (int j = 0; j < NX; ++j) {
-    float lane[8];
-    vst1q_f32(lane, lane_lo[j]);
-    vst1q_f32(lane + 4, lane_hi[j]);
-    y[j] = fold_lanes8(0.0f, lane);
-  }
+  float out[4];
+  vst1q_f32(out, acc);
+  for (int j = 0; j < NX; ++j) y[j] = out[j];
 }
 
 }  // namespace

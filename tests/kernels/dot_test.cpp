@@ -174,6 +174,38 @@ TEST(Dot, Q6kAvx512AtTheBoundsAndWithForeignBsums) {
   }
 }
 
+// The Q6_K reference reads only an activation block's qs; a kernel may use bsums for its −32 offset only if
+// its prepare function recomputes them. Rows whose bsums are garbage and whose qs include -128 (no
+// quantiser writes either) must still give the reference's bits on every ISA.
+TEST(Dot, Q6kIgnoresTheActivationBsumsAndTakesEveryByte) {
+  const KernelCase c{.name = "q6_k 512x7 hostile activations", .type = GgmlType::Q6_K, .cols = 512, .rows = 7,
+                     .n_rows = 9, .fill = WeightFill::QUANTIZED};
+  Prepared s = prepare(c, 4321);
+  uint32_t state = 12345;
+  auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  for (int64_t t = 0; t < c.n_rows; ++t)
+    for (int64_t b = 0; b < c.cols / kQK_K; ++b) {
+      auto* blk = reinterpret_cast<BlockQ8K*>(s.xq.data() + uint64_t(t) * s.x_row) + b;
+      for (int g = 0; g < kQK_K / 16; ++g) blk->bsums[g] = int16_t(next() >> 16);
+      for (int i = 0; i < kQK_K; i += 7) blk->qs[i] = (next() >> 31) != 0 ? int8_t(-128) : int8_t(next() >> 24);
+    }
+  const VecDotFn ref = s.k->vec_dot[size_t(Isa::SCALAR)];
+  for (Isa isa : simd_isas()) {
+    std::vector<uint8_t> xp(s.xq.size());
+    prepare_activations(*s.k, isa, s.xq.data(), c.n_rows, c.cols, xp.data());
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int nx = 1; nx <= kDotMaxRows; ++nx) {
+        float got[kDotMaxRows];
+        s.k->dot(isa)(c.cols, s.w(r), xp.data() + s.x_row, s.x_row, nx, got);
+        for (int j = 0; j < nx; ++j) {
+          float want = 0;
+          ref(c.cols, s.w(r), s.x(1 + j), s.x_row, 1, &want);
+          ASSERT_EQ(bits(got[j]), bits(want)) << isa_name(isa) << " row " << r << " nx " << nx << " act " << 1 + j;
+        }
+      }
+  }
+}
+
 TEST(Dot, ScalarReferenceIsIndependentOfRowsPerCall) {
   for (const KernelCase& c : kernel_cases_correctness()) {
     const Prepared s = prepare(c, 99);
