@@ -1,19 +1,81 @@
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace essaim {
+namespace {
+
+// Spin budget bounds per waiter. A decode step's parallel loops are separated by a few microseconds of
+// serial work, and their chunks end within a few microseconds of each other when both threads run, so a
+// spin of tens of microseconds catches nearly every hand-off on a quiet machine; a hand-off later than
+// that means a thread lost its CPU, and then blocking is cheaper than spinning (the budget halves).
+int64_t max_spin_ns() {
+  static const int64_t v = [] {
+    if (const char* s = std::getenv("ESSAIM_POOL_SPIN_US")) return int64_t(std::atoll(s)) * 1000;
+    return int64_t(50'000);
+  }();
+  return v;
+}
+constexpr int64_t kMinSpinNs = 2'000;
+// Pure pause spinning before sched_yield joins in: a hand-off within this is caught at pause latency.
+constexpr int64_t kPauseOnlyNs = 3'000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Spins until ready() or the budget runs out; adapts the budget; returns whether ready() became true.
+template <typename Ready>
+bool spin_until(const Ready& ready, int64_t& budget_ns) {
+  const int64_t max_ns = max_spin_ns();
+  if (max_ns <= 0) return ready();
+  const int64_t start = now_ns();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) {
+        budget_ns = std::min(max_ns, budget_ns * 2);
+        return true;
+      }
+      cpu_relax();
+    }
+    const int64_t spent = now_ns() - start;
+    if (spent >= budget_ns) break;
+    if (spent >= kPauseOnlyNs) sched_yield();
+  }
+  budget_ns = std::max(kMinSpinNs, budget_ns / 2);
+  return ready();
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(size_t n_threads) {
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   n_threads_ = n_threads;
+  caller_budget_.ns = max_spin_ns();
   for (size_t i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : threads_) t.join();
@@ -31,41 +93,51 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     if (n > 0) fn(0, n);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+  job_ = &fn;
+  job_n_ = n;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  // seq_cst store then seq_cst load of sleepers_, against a worker's seq_cst increment of sleepers_ then
+  // load of generation_: either the worker sees the new generation or we see it asleep and wake it.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
   size_t b, e;
   chunk_of(n, n_threads_, 0, &b, &e);
   if (b < e) fn(b, e);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  const auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(finished, caller_budget_.ns)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    done_.wait(lock, finished);
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(size_t index) {
-  size_t seen = 0;
+  uint64_t seen = 0;
+  SpinBudget budget{max_spin_ns()};
   for (;;) {
-    const std::function<void(size_t, size_t)>* job;
-    size_t n;
-    {
+    const auto woken = [&] {
+      return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(woken, budget.ns)) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.wait(lock, woken);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     size_t b, e;
-    chunk_of(n, n_threads_, index, &b, &e);
-    if (b < e) (*job)(b, e);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+    chunk_of(job_n_, n_threads_, index, &b, &e);
+    if (b < e) (*job_)(b, e);
+    // The last worker to finish wakes the caller if it went to sleep (same pattern as the job hand-off).
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && sleepers_.load(std::memory_order_seq_cst) != 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      done_.notify_all();
     }
   }
 }

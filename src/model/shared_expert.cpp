@@ -11,12 +11,9 @@ namespace essaim {
 
 void shared_expert_add(const SharedExpert& se, const float* f, int64_t n, float* out, ThreadPool* pool) {
   const int64_t E = se.gate.cols, Fs = se.gate.rows;
-  ESSAIM_CHECK(type_traits(se.gate.type).vec_dot_type == type_traits(se.up.type).vec_dot_type);
-  std::vector<uint8_t> fq(size_t(n) * activation_row_bytes(se.gate.type, E));  // [n] rows, gate/up format
-  quantize_activations(se.gate.type, f, n, E, fq.data());
   std::vector<float> g(size_t(n * Fs)), u(size_t(n * Fs));  // [n][Fs]
-  matmul_preq(se.gate, fq.data(), n, g.data(), pool);
-  matmul_preq(se.up, fq.data(), n, u.data(), pool);
+  const MatmulOut gu_outs[] = {{&se.gate, g.data()}, {&se.up, u.data()}};
+  matmul_set(gu_outs, f, n, pool);  // gate and up as one task set
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
   std::vector<float> sh(size_t(n * E));  // [n][E]
   matmul(se.down, g.data(), n, sh.data(), pool);
