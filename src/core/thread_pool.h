@@ -9,12 +9,15 @@
 //
 // A decoded token runs a dozen or more parallel loops of a few hundred microseconds each, so how fast a
 // sleeping thread wakes matters as much as the loop itself. Waiters (a worker between jobs, the caller
-// waiting for the last chunk) first spin a short, adaptive time — pause instructions, then sched_yield so a
-// spinning thread gives its CPU to whatever else is runnable there — and only then block on a condition
-// variable. The spin budget of each waiter halves every time its spin ran out without the event and grows
-// back when spins succeed, so on a loaded machine (where the event is late because a thread lost its CPU)
-// waiters soon block at once instead of burning the CPU the late thread needs. docs/engine.md ("Decode as a
-// memory stream") has the measurements.
+// waiting for the last chunk) first spin a short, adaptive time on pause instructions, and only then block
+// on a condition variable. The spin budget of each waiter halves every time its spin ran out without the
+// event, drops to the minimum when the spinning thread finds it was descheduled, and doubles back when
+// spins succeed, so on a loaded machine (where a late event means a thread lost its CPU) waiters block
+// almost at once and are woken like a plain futex pool's, instead of spinning on a CPU the late thread
+// needs. A waiter never spins where its spin could only delay the thread it waits for: the caller blocks
+// at once if a worker has not yet picked up the job, a worker if it runs on the CPU the caller last
+// published from. ESSAIM_POOL_SPIN_US sets the largest budget (default 50; 0 turns spinning off). docs/engine.md
+// ("Decode as a memory stream") has the measurements.
 #pragma once
 
 #include <atomic>
@@ -54,6 +57,8 @@ class ThreadPool {
   size_t job_n_ = 0;
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<size_t> pending_{0};  // worker chunks of the current job not yet finished
+  alignas(64) std::atomic<size_t> started_{0};   // workers that picked up the current job
+  std::atomic<int> caller_cpu_{-1};              // the caller's CPU when it published the job
   alignas(64) std::atomic<uint32_t> sleepers_{0};  // threads blocked (or about to block) on wake_ / done_
   std::atomic<bool> stop_{false};
   std::mutex mu_;
