@@ -76,9 +76,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
 //   const MatmulOut outs[] = {{&wq, q}, {&wk, k}, {&wv, v}};
 //   matmul_set(outs, x, n_tok, &pool);      // same bits as matmul(wq, x, n_tok, q, &pool), etc.
 //
-// x is converted once per distinct activation format. The weight rows of all matrices, in the order given,
-// are cut into contiguous ranges of (nearly) equal bytes, one per thread, so each thread streams its own
-// stretch of weights. Each y[t][o] is computed by matmul_rows exactly as matmul computes it.
+// x is converted once per distinct activation format. Thread i computes the i-th contiguous share of
+// every matrix's weight rows, so each thread streams its own stretch of each matrix and the shares cost
+// the same whatever the types. Each y[t][o] is computed by matmul_rows exactly as matmul computes it.
 struct MatmulOut {
   const WeightMatrix* w;
   float* y;  // [n_rows][w->rows]
