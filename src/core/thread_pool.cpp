@@ -18,13 +18,13 @@ namespace {
 // serial work, and their chunks end within a few microseconds of each other when both threads run, so a
 // spin of tens of microseconds would catch nearly every hand-off on a quiet machine; a hand-off later than
 // that means a thread lost its CPU, and then blocking is cheaper than spinning (the budget halves).
-// Off by default: with two competing busy processes on the 2-vCPU VM measured, every spinning variant lost
-// 15-60 % of decode tok/s against blocking at once (docs/engine.md), and no quiet machine was available to
-// show the gain. ESSAIM_POOL_SPIN_US=50 turns it on.
+// On the 2-vCPU VM measured (docs/engine.md), qwen3moe tg64 against blocking at once: quiet +8 %; with two
+// competing busy processes +30 %; at load 8-10 (builds on top of those) -25 %. ESSAIM_POOL_SPIN_US=0 turns
+// it off on a machine shared that heavily.
 int64_t max_spin_ns() {
   static const int64_t v = [] {
     if (const char* s = std::getenv("ESSAIM_POOL_SPIN_US")) return int64_t(std::atoll(s)) * 1000;
-    return int64_t(0);
+    return int64_t(50'000);
   }();
   return v;
 }

@@ -16,8 +16,8 @@
 // almost at once and are woken like a plain futex pool's, instead of spinning on a CPU the late thread
 // needs. A waiter never spins where its spin could only delay the thread it waits for: the caller blocks
 // at once if a worker has not yet picked up the job, a worker if it runs on the CPU the caller last
-// published from. ESSAIM_POOL_SPIN_US sets the largest budget in microseconds; the default, 0, blocks at
-// once (spinning lost under load on the machine measured). docs/engine.md
+// published from. ESSAIM_POOL_SPIN_US sets the largest budget in microseconds (default 50; 0 blocks at once,
+// for a machine shared so heavily that spinning loses). docs/engine.md
 // ("Decode as a memory stream") has the measurements.
 #pragma once
 
