@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/ggml_type.h"
@@ -67,5 +68,21 @@ int64_t matmul_tile_rows(const WeightMatrix& w);
 
 // Convenience: quantise_activations + matmul_preq.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);
+
+// Several products of the same activation rows as ONE parallel task set (one wake-up and one barrier
+// instead of one per matrix): the q, k and v projections, Gated DeltaNet's input projections, a shared
+// expert's gate and up.
+//
+//   const MatmulOut outs[] = {{&wq, q}, {&wk, k}, {&wv, v}};
+//   matmul_set(outs, x, n_tok, &pool);      // same bits as matmul(wq, x, n_tok, q, &pool), etc.
+//
+// x is converted once per distinct activation format. Thread i computes the i-th contiguous share of
+// every matrix's weight rows, so each thread streams its own stretch of each matrix and the shares cost
+// the same whatever the types. Each y[t][o] is computed by matmul_rows exactly as matmul computes it.
+struct MatmulOut {
+  const WeightMatrix* w;
+  float* y;  // [n_rows][w->rows]
+};
+void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows, ThreadPool* pool);
 
 }  // namespace essaim

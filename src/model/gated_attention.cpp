@@ -47,9 +47,8 @@ void gated_attention_forward_batch(const GatedAttentionShape& s, const GatedAtte
   std::vector<float> qg(size_t(N * 2 * HD));  // [N][H][q D | gate D]
   std::vector<float> k(size_t(N * KD));       // [N][Hkv][D]
   std::vector<float> v(size_t(N * KD));       // [N][Hkv][D]
-  matmul(w.q, a, N, qg.data(), pool);
-  matmul(w.k, a, N, k.data(), pool);
-  matmul(w.v, a, N, v.data(), pool);
+  const MatmulOut qkv_outs[] = {{&w.q, qg.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
+  matmul_set(qkv_outs, a, N, pool);  // one task set for the three projections of a
 
   std::vector<float> q(size_t(N * HD));     // [N][H][D]
   std::vector<float> gate(size_t(N * HD));  // [N][H][D]

@@ -218,10 +218,9 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
   std::vector<float> z(size_t(N * VD));      // [N][Hv][Dv]
   std::vector<float> beta(size_t(N * Hv));   // [N][Hv]
   std::vector<float> decay(size_t(N * Hv));  // [N][Hv]
-  matmul(w.qkv, a, N, mix.data(), pool);
-  matmul(w.gate, a, N, z.data(), pool);
-  matmul(w.beta, a, N, beta.data(), pool);
-  matmul(w.alpha, a, N, decay.data(), pool);
+  const MatmulOut in_outs[] = {{&w.qkv, mix.data()}, {&w.gate, z.data()}, {&w.beta, beta.data()},
+                                {&w.alpha, decay.data()}};
+  matmul_set(in_outs, a, N, pool);  // one task set for the four projections of a
   for (int64_t t = 0; t < N; ++t)
     for (int64_t h = 0; h < Hv; ++h) {
       float& b = beta[size_t(t * Hv + h)];
@@ -238,7 +237,7 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
   delta_rule(s, u.data(), decay.data(), beta.data(), seqs, o.data(), pool);
 
   // Gated RMSNorm per head: RMSNorm(o_h, ssm_norm) ⊙ silu(z_h).
-  parallel_for(N * Hv > 16 ? pool : nullptr, size_t(N * Hv), [&](size_t b, size_t e) {
+  parallel_for(N * VD >= kParallelFloats ? pool : nullptr, size_t(N * Hv), [&](size_t b, size_t e) {
     for (size_t r = b; r < e; ++r) {
       float* oh = o.data() + r * size_t(Dv);
       const float* zh = z.data() + r * size_t(Dv);

@@ -7,12 +7,17 @@
 namespace essaim {
 
 Status moe_block_forward(const MoeBlock& b, const float* f, int64_t n, ExpertExecutor& executor,
-                         ThreadPool* pool, float* out, MoeRouting* routing) {
+                         ThreadPool* pool, float* out, MoeRouting* routing,
+                         std::span<const MatmulOut> with_router) {
   const int32_t K = b.n_expert_used;
   const size_t E = size_t(b.n_embd);
   std::vector<int32_t> ids(size_t(n) * size_t(K));   // [n][K] slot order
   std::vector<float> w(size_t(n) * size_t(K));       // [n][K] renormalised
-  route(b.router, f, n, K, ids.data(), w.data(), pool);
+  std::vector<float> logits(size_t(n) * size_t(b.router.rows));  // [n][n_expert]
+  std::vector<MatmulOut> products{{&b.router, logits.data()}};
+  products.insert(products.end(), with_router.begin(), with_router.end());
+  matmul_set(products, f, n, pool);
+  route_logits(logits.data(), n, int32_t(b.router.rows), K, ids.data(), w.data());
 
   const uint64_t act_row = activation_row_bytes(b.expert_weight_type, b.n_embd);
   std::vector<uint8_t> act(size_t(n) * act_row);     // [n] rows in the experts' activation format

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/ggml_type.h"
 #include "core/status.h"
@@ -35,7 +36,10 @@ struct MoeRouting {
   std::vector<float> weights;
 };
 
+// with_router: other products of f (a shared expert's gate and up) computed in the router's task set, so
+// a decode step wakes the threads once for all of them (matmul_set; same bits as separate products).
 Status moe_block_forward(const MoeBlock& block, const float* f, int64_t n_rows, ExpertExecutor& executor,
-                         ThreadPool* pool, float* out, MoeRouting* routing = nullptr);
+                         ThreadPool* pool, float* out, MoeRouting* routing = nullptr,
+                         std::span<const MatmulOut> with_router = {});
 
 }  // namespace essaim

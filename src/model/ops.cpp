@@ -22,7 +22,7 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
 
 void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
                    ThreadPool* pool) {
-  parallel_for(n_rows > 16 ? pool : nullptr, size_t(n_rows), [&](size_t b, size_t e) {
+  parallel_for(n_rows * n >= kParallelFloats ? pool : nullptr, size_t(n_rows), [&](size_t b, size_t e) {
     for (size_t r = b; r < e; ++r) rms_norm(x + r * size_t(n), w, n, eps, y + r * size_t(n));
   });
 }

@@ -17,7 +17,12 @@ namespace essaim {
 // RMSNorm of one vector: s = Σ x_i² (squares in f32, sum in f64); mean = f32(s / n);
 // r = 1 / sqrtf(mean + eps); y_i = (x_i · r) · w_i. x and y may alias.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
-// n_rows independent rows of n values ([n_rows][n]), parallel over rows when a pool is given.
+// Row-wise operations over fewer values than this (n_rows · n) run on the calling thread: a parallel loop
+// costs a wake-up and a barrier, more than normalising a decode step's heads (a few thousand floats).
+constexpr int64_t kParallelFloats = int64_t(1) << 15;
+
+// n_rows independent rows of n values ([n_rows][n]), parallel over rows when a pool is given and there are
+// at least kParallelFloats values.
 void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y,
                    ThreadPool* pool = nullptr);
 

@@ -259,6 +259,7 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
   std::vector<float> cur(size_t(N) * E);  // [N][E] a = RMSNorm(h), then f = RMSNorm(h1)
   std::vector<float> mix(size_t(N) * E);  // [N][E] mixer output t
   std::vector<float> ffn(size_t(N) * E);  // [N][E] routed sum, then + γ·shared
+  SharedExpertRows shared_rows;                       // the shared expert's gate and up outputs
   std::vector<GdnSequence> gdn(n_seq);                // [n_seq] recurrent layers: rows and state of each
   std::vector<GatedAttentionSequence> attn(n_seq);    // [n_seq] attention layers: rows and cache of each
   for (int32_t il = 0; il < hp_.n_layer; ++il) {
@@ -285,14 +286,16 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
     add_f32(x.data(), mix.data(), N * E);  // h1 = h + t
 
     rms_norm_rows(x.data(), l.post_attn_norm, N, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
-    Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, ffn.data());  // one call, N rows
+    // The shared expert's gate and up run in the router's task set; its down and γ after the routed sum.
+    const std::array<MatmulOut, 2> shared_gu = shared_expert_gate_up(l.shared, N, shared_rows);
+    Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, ffn.data(), nullptr, shared_gu);
     if (!s) {  // leave every cache as it was: drop this step's K/V; recurrent states were not swapped in
       for (size_t i = 0; i < n_seq; ++i)
         for (int32_t jl = 0; jl <= il; ++jl)
           if (!layers_[size_t(jl)].recurrent) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
       return s;
     }
-    shared_expert_add(l.shared, cur.data(), N, ffn.data(), pool);  // r + γ·sh, after the routed sum
+    shared_expert_finish(l.shared, cur.data(), N, shared_rows, ffn.data(), pool);  // r + γ·sh, after the routed sum
     add_f32(x.data(), ffn.data(), N * E);                          // h = h1 + FFN(f)
   }
   for (const BatchItem& item : args.items)

@@ -220,11 +220,10 @@ SequenceCache Qwen3Moe::new_cache(const CacheOptions& options) const {
   return SequenceCache(std::move(layers), resolve_n_ctx(options));
 }
 
-// y[T][n] = W·x (+ bias).
-void linear(const WeightMatrix& w, const float* bias, const float* x, int64_t T, float* y, ThreadPool* pool) {
-  matmul(w, x, T, y, pool);
+// y[T][n] += bias, when there is one.
+void add_bias(const float* bias, int64_t T, int64_t n, float* y) {
   if (bias)
-    for (int64_t t = 0; t < T; ++t) add_f32(y + t * w.rows, bias, w.rows);
+    for (int64_t t = 0; t < T; ++t) add_f32(y + t * n, bias, n);
 }
 
 // All rows of all items through each layer together (rows = the items' tokens concatenated, N of them):
@@ -268,9 +267,12 @@ Status Qwen3Moe::forward_batch(const BatchForwardArgs& args) const {
         std::memcpy(v.data() + t * KD, r + HD + KD, size_t(KD) * sizeof(float));
       }
     } else {
-      linear(l.wq, l.bq, cur.data(), N, q.data(), pool);  // q = W_q·a
-      linear(l.wk, l.bk, cur.data(), N, k.data(), pool);  // k = W_k·a
-      linear(l.wv, l.bv, cur.data(), N, v.data(), pool);  // v = W_v·a
+      // q = W_q·a, k = W_k·a, v = W_v·a as one task set (one barrier), then the biases.
+      const MatmulOut qkv_outs[] = {{&l.wq, q.data()}, {&l.wk, k.data()}, {&l.wv, v.data()}};
+      matmul_set(qkv_outs, cur.data(), N, pool);
+      add_bias(l.bq, N, HD, q.data());
+      add_bias(l.bk, N, KD, k.data());
+      add_bias(l.bv, N, KD, v.data());
     }
     rms_norm_rows(q.data(), l.q_norm, N * H, D, hp_.eps, q.data(), pool);    // per-head q norm
     rms_norm_rows(k.data(), l.k_norm, N * Hkv, D, hp_.eps, k.data(), pool);  // per-head k norm

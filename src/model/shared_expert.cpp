@@ -9,14 +9,18 @@
 
 namespace essaim {
 
-void shared_expert_add(const SharedExpert& se, const float* f, int64_t n, float* out, ThreadPool* pool) {
-  const int64_t E = se.gate.cols, Fs = se.gate.rows;
-  ESSAIM_CHECK(type_traits(se.gate.type).vec_dot_type == type_traits(se.up.type).vec_dot_type);
-  std::vector<uint8_t> fq(size_t(n) * activation_row_bytes(se.gate.type, E));  // [n] rows, gate/up format
-  quantize_activations(se.gate.type, f, n, E, fq.data());
-  std::vector<float> g(size_t(n * Fs)), u(size_t(n * Fs));  // [n][Fs]
-  matmul_preq(se.gate, fq.data(), n, g.data(), pool);
-  matmul_preq(se.up, fq.data(), n, u.data(), pool);
+std::array<MatmulOut, 2> shared_expert_gate_up(const SharedExpert& se, int64_t n, SharedExpertRows& rows) {
+  const size_t Fs = size_t(se.gate.rows);
+  rows.g.resize(size_t(n) * Fs);
+  rows.u.resize(size_t(n) * Fs);
+  return {MatmulOut{&se.gate, rows.g.data()}, MatmulOut{&se.up, rows.u.data()}};
+}
+
+void shared_expert_finish(const SharedExpert& se, const float* f, int64_t n, SharedExpertRows& rows, float* out,
+                          ThreadPool* pool) {
+  const int64_t E = se.gate.cols;
+  std::vector<float>& g = rows.g;
+  const std::vector<float>& u = rows.u;
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
   std::vector<float> sh(size_t(n * E));  // [n][E]
   matmul(se.down, g.data(), n, sh.data(), pool);
@@ -26,6 +30,13 @@ void shared_expert_add(const SharedExpert& se, const float* f, int64_t n, float*
     const float* s = sh.data() + r * E;
     for (int64_t i = 0; i < E; ++i) o[i] = o[i] + gamma * s[i];
   }
+}
+
+void shared_expert_add(const SharedExpert& se, const float* f, int64_t n, float* out, ThreadPool* pool) {
+  SharedExpertRows rows;
+  const std::array<MatmulOut, 2> gu = shared_expert_gate_up(se, n, rows);
+  matmul_set(gu, f, n, pool);  // gate and up as one task set
+  shared_expert_finish(se, f, n, rows, out, pool);
 }
 
 }  // namespace essaim

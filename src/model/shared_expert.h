@@ -13,7 +13,9 @@
 //   out[i] = out[i] + γ·sh[i]                        γ·sh rounded first, added AFTER the routed sum (10.8)
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -27,7 +29,21 @@ struct SharedExpert {
   WeightMatrix down;                // ffn_down_shexp [Fs -> E]
 };
 
-// f: [n][E]; out: [n][E], holding the routed sum on entry. gate and up must share one activation format.
+// f: [n][E]; out: [n][E], holding the routed sum on entry.
 void shared_expert_add(const SharedExpert& se, const float* f, int64_t n, float* out, ThreadPool* pool);
+
+// shared_expert_add in two halves, for a caller that runs gate and up in another task set over f (the
+// router's, through moe_block_forward's with_router):
+//
+//   SharedExpertRows sr;
+//   const auto gu = shared_expert_gate_up(se, n, sr);                    // {gate -> sr.g, up -> sr.u}
+//   moe_block_forward(block, f, n, executor, pool, ffn, nullptr, gu);    // router, gate and up: one set
+//   shared_expert_finish(se, f, n, sr, ffn, pool);                       // same bits as shared_expert_add
+struct SharedExpertRows {
+  std::vector<float> g, u;  // [n][Fs] gate and up outputs
+};
+std::array<MatmulOut, 2> shared_expert_gate_up(const SharedExpert& se, int64_t n, SharedExpertRows& rows);
+void shared_expert_finish(const SharedExpert& se, const float* f, int64_t n, SharedExpertRows& rows, float* out,
+                          ThreadPool* pool);
 
 }  // namespace essaim

@@ -28,16 +28,20 @@ void route_select(const float* probs, int32_t n_experts, int32_t k, int32_t* ids
   for (int32_t s = 0; s < k; ++s) weights[s] = weights[s] / denom;
 }
 
+void route_logits(float* logits, int64_t n_rows, int32_t n_experts, int32_t k, int32_t* ids, float* weights) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* p = logits + size_t(r) * size_t(n_experts);
+    softmax(p, size_t(n_experts), p);
+    route_select(p, n_experts, k, ids + r * k, weights + r * k);
+  }
+}
+
 void route(const WeightMatrix& router, const float* f, int64_t n_rows, int32_t k, int32_t* ids, float* weights,
            ThreadPool* pool, float* probs_out) {
   const int32_t n_experts = int32_t(router.rows);
   std::vector<float> probs(size_t(n_rows) * size_t(n_experts));  // [n_rows][n_experts]
   matmul(router, f, n_rows, probs.data(), pool);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    float* p = probs.data() + size_t(r) * size_t(n_experts);
-    softmax(p, size_t(n_experts), p);
-    route_select(p, n_experts, k, ids + r * k, weights + r * k);
-  }
+  route_logits(probs.data(), n_rows, n_experts, k, ids, weights);
   if (probs_out) std::copy(probs.begin(), probs.end(), probs_out);
 }
 

@@ -27,6 +27,10 @@ void route_select(const float* probs, int32_t n_experts, int32_t k, int32_t* ids
 // n_rows rows: logits = router · f (router: [n_embd] -> [n_experts], usually F32), softmax, select.
 // f: [n_rows][router.cols]; ids, weights: [n_rows][k]. probs_out, when given, receives [n_rows][n_experts]
 // (the coordinator's expert-demand statistics use them later).
+// The same from logits already computed ([n_rows][n_experts], turned into the probabilities in place), for
+// callers that run the router product in a task set with other products of f (moe_block_forward).
+void route_logits(float* logits, int64_t n_rows, int32_t n_experts, int32_t k, int32_t* ids, float* weights);
+
 void route(const WeightMatrix& router, const float* f, int64_t n_rows, int32_t k, int32_t* ids, float* weights,
            ThreadPool* pool, float* probs_out = nullptr);
 

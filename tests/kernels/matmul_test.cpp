@@ -115,6 +115,37 @@ TEST(Matmul, PrequantisedPathEqualsConvenienceCall) {
   }
 }
 
+// Several matrices of different types and sizes over one input, as one task set, give the bits of one
+// matmul per matrix, whatever the thread count and batch (the byte split lands rows on any thread).
+TEST(Matmul, SetOfProductsEqualsSeparateProducts) {
+  const int64_t cols = 512;
+  const std::pair<GgmlType, int64_t> shapes[] = {
+      {GgmlType::Q4_K, 300}, {GgmlType::Q6_K, 7}, {GgmlType::Q8_0, 1100}, {GgmlType::F32, 1}, {GgmlType::Q5_K, 64}};
+  std::vector<KernelProblem> problems;
+  for (auto [type, rows] : shapes)
+    problems.push_back(kernel_problem_build(
+        KernelCase{.name = std::string(type_name(type)), .type = type, .cols = cols, .rows = rows, .n_rows = 37},
+        int(rows) + 5));
+  const float* x = problems[0].x.data();  // one input for all
+  ThreadPool two(2), three(3);
+  for (int64_t n_rows : {1, 5, 37}) {
+    std::vector<std::vector<float>> expected;
+    for (const KernelProblem& p : problems) expected.push_back(run(p, x, n_rows, nullptr));
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+      std::vector<WeightMatrix> ws;
+      for (const KernelProblem& p : problems) ws.push_back(p.weights());
+      std::vector<std::vector<float>> ys;
+      std::vector<MatmulOut> outs;
+      for (const WeightMatrix& w : ws) ys.emplace_back(size_t(n_rows * w.rows), -1.0f);
+      for (size_t j = 0; j < ws.size(); ++j) outs.push_back({&ws[j], ys[j].data()});
+      matmul_set(outs, x, n_rows, pool);
+      for (size_t j = 0; j < ws.size(); ++j)
+        ASSERT_TRUE(same_bits(ys[j].data(), expected[j].data(), ys[j].size()))
+            << type_name(ws[j].type) << " n_rows " << n_rows << " threads " << (pool ? pool->size() : 1);
+    }
+  }
+}
+
 TEST(Matmul, EmptyShapesAreNoOps) {
   const KernelProblem p = kernel_problem_build(
       KernelCase{.name = "q4_k", .type = GgmlType::Q4_K, .cols = 256, .rows = 3, .n_rows = 1}, 1);
