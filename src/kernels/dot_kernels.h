@@ -93,10 +93,4 @@ static inline float reduce_lanes16(const float lane[16]) {
   return a[0] + a[1];
 }
 
-// K-quants (docs/reference.md 2.7): ((((acc + lane[0]) + lane[1]) + ...) + lane[7]).
-static inline float fold_lanes8(float acc, const float lane[8]) {
-  for (int i = 0; i < 8; ++i) acc += lane[i];
-  return acc;
-}
-
 }  // namespace essaim
