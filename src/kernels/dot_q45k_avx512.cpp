@@ -196,7 +196,14 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   for (int t = 0; t < 8; ++t) offsets[t] = kHalfOrder[t] < NX ? int64_t(kHalfOrder[t]) * int64_t(x_stride) : 0;
   const __m512i yd_index = _mm512_load_si512(offsets);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t k = 0; k < n / kQK_K; ++k) {
+  const int64_t nb = n / kQK_K;
+  for (int64_t k = 0; k < nb; ++k) {
+    // Super-block k of the next weight row in memory, which matmul usually asks for next (as the Q6_K
+    // kernel does): with few rows per call the weights come cold. Formed as an integer, since it may lie
+    // past the buffer, where a prefetch is harmless.
+    const uintptr_t next = reinterpret_cast<uintptr_t>(blocks) + sizeof(Block) * uintptr_t(nb + k);
+#pragma GCC unroll 3
+    for (uintptr_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
     const Block& a = blocks[k];
     const Q45kWeights wt = q45k_arrange<Block, kWords>(a, ix);
     __m512i pa[4], pm[4];
