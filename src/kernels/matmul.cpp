@@ -149,18 +149,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
   matmul_preq(w, xq.data(), n_rows, y, pool);
 }
 
-}  // namespace essaim
-
-namespace essaim {
-
 void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows, ThreadPool* pool) {
   ESSAIM_CHECK(n_rows >= 0);
   if (outs.empty() || n_rows == 0) return;
   const int64_t cols = outs[0].w->cols;
   // Activation rows in each distinct (vec_dot format, kernel layout); matrices that read the same share one.
   struct Input {
-    GgmlType act_type;
-    PrepareFn prepare;
+    GgmlType weight_type;  // of the first matrix reading these rows
     std::vector<uint8_t> q, prepared;
     const uint8_t* rows = nullptr;
   };
@@ -168,34 +163,27 @@ void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows,
   std::vector<size_t> input_of(outs.size());
   for (size_t j = 0; j < outs.size(); ++j) {
     const WeightMatrix& w = *outs[j].w;
-    const KernelTraits& k = weight_kernels(w.type);
-    check_weights(w, k);
+    check_weights(w, weight_kernels(w.type));
     ESSAIM_CHECK(w.cols == cols);
-    const PrepareFn prepare = k.prepare_for(kernels_isa());
     size_t i = 0;
-    while (i < inputs.size() && !(inputs[i].act_type == k.vec_dot_type && inputs[i].prepare == prepare)) ++i;
-    if (i == inputs.size()) {
-      inputs.emplace_back();
-      inputs.back().act_type = k.vec_dot_type;
-      inputs.back().prepare = prepare;
-    }
+    while (i < inputs.size() && !prepare_layout_shared(inputs[i].weight_type, w.type)) ++i;
+    if (i == inputs.size()) inputs.push_back(Input{.weight_type = w.type});
     input_of[j] = i;
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Input& in = inputs[i];
-    const WeightMatrix& w = *outs[size_t(std::find(input_of.begin(), input_of.end(), i) - input_of.begin())].w;
-    const KernelTraits& a = activation_kernels(w.type);
-    const uint64_t row_bytes = activation_row_bytes(w.type, cols);
+  for (Input& in : inputs) {
+    const KernelTraits& a = activation_kernels(in.weight_type);
+    const PrepareFn prepare = prepare_fn_for(in.weight_type);
+    const uint64_t row_bytes = activation_row_bytes(in.weight_type, cols);
     // Conversion and layout are per row, so where a row is converted changes none of its bytes.
     in.q.resize(row_bytes * uint64_t(n_rows));
-    if (in.prepare) in.prepared.resize(in.q.size());
+    if (prepare) in.prepared.resize(in.q.size());
     parallel_for(pool, size_t(n_rows), [&](size_t begin, size_t end) {
       for (size_t t = begin; t < end; ++t) {
         a.from_float(x + t * uint64_t(cols), in.q.data() + t * row_bytes, cols);
-        if (in.prepare) in.prepare(in.q.data() + t * row_bytes, in.prepared.data() + t * row_bytes, cols);
+        if (prepare) prepare(in.q.data() + t * row_bytes, in.prepared.data() + t * row_bytes, cols);
       }
     });
-    in.rows = in.prepare ? in.prepared.data() : in.q.data();
+    in.rows = prepare ? in.prepared.data() : in.q.data();
   }
 
   std::vector<std::vector<float*>> y_rows(outs.size());
