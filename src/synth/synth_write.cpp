@@ -4,8 +4,11 @@
 // per chunk, so a descheduled thread (a busy machine) delays one piece rather than all of them, and a 1.4 GB
 // layer costs about max(generation, write) rather than their sum.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -57,7 +60,10 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path,
   GgufWriter writer;
   for (const GgufKv& kv : plan.metadata.kvs) writer.set_value(kv.key, kv.value);
   for (const SynthTensor& t : plan.tensors) writer.add_tensor(t.name, t.type, t.ne);
-  ESSAIM_RETURN_IF_ERROR(writer.begin(path));
+  // Written beside the target and renamed over it at the end: a process that has the old file mapped keeps its
+  // pages (truncating a mapped file in place would kill it with SIGBUS), and no reader sees a half-written file.
+  const std::string part = path + ".part";
+  ESSAIM_RETURN_IF_ERROR(writer.begin(part));
   for (size_t i = 0; i < plan.tensors.size(); ++i) ESSAIM_CHECK(writer.tensor_nbytes(i) == plan.tensors[i].nbytes);
 
   ThreadPool pool(plan.options.threads);
@@ -115,6 +121,11 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path,
   write_thread.join();
   ESSAIM_RETURN_IF_ERROR(write_status);
   ESSAIM_RETURN_IF_ERROR(writer.finish());
+  if (std::rename(part.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(part.c_str());
+    return Status::error("cannot rename '" + part + "' to '" + path + "': " + std::strerror(err));
+  }
 
   SynthSummary s;
   std::error_code ec;

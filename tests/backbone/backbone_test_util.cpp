@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -52,9 +53,7 @@ const SwarmModel& SwarmModel::get(const ModelSpec& spec) {
 
   auto m = std::make_unique<SwarmModel>();
   m->spec = spec;
-  m->dir = (std::filesystem::temp_directory_path() / ("essaim-dispatch-" + name + "-" + std::to_string(::getpid())))
-               .string();
-  std::filesystem::create_directories(m->dir);
+  m->dir = essaim::testing::make_temp_dir("essaim-dispatch-" + name);
   g_cleanup->dirs.push_back(m->dir);
   m->path = m->dir + "/model.gguf";
   Result<SynthPlan> plan = synth_plan({.arch = spec.arch, .preset = SynthPreset::TINY, .types = spec.types,

@@ -20,6 +20,7 @@
 #include "coord/coordinator.h"
 #include "http_client.h"
 #include "gguf/model_identity.h"
+#include "temp_dir.h"
 
 namespace essaim::coord {
 namespace {
@@ -33,10 +34,8 @@ const std::string kAdmin = "admin-token-for-tests-0123456789";
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("essaim-api-" + std::to_string(getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = essaim::testing::make_temp_dir(std::string("essaim-api-") +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     Catalogue cat;
     cat.model_identity = std::string(64, 'a');
     cat.architecture = "qwen3moe";

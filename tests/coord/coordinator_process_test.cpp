@@ -25,6 +25,7 @@
 #include "http_client.h"
 #include "listening_process.h"
 #include "pg_cluster.h"
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -49,9 +50,7 @@ class CoordProcess : public test_support::ListeningProcess {
 class CoordinatorProcess : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("essaim-coordproc-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = essaim::testing::make_temp_dir("essaim-coordproc");
     model_ = (dir_ / "tiny.gguf").string();
     const std::string cmd = kEssaim + " synth --arch qwen3moe --preset tiny --types q4_k_m --seed 3 -o " + model_ + " >/dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -14,6 +14,7 @@
 #include "coord/sql_connection.h"
 #include "coord/store.h"
 #include "pg_cluster.h"
+#include "temp_dir.h"
 
 namespace essaim::coord {
 namespace {
@@ -39,10 +40,8 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       if (!cluster().ok()) GTEST_SKIP() << cluster().why();
       spec_ = cluster().fresh_url();
     } else {
-      dir_ = std::filesystem::temp_directory_path() / ("essaim-store-" + std::to_string(getpid()) + "-" +
-                                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-      std::filesystem::remove_all(dir_);
-      std::filesystem::create_directories(dir_);
+      dir_ = essaim::testing::make_temp_dir(std::string("essaim-store-") +
+                                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
       spec_ = (dir_ / "coord.sqlite").string();
     }
     auto s = open_store(spec_);

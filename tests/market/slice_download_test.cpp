@@ -12,6 +12,7 @@
 #include "gguf/model_identity.h"
 #include "market/slice_download.h"
 #include "net/http_server.h"
+#include "temp_dir.h"
 
 namespace essaim::market {
 namespace {
@@ -98,10 +99,8 @@ struct SliceServer {
 struct DownloadTest : ::testing::Test {
   fs::path dir;
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("essaim_dl_" + std::to_string(::getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    dir = essaim::testing::make_temp_dir(std::string("essaim_dl_") +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { fs::remove_all(dir); }
   std::string read(const fs::path& p) {

@@ -13,6 +13,7 @@
 
 #include "relay/relay_client.h"
 #include "relay/relay_server.h"
+#include "temp_dir.h"
 
 namespace essaim::relay::testing {
 
@@ -82,8 +83,7 @@ struct TestCert {
 };
 inline TestCert make_test_cert(const std::string& name) {
   TestCert c;
-  c.dir = (std::filesystem::temp_directory_path() / ("essaim-relay-cert-" + name + "-" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(c.dir);
+  c.dir = essaim::testing::make_temp_dir("essaim-relay-cert-" + name);
   c.cert = c.dir + "/cert.pem", c.key = c.dir + "/key.pem";
   const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
                           "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + c.key + " -out " + c.cert + " >/dev/null 2>&1";

@@ -11,6 +11,7 @@
 #include "core/fp16.h"
 #include "gguf/expert_slice.h"
 #include "gguf/gguf_writer.h"
+#include "temp_dir.h"
 
 namespace essaim::testing {
 namespace {
@@ -167,12 +168,9 @@ void expect_backbone_matches_source(const GgufFile& src, const MoeLayout& moe, c
 }
 
 std::string make_test_dir(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("essaim-slice-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  g_cleanup->dirs.push_back(dir.string());
-  return dir.string();
+  const std::string dir = essaim::testing::make_temp_dir("essaim-slice-" + name);
+  g_cleanup->dirs.push_back(dir);
+  return dir;
 }
 
 }  // namespace essaim::testing

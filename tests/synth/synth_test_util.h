@@ -16,13 +16,15 @@
 #include "core/fp16.h"
 #include "gguf/gguf_file.h"
 #include "synth/synth.h"
+#include "temp_dir.h"
 
 namespace essaim::synth_test {
 
 // One directory per test process, removed when the process's tests end (synth_format_test.cpp registers
 // the cleanup).
 inline std::filesystem::path scratch_path() {
-  return std::filesystem::temp_directory_path() / ("essaim_synth_test_" + std::to_string(::getpid()));
+  static const std::filesystem::path dir = essaim::testing::make_temp_dir("essaim_synth_test");
+  return dir;
 }
 
 inline std::filesystem::path scratch_dir() {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kernels/matmul.h"
+#include "temp_dir.h"
 
 namespace essaim::worker::testing {
 
@@ -46,9 +47,7 @@ const TestModel& TestModel::get(const ModelSpec& spec) {
   if (auto it = cache.find(name); it != cache.end()) return *it->second;
 
   auto m = std::make_unique<TestModel>();
-  m->dir = (std::filesystem::temp_directory_path() / ("essaim-worker-" + name + "-" + std::to_string(::getpid())))
-               .string();
-  std::filesystem::create_directories(m->dir);
+  m->dir = essaim::testing::make_temp_dir("essaim-worker-" + name);
   g_cleanup->dirs.push_back(m->dir);
   m->path = m->dir + "/model.gguf";
   SynthOptions o{.arch = spec.arch, .preset = SynthPreset::TINY, .types = spec.types, .seed = spec.seed,
