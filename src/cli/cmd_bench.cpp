@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/model_load.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
@@ -38,6 +39,7 @@ struct BenchArgs {
 };
 
 Status run_bench(const BenchArgs& a) {
+  keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));

@@ -71,6 +71,7 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
 Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
+  keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 

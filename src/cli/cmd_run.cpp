@@ -58,6 +58,7 @@ Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const
 Status run_generate(const RunArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
+  keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));

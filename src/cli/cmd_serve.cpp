@@ -51,6 +51,7 @@ int run_serve(ServeArgs& a) {
       return remote->stats();
     };
   }
+  keep_freed_memory_for_reuse();
   Result<std::unique_ptr<serve::Server>> server = serve::Server::start(a.server);
   if (!server) {
     std::fprintf(stderr, "essaim serve: %s\n", server.status().message().c_str());

@@ -1,6 +1,9 @@
 #include "cli/model_load.h"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 #include "cli/common_flags.h"
@@ -32,6 +35,11 @@ Status read_into_memory(const std::string& path) {
 }
 
 }  // namespace
+
+void keep_freed_memory_for_reuse() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+}
 
 Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock, bool backbone_file) {
   if (mlock) ESSAIM_RETURN_IF_ERROR(read_into_memory(path));

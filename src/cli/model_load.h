@@ -37,6 +37,12 @@ void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& 
 // --worker-audit (an audit recomputes answers from the experts' bytes). Throws UsageError.
 void check_model_source(const ModelSource& src, const DispatchFlags& swarm);
 
+// Keeps the memory a forward frees for the next one (glibc: no mmap'd chunks, no trimming of the heap's top):
+// a pp512 step frees ~200 MB of scratch, and getting it back from the kernel as fresh zeroed pages cost ~5 %
+// of prefill in page faults. The process's resident size stays at its peak. For the commands that compute the
+// model here (run, eval, serve, bench); not the worker, whose resident budget is its slice + 32 MB.
+void keep_freed_memory_for_reuse();
+
 // The process's resident and peak resident memory (VmRSS, VmHWM from /proc/self/status), bytes; 0 if unknown.
 struct MemoryUse {
   uint64_t rss = 0;

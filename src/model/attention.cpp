@@ -54,10 +54,11 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
     for (int64_t t = t0; t < t1; ++t) {
       const int32_t je = std::min(j1, a.pos[t] + 1);
       const float* q = a.q + head_offset(t);  // [G][D]
+      if (je <= j0) continue;
       for (int32_t hh = 0; hh < G; ++hh) {
         float* s = scores_of(t, hh);
-        for (int32_t j = j0; j < je; ++j)
-          s[j] = dot_f32(q + size_t(hh) * size_t(D), block.data() + size_t(j - j0) * size_t(D), D) * a.scale;
+        dot_f32_rows(q + size_t(hh) * size_t(D), block.data(), D, je - j0, D, s + j0);
+        for (int32_t j = j0; j < je; ++j) s[j] = s[j] * a.scale;
       }
     }
   }
@@ -71,11 +72,9 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
     for (int64_t t = t0; t < t1; ++t) {
       const int32_t je = std::min(j1, a.pos[t] + 1);
       float* o = a.out + head_offset(t);  // [G][D]
-      for (int32_t hh = 0; hh < G; ++hh) {
-        const float* s = scores_of(t, hh);
-        for (int32_t j = j0; j < je; ++j)
-          axpy_f32(s[j], block.data() + size_t(j - j0) * size_t(D), o + size_t(hh) * size_t(D), D);
-      }
+      if (je <= j0) continue;
+      for (int32_t hh = 0; hh < G; ++hh)
+        axpy_f32_rows(scores_of(t, hh) + j0, block.data(), D, je - j0, o + size_t(hh) * size_t(D), D);
     }
   }
 }

@@ -84,6 +84,73 @@ static inline void axpy_f32_body(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+// Several dots at once: each row's lanes, tail and fold exactly as dot_f32_body, with the a-load shared.
+template <int kTag, int kRows>
+__attribute__((always_inline)) static inline void dot_f32_rows_body(const float* a, const float* b, int64_t stride,
+                                                                    int64_t n, float* out) {
+  v8f acc[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) acc[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f va;
+    __builtin_memcpy(&va, a + i, sizeof(va));
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      v8f vb;
+      __builtin_memcpy(&vb, b + r * stride + i, sizeof(vb));
+      acc[r] = acc[r] + va * vb;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    float lane[8];
+    __builtin_memcpy(lane, &acc[r], sizeof(lane));
+    const float* br = b + r * stride;
+    for (int64_t k = i, l = 0; k < n; ++k, ++l) lane[l] = lane[l] + a[k] * br[k];
+    out[r] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+}
+
+template <int kTag>
+__attribute__((always_inline)) static inline void dot_f32_rows_all(const float* a, const float* b, int64_t stride,
+                                                                   int64_t n_b, int64_t n, float* out) {
+  int64_t r = 0;
+  for (; r + 8 <= n_b; r += 8) dot_f32_rows_body<kTag, 8>(a, b + r * stride, stride, n, out + r);
+  for (; r + 4 <= n_b; r += 4) dot_f32_rows_body<kTag, 4>(a, b + r * stride, stride, n, out + r);
+  for (; r < n_b; ++r) dot_f32_rows_body<kTag, 1>(a, b + r * stride, stride, n, out + r);
+}
+
+// y in registers, chunk by chunk; every element takes y + s_r · x_r for r ascending, as axpy_f32_body.
+template <int kTag, int kVecs>
+__attribute__((always_inline)) static inline void axpy_f32_rows_chunk(const float* s, const float* x, int64_t stride,
+                                                                      int64_t n_x, float* y) {
+  v8f acc[kVecs];
+  __builtin_memcpy(acc, y, sizeof(acc));
+  for (int64_t r = 0; r < n_x; ++r) {
+    const v8f vs = {s[r], s[r], s[r], s[r], s[r], s[r], s[r], s[r]};
+#pragma GCC unroll 8
+    for (int c = 0; c < kVecs; ++c) {
+      v8f vx;
+      __builtin_memcpy(&vx, x + r * stride + 8 * c, sizeof(vx));
+      acc[c] = acc[c] + vs * vx;
+    }
+  }
+  __builtin_memcpy(y, acc, sizeof(acc));
+}
+
+template <int kTag>
+__attribute__((always_inline)) static inline void axpy_f32_rows_all(const float* s, const float* x, int64_t stride,
+                                                                    int64_t n_x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) axpy_f32_rows_chunk<kTag, 8>(s, x + i, stride, n_x, y + i);
+  for (; i + 8 <= n; i += 8) axpy_f32_rows_chunk<kTag, 1>(s, x + i, stride, n_x, y + i);
+  for (; i < n; ++i) {
+    float v = y[i];
+    for (int64_t r = 0; r < n_x; ++r) v = v + s[r] * x[r * stride + i];
+    y[i] = v;
+  }
+}
+
 namespace {
 float dot_f32_baseline(const float* a, const float* b, int64_t n) { return dot_f32_body<0>(a, b, n); }
 void axpy_f32_baseline(float a, const float* x, float* y, int64_t n) { axpy_f32_body<0>(a, x, y, n); }
@@ -94,6 +161,14 @@ __attribute__((target("avx2"))) float dot_f32_avx2(const float* a, const float* 
 __attribute__((target("avx2"))) void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
   axpy_f32_body<1>(a, x, y, n);
 }
+__attribute__((target("avx2"))) void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b,
+                                                       int64_t n, float* out) {
+  dot_f32_rows_all<1>(a, b, stride, n_b, n, out);
+}
+__attribute__((target("avx2"))) void axpy_f32_rows_avx2(const float* s, const float* x, int64_t stride, int64_t n_x,
+                                                        float* y, int64_t n) {
+  axpy_f32_rows_all<1>(s, x, stride, n_x, y, n);
+}
 bool cpu_has_avx2() {
   __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
   return __builtin_cpu_supports("avx2");
@@ -103,6 +178,12 @@ const bool kHaveAvx2 = cpu_has_avx2();
 const bool kHaveAvx2 = false;
 float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot_f32_body<0>(a, b, n); }
 void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) { axpy_f32_body<0>(a, x, y, n); }
+void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
+  dot_f32_rows_all<0>(a, b, stride, n_b, n, out);
+}
+void axpy_f32_rows_avx2(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n) {
+  axpy_f32_rows_all<0>(s, x, stride, n_x, y, n);
+}
 #endif
 }  // namespace
 
@@ -115,6 +196,20 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
     axpy_f32_avx2(a, x, y, n);
   else
     axpy_f32_baseline(a, x, y, n);
+}
+
+void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
+  if (kHaveAvx2)
+    dot_f32_rows_avx2(a, b, stride, n_b, n, out);
+  else
+    dot_f32_rows_all<0>(a, b, stride, n_b, n, out);
+}
+
+void axpy_f32_rows(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n) {
+  if (kHaveAvx2)
+    axpy_f32_rows_avx2(s, x, stride, n_x, y, n);
+  else
+    axpy_f32_rows_all<0>(s, x, stride, n_x, y, n);
 }
 
 void add_f32(float* y, const float* x, int64_t n) {

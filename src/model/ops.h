@@ -41,6 +41,15 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += a · x[i] (product rounded, then the sum), for n values.
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 
+// out[r] = dot_f32(a, b + r·stride, n) for r < n_b, bit for bit: several independent dots at once, so one
+// dot's chain of dependent adds no longer bounds the speed (attention's scores of a query against a block of
+// keys).
+void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out);
+
+// axpy_f32(s[r], x + r·stride, y, n) for r = 0 .. n_x - 1 in that order, bit for bit, with y held in
+// registers across the rows (attention's o += p_j · v_j over a block of values).
+void axpy_f32_rows(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n);
+
 // y[i] = y[i] + x[i]: residual additions.
 void add_f32(float* y, const float* x, int64_t n);
 

@@ -3,6 +3,8 @@
 // dot product vs their formulas; batch and thread invariance of attention.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -214,6 +216,37 @@ TEST(Ops, DotF32UsesTheDocumentedLaneOrder) {
     const float want = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     EXPECT_EQ(dot_f32(a.data(), b.data(), n), want) << n;
   }
+}
+
+// Attention's blocked forms: each row's dot, and each value row's step of o += p·v in order, exactly as alone.
+TEST(Ops, DotF32RowsEqualsOneDotPerRow) {
+  std::mt19937 rng(27);
+  for (int64_t n : {1, 7, 8, 9, 64, 131, 256})
+    for (int64_t n_b : {1, 3, 4, 5, 8, 13, 64}) {
+      const int64_t stride = n + 3;
+      const std::vector<float> a = gaussian(size_t(n), rng), b = gaussian(size_t(stride * n_b), rng);
+      std::vector<float> got(static_cast<size_t>(n_b));
+      dot_f32_rows(a.data(), b.data(), stride, n_b, n, got.data());
+      for (int64_t r = 0; r < n_b; ++r)
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(r)]),
+                  std::bit_cast<uint32_t>(dot_f32(a.data(), b.data() + r * stride, n)))
+            << "n " << n << " rows " << n_b << " row " << r;
+    }
+}
+
+TEST(Ops, AxpyF32RowsEqualsOneAxpyPerRowInOrder) {
+  std::mt19937 rng(28);
+  for (int64_t n : {1, 7, 8, 9, 64, 72, 131, 256})
+    for (int64_t n_x : {0, 1, 2, 5, 64}) {
+      const int64_t stride = n + 5;
+      const std::vector<float> s = gaussian(size_t(n_x), rng), x = gaussian(size_t(stride * n_x), rng);
+      std::vector<float> want = gaussian(size_t(n), rng), got = want;
+      for (int64_t r = 0; r < n_x; ++r) axpy_f32(s[size_t(r)], x.data() + r * stride, want.data(), n);
+      axpy_f32_rows(s.data(), x.data(), stride, n_x, got.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(i)]), std::bit_cast<uint32_t>(want[size_t(i)]))
+            << "n " << n << " rows " << n_x << " element " << i;
+    }
 }
 
 }  // namespace
