@@ -75,6 +75,70 @@ __attribute__((always_inline)) inline float delta_rule_column(float* s, const fl
   return reduce8(lane) * scale;
 }
 
+// delta_rule_column for kCols adjacent state columns (column r at s + r·n) of one token: every column's
+// operations are those of delta_rule_column, in the same order; only the k and q loads are shared and the
+// columns' dependent adds interleave (one column's chain of adds bounded the speed).
+template <int kTag, int kCols>
+__attribute__((always_inline)) inline void delta_rule_columns(float* s, const float* k, const float* q, float decay,
+                                                              const float* v, float beta, float scale, int64_t n,
+                                                              float* out) {
+  const int64_t n8 = n - n % 8;
+  v8f acc[kCols];
+#pragma GCC unroll 8
+  for (int r = 0; r < kCols; ++r) acc[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  const v8f vd = {decay, decay, decay, decay, decay, decay, decay, decay};
+  for (int64_t i = 0; i < n8; i += 8) {
+    v8f kv;
+    ESSAIM_LOAD8(kv, k + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < kCols; ++r) {
+      v8f sv;
+      ESSAIM_LOAD8(sv, s + r * n + i);
+      sv = sv * vd;
+      ESSAIM_STORE8(s + r * n + i, sv);
+      acc[r] = acc[r] + sv * kv;
+    }
+  }
+  float delta[kCols];
+#pragma GCC unroll 8
+  for (int r = 0; r < kCols; ++r) {
+    float lane[8];
+    __builtin_memcpy(lane, &acc[r], sizeof(lane));
+    float* sr = s + r * n;
+    for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
+      sr[i] = sr[i] * decay;
+      lane[l] = lane[l] + sr[i] * k[i];
+    }
+    delta[r] = (v[r] - reduce8(lane)) * beta;
+    acc[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  }
+  for (int64_t i = 0; i < n8; i += 8) {
+    v8f kv, qv;
+    ESSAIM_LOAD8(kv, k + i);
+    ESSAIM_LOAD8(qv, q + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < kCols; ++r) {
+      const v8f vdelta = {delta[r], delta[r], delta[r], delta[r], delta[r], delta[r], delta[r], delta[r]};
+      v8f sv;
+      ESSAIM_LOAD8(sv, s + r * n + i);
+      sv = sv + kv * vdelta;
+      ESSAIM_STORE8(s + r * n + i, sv);
+      acc[r] = acc[r] + sv * qv;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kCols; ++r) {
+    float lane[8];
+    __builtin_memcpy(lane, &acc[r], sizeof(lane));
+    float* sr = s + r * n;
+    for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
+      sr[i] = sr[i] + k[i] * delta[r];
+      lane[l] = lane[l] + sr[i] * q[i];
+    }
+    out[r] = reduce8(lane) * scale;
+  }
+}
+
 // L2norm(x) = x · 1/max(sqrtf(f32(Σ x²)), eps): squares in f32, summed in f64 (llama.cpp's ggml_l2_norm).
 void l2_normalize(float* x, int64_t n, float eps) {
   double sum = 0.0;
@@ -151,7 +215,10 @@ __attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r)
     const float* v = r.u + t * r.C + 2 * r.KD + r.h * r.Dv;
     const float dec = r.decay[t * r.Hv + r.h], bt = r.beta[t * r.Hv + r.h];
     float* ot = r.o + (t * r.Hv + r.h) * r.Dv;
-    for (int64_t c = r.c0; c < r.c1; ++c)
+    int64_t c = r.c0;
+    for (; c + 8 <= r.c1; c += 8)
+      delta_rule_columns<kTag, 8>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
+    for (; c < r.c1; ++c)
       ot[c] = delta_rule_column<kTag>(r.st + (c - r.c0) * r.Dk, k, q, dec, v[c], bt, r.scale, r.Dk);
   }
 }
