@@ -167,7 +167,7 @@ void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows,
     ESSAIM_CHECK(w.cols == cols);
     size_t i = 0;
     while (i < inputs.size() && !prepare_layout_shared(inputs[i].weight_type, w.type)) ++i;
-    if (i == inputs.size()) inputs.push_back(Input{.weight_type = w.type});
+    if (i == inputs.size()) inputs.push_back(Input{.weight_type = w.type, .q = {}, .prepared = {}, .rows = nullptr});
     input_of[j] = i;
   }
   for (Input& in : inputs) {
