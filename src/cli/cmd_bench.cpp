@@ -35,12 +35,13 @@ struct BenchArgs {
   int reps = 3;
   int threads = 0;
   bool json_out = false;
+  bool mlock = false;
   int64_t bandwidth_mb = 512;
 };
 
 Status run_bench(const BenchArgs& a) {
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model(a.model));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   LocalExpertExecutor experts(model->expert_store(), &pool);
@@ -56,6 +57,7 @@ Status run_bench(const BenchArgs& a) {
            {"n_layer", info.n_layer},    {"file_bytes", model->file().file_size()},
            {"cpu", cpu_model_name()},    {"isa", std::string(isa_name(kernels_isa()))},
            {"threads", pool.size()},     {"reps", a.reps},
+           {"mlock", a.mlock},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};
@@ -111,6 +113,8 @@ void register_bench(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", args->json_out, "Print one JSON document instead of the table");
+  cmd->add_flag("--mlock", args->mlock,
+                "Read the model into RAM and pin it there (as run --mlock): no page of it is reclaimed while timing");
   cmd->add_option("--bandwidth-mb", args->bandwidth_mb, "Buffer of the read-bandwidth probe in MiB (default 512)")
       ->check(CLI::Range(16, 1 << 16));
   cmd->callback([args, &exit_code] {

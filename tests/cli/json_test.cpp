@@ -68,6 +68,15 @@ TEST(Json, Eval) {
   expect_files_match_disk(j["files"], 1);
 }
 
+// bench --json: one row per test; with --mlock the model was pinned (the field says so).
+TEST(Json, BenchWithMlock) {
+  const nlohmann::json j =
+      parse_stdout(run_cli("essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --mlock --json"));
+  expect_fields(j, {"model", "arch", "threads", "reps", "mlock", "read_gb_per_s"});
+  EXPECT_EQ(j["mlock"], true) << j.dump();
+  EXPECT_EQ(j["threads"], 1) << j.dump();
+}
+
 TEST(Json, SlicePlanWriteOneAndVerify) {
   const std::string dir = make_temp_dir("json-slice");
   nlohmann::json j = parse_stdout(run_cli("essaim slice -m " + tiny_model() + " --plan 3 --backbone --json"));
