@@ -91,7 +91,14 @@ TEST(RelayProcesses, EvalThroughTheRelayEqualsMonolithicAndSurvivesTheRelayDying
   const auto mono_time = std::chrono::steady_clock::now() - t0;
   const uint16_t port = swarm.relay->port();
   std::thread killer([&] {
-    std::this_thread::sleep_for(mono_time / 2);  // the dispatched run is slower: well inside it
+    // Once the run has its workers (it says so on stderr before the prompt), half the monolithic run's time
+    // later: the dispatched run is slower, so that is well inside it. Timing from the run's start instead
+    // killed the relay before the workers were connected once the model ran fast enough.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (read_file(d + "/run.err").find(" workers connected") == std::string::npos &&
+           std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(mono_time / 2);
     swarm.relay->kill_hard();
   });
   const int rc = run_shell(bin + run + swarm.worker_flags + " --worker-timeout-ms 500 > " + d + "/relay.txt 2>" + d + "/run.err");

@@ -45,6 +45,10 @@ const SkewedModel& skewed() {
 }
 
 // A comma list of n seeded token ids below 200 (the tiny vocabulary is larger).
+// The cached evals run kEvalTokens one-token steps: long enough for the cache's background planner (a look
+// every 20 ms) to choose and fetch experts while the eval runs. With 160 steps an eval took ~65 ms on a
+// fast run and ended before the first fetch.
+constexpr size_t kEvalTokens = 800;
 std::string tokens(size_t n) {
   std::string t;
   uint64_t x = 12345;
@@ -102,7 +106,7 @@ class Coordinator {
 // eval through the coordinator with the cache on; returns the --json summary.
 json cached_eval(const Coordinator& c, const std::string& out, const std::string& extra = "",
                  const std::string& model_flag = "-m " + skewed().model) {
-  const CliRun r = run_cli("essaim eval " + model_flag + " --tokens " + tokens(160) + " --batch 1 --logits-out " +
+  const CliRun r = run_cli("essaim eval " + model_flag + " --tokens " + tokens(kEvalTokens) + " --batch 1 --logits-out " +
                            out + " --coordinator " + c.url() + " --token " + kAdmin +
                            " --expert-cache-mb 0.25 --worker-log --json" + extra);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -115,7 +119,7 @@ json cached_eval(const Coordinator& c, const std::string& out, const std::string
 
 std::string mono(const std::string& dir) {
   const std::string p = dir + "/mono.npy";
-  const CliRun r = run_cli("essaim eval -m " + skewed().model + " --tokens " + tokens(160) + " --batch 1 --logits-out " + p);
+  const CliRun r = run_cli("essaim eval -m " + skewed().model + " --tokens " + tokens(kEvalTokens) + " --batch 1 --logits-out " + p);
   EXPECT_EQ(r.code, 0) << r.err;
   return read_text(p);
 }
