@@ -30,54 +30,12 @@ inline float reduce8(const float lane[8]) {
 // softplus as llama.cpp's ggml_softplus: the identity above 20, ln(1 + e^x) below (docs/reference.md 4.3).
 inline float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
-// One token's update of one state column s[0..n) (n = Dk), docs/reference.md 5.6:
-//   s ← decay·s;  δ = (v − s·k)·β;  s ← s + k·δ;  returns (s·q)·scale.
+// One token's update of kCols adjacent state columns (column r at s + r·n, n = Dk), docs/reference.md 5.6:
+//   s ← decay·s;  δ = (v_r − s·k)·β;  s ← s + k·δ;  out[r] = (s·q)·scale.
 // Both dot products follow dot_f32's order (lane l sums indices ≡ l mod 8 in index order, then the fixed
-// pairwise fold), each product and sum rounded separately.
-template <int kTag>
-__attribute__((always_inline)) inline float delta_rule_column(float* s, const float* k, const float* q, float decay,
-                                                              float v, float beta, float scale, int64_t n) {
-  const int64_t n8 = n - n % 8;
-  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  const v8f vd = {decay, decay, decay, decay, decay, decay, decay, decay};
-  for (int64_t i = 0; i < n8; i += 8) {
-    v8f sv, kv;
-    ESSAIM_LOAD8(sv, s + i);
-    ESSAIM_LOAD8(kv, k + i);
-    sv = sv * vd;
-    ESSAIM_STORE8(s + i, sv);
-    acc = acc + sv * kv;
-  }
-  float lane[8];
-  __builtin_memcpy(lane, &acc, sizeof(lane));
-  for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
-    s[i] = s[i] * decay;
-    lane[l] = lane[l] + s[i] * k[i];
-  }
-  const float delta = (v - reduce8(lane)) * beta;
-
-  const v8f vdelta = {delta, delta, delta, delta, delta, delta, delta, delta};
-  acc = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < n8; i += 8) {
-    v8f sv, kv, qv;
-    ESSAIM_LOAD8(sv, s + i);
-    ESSAIM_LOAD8(kv, k + i);
-    ESSAIM_LOAD8(qv, q + i);
-    sv = sv + kv * vdelta;
-    ESSAIM_STORE8(s + i, sv);
-    acc = acc + sv * qv;
-  }
-  __builtin_memcpy(lane, &acc, sizeof(lane));
-  for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
-    s[i] = s[i] + k[i] * delta;
-    lane[l] = lane[l] + s[i] * q[i];
-  }
-  return reduce8(lane) * scale;
-}
-
-// delta_rule_column for kCols adjacent state columns (column r at s + r·n) of one token: every column's
-// operations are those of delta_rule_column, in the same order; only the k and q loads are shared and the
-// columns' dependent adds interleave (one column's chain of adds bounded the speed).
+// pairwise fold), each product and sum rounded separately. Every column's operations are the same
+// whatever kCols is; several columns share the k and q loads and interleave their chains of dependent
+// adds (one column's chain bounded the speed).
 template <int kTag, int kCols>
 __attribute__((always_inline)) inline void delta_rule_columns(float* s, const float* k, const float* q, float decay,
                                                               const float* v, float beta, float scale, int64_t n,
@@ -219,7 +177,7 @@ __attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r)
     for (; c + 8 <= r.c1; c += 8)
       delta_rule_columns<kTag, 8>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
     for (; c < r.c1; ++c)
-      ot[c] = delta_rule_column<kTag>(r.st + (c - r.c0) * r.Dk, k, q, dec, v[c], bt, r.scale, r.Dk);
+      delta_rule_columns<kTag, 1>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
   }
 }
 

@@ -48,43 +48,12 @@ void rope_neox(float* x, int32_t n_rot, const float* cs) {
   }
 }
 
-// dot_f32 and axpy_f32 are the inner loops of attention (one call per query and key / value). The model
+// dot_f32_rows and axpy_f32_rows are the inner loops of attention (dot_f32 is its one-row case). The model
 // library is compiled for baseline x86-64, where a v8f operation is two SSE instructions; the same source
 // compiled for AVX2 does each in one. Both clones perform the same IEEE operations on the same lanes in the
 // same order (multiply, then add: -ffp-contract=off holds for every clone, and "avx2" alone enables no
 // FMA), so they return the same bits; the choice is made once from the CPU.
-template <int kTag>
-static inline float dot_f32_body(const float* a, const float* b, int64_t n) {
-  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8f va, vb;
-    __builtin_memcpy(&va, a + i, sizeof(va));
-    __builtin_memcpy(&vb, b + i, sizeof(vb));
-    acc = acc + va * vb;
-  }
-  float lane[8];
-  __builtin_memcpy(lane, &acc, sizeof(lane));
-  for (int64_t l = 0; i < n; ++i, ++l) lane[l] = lane[l] + a[i] * b[i];  // tail continues the lanes
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
-template <int kTag>
-static inline void axpy_f32_body(float a, const float* x, float* y, int64_t n) {
-  // Element-wise, so the width changes nothing: y_i + a * x_i, multiply then add, for every i.
-  const v8f va = {a, a, a, a, a, a, a, a};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8f vx, vy;
-    __builtin_memcpy(&vx, x + i, sizeof(vx));
-    __builtin_memcpy(&vy, y + i, sizeof(vy));
-    vy = vy + va * vx;
-    __builtin_memcpy(y + i, &vy, sizeof(vy));
-  }
-  for (; i < n; ++i) y[i] = y[i] + a * x[i];
-}
-
-// Several dots at once: each row's lanes, tail and fold exactly as dot_f32_body, with the a-load shared.
+// kRows dots at once, the a-load shared: each row's lanes, tail and fold as dot_f32's contract says.
 template <int kTag, int kRows>
 __attribute__((always_inline)) static inline void dot_f32_rows_body(const float* a, const float* b, int64_t stride,
                                                                     int64_t n, float* out) {
@@ -120,7 +89,7 @@ __attribute__((always_inline)) static inline void dot_f32_rows_all(const float* 
   for (; r < n_b; ++r) dot_f32_rows_body<kTag, 1>(a, b + r * stride, stride, n, out + r);
 }
 
-// y in registers, chunk by chunk; every element takes y + s_r · x_r for r ascending, as axpy_f32_body.
+// y in registers, chunk by chunk; every element takes y + s_r · x_r for r ascending, as axpy_f32.
 template <int kTag, int kVecs>
 __attribute__((always_inline)) static inline void axpy_f32_rows_chunk(const float* s, const float* x, int64_t stride,
                                                                       int64_t n_x, float* y) {
@@ -152,15 +121,7 @@ __attribute__((always_inline)) static inline void axpy_f32_rows_all(const float*
 }
 
 namespace {
-float dot_f32_baseline(const float* a, const float* b, int64_t n) { return dot_f32_body<0>(a, b, n); }
-void axpy_f32_baseline(float a, const float* x, float* y, int64_t n) { axpy_f32_body<0>(a, x, y, n); }
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
-  return dot_f32_body<1>(a, b, n);
-}
-__attribute__((target("avx2"))) void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
-  axpy_f32_body<1>(a, x, y, n);
-}
 __attribute__((target("avx2"))) void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b,
                                                        int64_t n, float* out) {
   dot_f32_rows_all<1>(a, b, stride, n_b, n, out);
@@ -176,8 +137,6 @@ bool cpu_has_avx2() {
 const bool kHaveAvx2 = cpu_has_avx2();
 #else
 const bool kHaveAvx2 = false;
-float dot_f32_avx2(const float* a, const float* b, int64_t n) { return dot_f32_body<0>(a, b, n); }
-void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) { axpy_f32_body<0>(a, x, y, n); }
 void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
   dot_f32_rows_all<0>(a, b, stride, n_b, n, out);
 }
@@ -188,14 +147,14 @@ void axpy_f32_rows_avx2(const float* s, const float* x, int64_t stride, int64_t 
 }  // namespace
 
 float dot_f32(const float* a, const float* b, int64_t n) {
-  return kHaveAvx2 ? dot_f32_avx2(a, b, n) : dot_f32_baseline(a, b, n);
+  float out;
+  dot_f32_rows(a, b, 0, 1, n, &out);
+  return out;
 }
 
+// The definition axpy_f32_rows is tested against (attention calls the blocked form).
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  if (kHaveAvx2)
-    axpy_f32_avx2(a, x, y, n);
-  else
-    axpy_f32_baseline(a, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
 void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {

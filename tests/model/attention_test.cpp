@@ -207,19 +207,24 @@ TEST(Ops, RopeAnglesAreIterativeF32Products) {
   EXPECT_TRUE(differs_from_double);
 }
 
+// dot_f32's contract written out: lane l sums the products of indices ≡ l (mod 8), then the fixed fold.
+float lane_order_dot(const float* a, const float* b, int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) lane[i % 8] = lane[i % 8] + a[i] * b[i];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 TEST(Ops, DotF32UsesTheDocumentedLaneOrder) {
   std::mt19937 rng(26);
   for (int64_t n : {1, 7, 8, 9, 64, 131}) {
     const std::vector<float> a = gaussian(size_t(n), rng), b = gaussian(size_t(n), rng);
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t i = 0; i < n; ++i) lane[i % 8] = lane[i % 8] + a[size_t(i)] * b[size_t(i)];
-    const float want = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    EXPECT_EQ(dot_f32(a.data(), b.data(), n), want) << n;
+    EXPECT_EQ(dot_f32(a.data(), b.data(), n), lane_order_dot(a.data(), b.data(), n)) << n;
   }
 }
 
-// Attention's blocked forms: each row's dot, and each value row's step of o += p·v in order, exactly as alone.
-TEST(Ops, DotF32RowsEqualsOneDotPerRow) {
+// Attention's blocked forms: each row's dot in the documented order, and each value row's step of o += p·v
+// in order, exactly as one axpy_f32 after another.
+TEST(Ops, DotF32RowsUsesTheDocumentedLaneOrderForEveryRow) {
   std::mt19937 rng(27);
   for (int64_t n : {1, 7, 8, 9, 64, 131, 256})
     for (int64_t n_b : {1, 3, 4, 5, 8, 13, 64}) {
@@ -229,7 +234,7 @@ TEST(Ops, DotF32RowsEqualsOneDotPerRow) {
       dot_f32_rows(a.data(), b.data(), stride, n_b, n, got.data());
       for (int64_t r = 0; r < n_b; ++r)
         EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(r)]),
-                  std::bit_cast<uint32_t>(dot_f32(a.data(), b.data() + r * stride, n)))
+                  std::bit_cast<uint32_t>(lane_order_dot(a.data(), b.data() + r * stride, n)))
             << "n " << n << " rows " << n_b << " row " << r;
     }
 }
