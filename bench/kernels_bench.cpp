@@ -203,6 +203,7 @@ int run(const Options& opt) {
                     {"isa", isa_name(isa)},
                     {"best_isa", isa_name(best_isa())},
                     {"threads", threads},
+                    {"prefetch_bytes", weight_prefetch_bytes()},
                     {"llc_bytes", llc}};
   doc["reps"] = opt.reps;
   doc["weight_pool_bytes"] = pool_bytes;

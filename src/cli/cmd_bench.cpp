@@ -57,7 +57,7 @@ Status run_bench(const BenchArgs& a) {
            {"n_layer", info.n_layer},    {"file_bytes", model->file().file_size()},
            {"cpu", cpu_model_name()},    {"isa", std::string(isa_name(kernels_isa()))},
            {"threads", pool.size()},     {"reps", a.reps},
-           {"mlock", a.mlock},
+           {"mlock", a.mlock},           {"prefetch_bytes", weight_prefetch_bytes()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};

@@ -5,6 +5,7 @@
 // y[j] = dot(w, x + j * x_stride) for j < nx <= kDotMaxRows, n elements, bit-identical across variants.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -25,6 +26,17 @@ ESSAIM_DECLARE_DOTS(vec_dot_q5k_q8k)
 ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 
 #undef ESSAIM_DECLARE_DOTS
+
+// weight_prefetch_bytes() (kernel_traits.h), read by the decode kernels once per call.
+extern std::atomic<int64_t> g_weight_prefetch_bytes;
+
+// Prefetch hints for the cache lines of [p + ahead, p + ahead + bytes): the part of a weight stream a
+// one-row kernel reaches `ahead` bytes later. The address is formed as an integer, since it may lie past
+// the buffer, where a hint is harmless.
+inline void prefetch_weights_ahead(const void* p, size_t bytes, int64_t ahead) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead);
+  for (uintptr_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(first + o), 0, 3);
+}
 
 // AArch64 dot-product extension (SDOT): only where it changes the integer work; the other types use their
 // NEON kernel under that ISA too (KernelTraits::dot falls back to the next narrower variant).

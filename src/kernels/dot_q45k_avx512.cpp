@@ -274,8 +274,10 @@ void dot_q45k_one_row(int64_t n, const void* w, const void* x, float* y) {
   const auto* b = static_cast<const BlockQ8K*>(x);
   const Q45kIndex ix = q45k_index();
   const int64_t nb = n / kQK_K;
+  const int64_t ahead = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
   float acc = 0.0f;
   for (int64_t k = 0; k < nb; k += 8) {
+    if (ahead > 0) prefetch_weights_ahead(a + k, 8 * sizeof(Block), ahead);
     __m512 am;
     const int cnt = int(nb - k < 8 ? nb - k : 8);
     switch (cnt) {

@@ -160,8 +160,10 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const auto* blocks = static_cast<const Block*>(w);
   __m128 acc = _mm_setzero_ps();  // row j in element j (NX > 1)
   float acc1 = 0.0f;              // NX == 1
+  const int64_t ahead = NX == 1 ? g_weight_prefetch_bytes.load(std::memory_order_relaxed) : 0;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block* a = &blocks[k];
+    if (NX == 1 && ahead > 0) prefetch_weights_ahead(a, sizeof(Block), ahead);
     Q45kDecoder<kQ5> dec(a);
     __m256i A[4] = {};
 #pragma GCC unroll 4

@@ -113,6 +113,33 @@ bool cpu_has(Isa isa) {
 }
 #endif
 
+#if defined(ESSAIM_KERNELS_X86)
+bool cpu_is_intel() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[12];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::memcmp(vendor, "GenuineIntel", 12) == 0;
+}
+#else
+bool cpu_is_intel() { return false; }
+#endif
+
+int64_t clamp_prefetch_bytes(int64_t bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes; }
+
+int64_t initial_prefetch_bytes() {
+  const char* env = std::getenv("ESSAIM_PREFETCH_BYTES");
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0') return clamp_prefetch_bytes(int64_t(v));
+    std::fprintf(stderr, "essaim: ESSAIM_PREFETCH_BYTES=%s is not a number of bytes; using the default\n", env);
+  }
+  return cpu_is_intel() ? 1536 : 0;
+}
+
 Isa initial_isa() {
   const Isa best = best_isa();
   const char* env = std::getenv("ESSAIM_ISA");
@@ -168,6 +195,15 @@ Isa best_isa() {
   for (int i = int(Isa::COUNT) - 1; i > 0; --i)
     if (isa_supported(Isa(i))) return Isa(i);
   return Isa::SCALAR;
+}
+
+// Zero (no prefetch) until its dynamic initialisation, so a kernel running from another static
+// initialiser is merely unhinted.
+std::atomic<int64_t> g_weight_prefetch_bytes{initial_prefetch_bytes()};
+
+int64_t weight_prefetch_bytes() { return g_weight_prefetch_bytes.load(std::memory_order_relaxed); }
+void set_weight_prefetch_bytes(int64_t bytes) {
+  g_weight_prefetch_bytes.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
 }
 
 Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }

@@ -41,6 +41,14 @@ Isa best_isa();               // the widest supported
 Isa kernels_isa();
 Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 
+// How far ahead of its position (bytes) a one-activation-row (decode) K-quant kernel asks for its weight
+// stream with prefetch hints; 0 = none. A hint changes when weight bytes arrive, never a result bit. The
+// default depends on the CPU (docs/kernels.md, "Prefetch in the decode kernels": Intel 1536, where one
+// core's stream is bound by the misses it keeps in flight; AMD 0, measured neutral to slower);
+// ESSAIM_PREFETCH_BYTES=N sets it. Process-wide; benchmarks may change it between runs.
+int64_t weight_prefetch_bytes();
+void set_weight_prefetch_bytes(int64_t bytes);  // clamped to [0, 65536]
+
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it
 // whenever a change could alter one output bit. Peers of the expert protocol compare it in their HELLO.

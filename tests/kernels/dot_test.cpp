@@ -98,6 +98,24 @@ TEST(Dot, EveryVariantEqualsTheScalarReferenceBitForBit) {
   check_every_variant_against_the_scalar_reference(isas);
 }
 
+// Prefetch hints only move when weight bytes arrive: every variant keeps the reference's bits with none,
+// with the hints inside the row, and with them far past its end.
+TEST(Dot, PrefetchDistanceDoesNotChangeBits) {
+  const std::vector<Isa> isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD variant runs on this CPU";
+  const int64_t before = weight_prefetch_bytes();
+  for (int64_t ahead : {int64_t(0), int64_t(64), int64_t(1536), int64_t(65536)}) {
+    set_weight_prefetch_bytes(ahead);
+    ASSERT_EQ(weight_prefetch_bytes(), ahead);
+    check_every_variant_against_the_scalar_reference(isas);
+  }
+  set_weight_prefetch_bytes(-5);
+  EXPECT_EQ(weight_prefetch_bytes(), 0);
+  set_weight_prefetch_bytes(int64_t(1) << 40);
+  EXPECT_EQ(weight_prefetch_bytes(), 65536);
+  set_weight_prefetch_bytes(before);
+}
+
 #if defined(__x86_64__)
 // The AVX-512 Q4_K/Q5_K one-row kernel reduces up to eight super-blocks at once (dot_q45k_avx512.cpp):
 // every group size 1..8, and more than one group, against the reference, on rows of random bits.
@@ -315,6 +333,32 @@ TEST(KernelTable, EnvChild) {
   const char* want = std::getenv("ESSAIM_ISA_EXPECT");
   if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentChoosesTheInitialIsa";
   EXPECT_EQ(isa_name(kernels_isa()), want);
+}
+
+TEST(KernelTable, PrefetchEnvChild) {
+  const char* want = std::getenv("ESSAIM_PREFETCH_EXPECT");
+  if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentSetsThePrefetchDistance";
+  EXPECT_EQ(std::to_string(weight_prefetch_bytes()), want);
+}
+
+TEST(KernelTable, EnvironmentSetsThePrefetchDistance) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");
+  const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
+  auto run_child = [&](const std::string& env) {
+    const std::string cmd =
+        "env -u ESSAIM_PREFETCH_BYTES " + env + " " + prefix + "'" + self + "' --gtest_filter=KernelTable.PrefetchEnvChild > /dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=4096 ESSAIM_PREFETCH_EXPECT=4096"), 0);
+  EXPECT_NE(run_child("ESSAIM_PREFETCH_BYTES=4096 ESSAIM_PREFETCH_EXPECT=4095"), 0) << "the child must be able to fail";
+  EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=0 ESSAIM_PREFETCH_EXPECT=0"), 0);
+  EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=999999 ESSAIM_PREFETCH_EXPECT=65536"), 0);
+  // Not a number: the CPU's default, the value a child without the variable has.
+  const std::string fallback = std::to_string(weight_prefetch_bytes());
+  if (std::getenv("ESSAIM_PREFETCH_BYTES") == nullptr) {
+    EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=lots ESSAIM_PREFETCH_EXPECT=" + fallback), 0);
+  }
 }
 
 TEST(KernelTable, EnvironmentChoosesTheInitialIsa) {
