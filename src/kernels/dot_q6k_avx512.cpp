@@ -167,7 +167,11 @@ void dot_q6k_one_row(int64_t n, const void* w, const void* x, float* y) {
   const int64_t nb = n / kQK_K;
   float acc = 0.0f;
   int64_t k = 0;
-  for (; k + 4 <= nb; k += 4) acc = one_row_blocks<4>(a + k, b + k, acc);
+  const int64_t ahead = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
+  for (; k + 4 <= nb; k += 4) {
+    if (ahead > 0) prefetch_weights_ahead(a + k, 4 * sizeof(BlockQ6K), ahead);
+    acc = one_row_blocks<4>(a + k, b + k, acc);
+  }
   switch (nb - k) {
     case 3: acc = one_row_blocks<3>(a + k, b + k, acc); break;
     case 2: acc = one_row_blocks<2>(a + k, b + k, acc); break;

@@ -264,8 +264,10 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   __m256 acc8 = _mm256_setzero_ps();  // row j in element j
   __m128 acc4 = _mm_setzero_ps();
   float acc1 = 0.0f;
+  const int64_t ahead = NX == 1 ? g_weight_prefetch_bytes.load(std::memory_order_relaxed) : 0;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
+    if (NX == 1 && ahead > 0) prefetch_weights_ahead(&a, sizeof(BlockQ6K), ahead);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales));
     const __m256i sc_all = _mm256_cvtepi8_epi16(sc8);  // the 16 scales as words, against bsums
     __m256i T[2] = {};  // tree4 partials of rows 0..3 and 4..7
