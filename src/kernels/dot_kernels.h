@@ -30,12 +30,16 @@ ESSAIM_DECLARE_DOTS(vec_dot_q6k_q8k)
 // weight_prefetch_bytes() (kernel_traits.h), read by the decode kernels once per call.
 extern std::atomic<int64_t> g_weight_prefetch_bytes;
 
-// Prefetch hints for the cache lines of [p + ahead, p + ahead + bytes): the part of a weight stream a
-// one-row kernel reaches `ahead` bytes later. The address is formed as an integer, since it may lie past
-// the buffer, where a hint is harmless.
+// Prefetch hints for the part of a weight stream a one-row kernel reaches later: the cache lines of
+// [p + ahead, p + ahead + bytes) into L1 and those of [p + 4·ahead, p + 4·ahead + bytes) into L2 (the far
+// hints keep more misses in flight than the near ones alone; docs/kernels.md). The addresses are formed
+// as integers, since they may lie past the buffer, where a hint is harmless.
 inline void prefetch_weights_ahead(const void* p, size_t bytes, int64_t ahead) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead);
-  for (uintptr_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const void*>(first + o), 0, 3);
+  const uintptr_t near = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead), far = near + 3 * uintptr_t(ahead);
+  for (uintptr_t o = 0; o < bytes; o += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(near + o), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(far + o), 0, 2);
+  }
 }
 
 // AArch64 dot-product extension (SDOT): only where it changes the integer work; the other types use their
