@@ -12,6 +12,10 @@
 # is absent is reported as absent. They come from ../shared/tools/llama-cpp-reference [--ik] (builds them
 # outside the project, ~10 min each) or from $LLAMA_BENCH / $IK_LLAMA_BENCH. ik_llama.cpp runs with
 # `-rtr 1` (its run-time repacking). Synth files are written once into $DATA_DIR (same options, same bytes).
+# On a CPU with AMX the stock llama.cpp build (GGML_NATIVE) may crash in its AMX matrix path; build it again
+# from the same sources with CMAKE_C_FLAGS/CMAKE_CXX_FLAGS="-mno-amx-int8 -mno-amx-tile -mno-amx-bf16" into
+# another directory and point $LLAMA_BENCH at that llama-bench (docs/engine.md, "Decode prefetch on an Intel
+# machine").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ESSAIM=build/src/cli/essaim
