@@ -7,6 +7,7 @@
 #   scripts/bench-vs-llama.sh                          # 3 rounds, 2 threads, -p 512 -n 64, -r 1 per round
 #   ROUNDS=5 THREADS=2 scripts/bench-vs-llama.sh --essaim build/src/cli/essaim
 #   scripts/bench-vs-llama.sh --model a.gguf --model b.gguf
+#   ESSAIM_ARGS=--no-mmap scripts/bench-vs-llama.sh       # extra flags for essaim bench
 #
 # The peers are tools to compare with, never part of essaim's build, tests or CI: a peer whose llama-bench
 # is absent is reported as absent. They come from ../shared/tools/llama-cpp-reference [--ik] (builds them
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --essaim) ESSAIM=$2; shift 2;;
     --model) MODELS+=("$2"); shift 2;;
-    *) echo "usage: $0 [--essaim BIN] [--model FILE]...  (env: ROUNDS THREADS P N REPS DATA_DIR)" >&2; exit 2;;
+    *) echo "usage: $0 [--essaim BIN] [--model FILE]...  (env: ROUNDS THREADS P N REPS DATA_DIR ESSAIM_ARGS)" >&2; exit 2;;
   esac
 done
 command -v jq >/dev/null || { echo "bench-vs-llama: needs jq (scripts/install-deps.sh)" >&2; exit 1; }
@@ -58,7 +59,7 @@ trap 'rm -rf "$TMP"' EXIT
 
 # One round of one engine on one file -> one JSON line {engine, pp, tg[, read_gb_per_s, fraction]}.
 run_essaim() {
-  "$ESSAIM" bench -m "$1" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" --json |
+  "$ESSAIM" bench -m "$1" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" ${ESSAIM_ARGS:-} --json |
     jq -c --arg p "pp$P" --arg n "tg$N" '{engine: "essaim", isa: .isa,
       pp: (.tests[] | select(.test == $p) | .avg_ts), tg: (.tests[] | select(.test == $n) | .avg_ts),
       read_gb_per_s: .read_gb_per_s_best,

@@ -1,6 +1,6 @@
-// `essaim bench -m FILE [-p 512] [-n 64] [-r 3] [-t N] [--json] [--bandwidth-mb MB]`: how fast this machine
-// runs a model, as llama-bench reports it — one row per test (pp<N>: a prompt of N tokens in one forward;
-// tg<N>: N tokens generated one at a time), tokens/s as mean ± standard deviation over the repetitions —
+// `essaim bench -m FILE [-p 512] [-n 64] [-r 3] [-t N] [--json] [--bandwidth-mb MB] [--mlock] [--no-mmap]`:
+// how fast this machine runs a model, as llama-bench reports it — one row per test (pp<N>: a prompt of N
+// tokens in one forward; tg<N>: N tokens generated one at a time), tokens/s as mean ± standard deviation over the repetitions —
 // plus, for generation, the weight bytes one decoded token reads and the fraction of the machine's read
 // bandwidth (measured in the same run, same threads) that this rate streams. Decoding a big MoE model is a
 // memory stream, so that fraction is how close to the machine's limit the engine runs.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "cli/model_load.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_traits.h"
@@ -36,12 +37,13 @@ struct BenchArgs {
   int threads = 0;
   bool json_out = false;
   bool mlock = false;
+  bool no_mmap = false;
   int64_t bandwidth_mb = 512;
 };
 
 Status run_bench(const BenchArgs& a) {
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   LocalExpertExecutor experts(model->expert_store(), &pool);
@@ -57,7 +59,7 @@ Status run_bench(const BenchArgs& a) {
            {"n_layer", info.n_layer},    {"file_bytes", model->file().file_size()},
            {"cpu", cpu_model_name()},    {"isa", std::string(isa_name(kernels_isa()))},
            {"threads", pool.size()},     {"reps", a.reps},
-           {"mlock", a.mlock},           {"prefetch_bytes", weight_prefetch_bytes()},
+           {"mlock", a.mlock},           {"no_mmap", a.no_mmap},           {"prefetch_bytes", weight_prefetch_bytes()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};
@@ -115,6 +117,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", args->json_out, "Print one JSON document instead of the table");
   cmd->add_flag("--mlock", args->mlock,
                 "Read the model into RAM and pin it there (as run --mlock): no page of it is reclaimed while timing");
+  add_no_mmap_flag(*cmd, args->no_mmap);
   cmd->add_option("--bandwidth-mb", args->bandwidth_mb, "Buffer of the read-bandwidth probe in MiB (default 512)")
       ->check(CLI::Range(16, 1 << 16));
   cmd->callback([args, &exit_code] {

@@ -41,6 +41,7 @@ struct EvalArgs {
   int32_t threads = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  bool no_mmap = false;
   bool json = false;
   DispatchFlags swarm;
 };
@@ -72,7 +73,7 @@ Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()}));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids;
@@ -147,6 +148,7 @@ void register_eval(CLI::App& app, int& exit_code) {
   add_threads_flag(*cmd, args->threads);
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_flag("--mlock", args->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
+  add_no_mmap_flag(*cmd, args->no_mmap);
   add_json_flag(*cmd, args->json);
   add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code, tokens, prompt] {

@@ -47,6 +47,7 @@ struct RunArgs {
   int32_t n_ctx = 0;
   std::string kv_type = "f16";
   bool mlock = false;
+  bool no_mmap = false;
   bool json = false;
   DispatchFlags swarm;
 };
@@ -59,7 +60,7 @@ Status run_generate(const RunArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, a.mlock, a.source.is_backbone()));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()}));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
   const std::string chat_template = vocab.chat_template;
@@ -189,6 +190,7 @@ void register_run(CLI::App& app, int& exit_code) {
   add_ctx_flag(*cmd, a->n_ctx, "Context size (default: the model's, at most 8192)");
   cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32")->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_flag("--mlock", a->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
+  add_no_mmap_flag(*cmd, a->no_mmap);
   add_json_flag(*cmd, a->json);
   add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {

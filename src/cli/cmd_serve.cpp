@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "cli/dispatch_flags.h"
 #include "cli/model_load.h"
 #include "serve/server.h"
@@ -116,6 +117,7 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
+  add_no_mmap_flag(*cmd, o.no_mmap);
   add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {
     check_model_source(a->source, a->swarm);

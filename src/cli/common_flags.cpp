@@ -15,6 +15,12 @@ CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string&
   return cmd.add_option("-t,--threads", threads, help)->capture_default_str();
 }
 
+CLI::Option* add_no_mmap_flag(CLI::App& cmd, bool& no_mmap) {
+  return cmd.add_flag("--no-mmap", no_mmap,
+                      "Read the model into private memory instead of mapping it: its size in RAM and one read at "
+                      "load; faster weight streams on some machines (docs/engine.md)");
+}
+
 CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help) {
   return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(CLI::NonNegativeNumber);
 }

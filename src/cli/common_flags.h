@@ -41,6 +41,8 @@ CLI::Option* add_batch_flag(CLI::App& cmd, int32_t& batch, const std::string& he
 CLI::Option* add_parallel_flag(CLI::App& cmd, int32_t& n_parallel, const std::string& help);
 // --host H and --port P (a server's or worker's address).
 void add_host_port_flags(CLI::App& cmd, std::string& host, int32_t& port, const std::string& what);
+// --no-mmap (llama.cpp's spelling): read the model into private memory instead of mapping it.
+CLI::Option* add_no_mmap_flag(CLI::App& cmd, bool& no_mmap);
 // --json: a machine-readable summary on stdout instead of human text (the fields: docs/cli.md).
 CLI::Option* add_json_flag(CLI::App& cmd, bool& json);
 

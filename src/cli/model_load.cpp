@@ -41,10 +41,10 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 }
 
-Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock, bool backbone_file) {
-  if (mlock) ESSAIM_RETURN_IF_ERROR(read_into_memory(path));
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, {.mlock = mlock, .backbone_file = backbone_file}));
-  if (backbone_file) {
+Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, const LoadOptions& options) {
+  if (options.mlock && !options.no_mmap) ESSAIM_RETURN_IF_ERROR(read_into_memory(path));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, options));
+  if (options.backbone_file) {
     const ModelInfo& info = m->info();
     std::fprintf(stderr,
                  "essaim: backbone file %s: %.1f MiB mapped; the routed experts (%.1f MiB in the full model) are "

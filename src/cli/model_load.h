@@ -2,13 +2,13 @@
 // (mlock itself faults the whole file in silently — minutes for a large model), then the model is loaded
 // and pinned from the warm page cache.
 //
-//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model_for_cli(args.model, args.mlock));
+//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model_for_cli(args.model, {.mlock = args.mlock}));
 //
 // `-m FULL.gguf` or `--backbone-file FILE` (exactly one; the second needs a swarm, docs/dispatch.md):
 //   ModelSource src;
 //   add_model_source_flags(*cmd, src);                       // then, in the callback:
 //   check_model_source(src, swarm);                          // throws UsageError
-//   load_model_for_cli(src.path(), mlock, src.is_backbone());
+//   load_model_for_cli(src.path(), {.mlock = mlock, .backbone_file = src.is_backbone()});
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -23,7 +23,8 @@ namespace essaim::cli {
 
 // With backbone_file: the file is an `essaim slice --backbone` output, loaded with its experts bound to the
 // swarm; stderr then says how many bytes are mapped (the backbone file's size) against the full model's.
-Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, bool mlock, bool backbone_file = false);
+// With no_mmap the file is read into private memory (--no-mmap); --mlock then pins that copy.
+Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, const LoadOptions& options);
 
 struct ModelSource {
   std::string model;          // -m

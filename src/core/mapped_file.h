@@ -3,7 +3,9 @@
 //   ESSAIM_ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
 //   std::span<const uint8_t> bytes = f.bytes();
 //
-// Zero-copy: pages are faulted in on first touch. lock() pins them (mlock) when asked to.
+// Zero-copy: pages are faulted in on first touch. lock() pins them (mlock) when asked to. read() instead
+// copies the whole file into private anonymous memory (llama.cpp's --no-mmap): the file's size in RAM and
+// one read of it at load, against weight streams that run faster on some machines (docs/engine.md).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,9 @@ namespace essaim {
 class MappedFile {
  public:
   static Result<MappedFile> open(const std::string& path);
+  // The whole file read into private anonymous memory (transparent huge pages asked for), read-only once
+  // read. A read error or a file that changes size while being read is an error; nothing stays mapped.
+  static Result<MappedFile> read(const std::string& path);
   // Wraps caller-owned bytes (tests, fuzzers); the memory must outlive this object.
   static MappedFile borrow(std::span<const uint8_t> bytes);
 

@@ -79,6 +79,8 @@ struct GgufTensor {
 class GgufFile {
  public:
   static Result<GgufFile> open(const std::string& path);
+  // The same, from a private copy of the file in memory (MappedFile::read; --no-mmap).
+  static Result<GgufFile> read(const std::string& path);
   // Parses bytes the caller keeps alive (tests, fuzzing).
   static Result<GgufFile> parse(std::span<const uint8_t> bytes);
 

@@ -36,6 +36,14 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   return f;
 }
 
+Result<GgufFile> GgufFile::read(const std::string& path) {
+  Result<MappedFile> copy = MappedFile::read(path);
+  if (!copy) return copy.status();
+  Result<GgufFile> f = from_mapping(std::move(*copy));
+  if (!f) return f.status().with_context(path);
+  return f;
+}
+
 Result<GgufFile> GgufFile::parse(std::span<const uint8_t> bytes) {
   return from_mapping(MappedFile::borrow(bytes));
 }

@@ -60,8 +60,8 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<GgufFile> file, const 
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options) {
-  Result<GgufFile> f = GgufFile::open(path);
-  if (!f) return f.status();  // GgufFile::open's messages already name the file
+  Result<GgufFile> f = options.no_mmap ? GgufFile::read(path) : GgufFile::open(path);
+  if (!f) return f.status();  // GgufFile::open's and read's messages already name the file
   Result<std::unique_ptr<Model>> m = load_model(std::make_unique<GgufFile>(std::move(*f)), options);
   if (!m) return m.status().with_context(path);
   return m;

@@ -30,7 +30,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
 }
 
 Status Server::load() {
-  ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path, {.backbone_file = options_.backbone_file}));
+  ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path, {.no_mmap = options_.no_mmap, .backbone_file = options_.backbone_file}));
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model_->file()));
   const std::string chat_template = vocab.chat_template;
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));

@@ -39,7 +39,8 @@ struct ExecutorChoiceFn {
 
 struct ServerOptions {
   std::string model_path;
-  bool backbone_file = false;    // model_path is a backbone file: experts only through `executor` (a swarm)
+  bool backbone_file = false;
+  bool no_mmap = false;          // read the model into private memory (--no-mmap) instead of mapping it    // model_path is a backbone file: experts only through `executor` (a swarm)
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   int32_t parallel = 4;          // sequences in flight

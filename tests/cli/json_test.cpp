@@ -77,6 +77,27 @@ TEST(Json, BenchWithMlock) {
   EXPECT_EQ(j["threads"], 1) << j.dump();
 }
 
+// bench --no-mmap: the model read into private memory (the field says so); eval --no-mmap gives the mapped
+// model's logits bit for bit (the same bytes, read instead of mapped).
+TEST(Json, BenchAndEvalWithNoMmap) {
+  const nlohmann::json j =
+      parse_stdout(run_cli("essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --no-mmap --json"));
+  expect_fields(j, {"model", "no_mmap", "mlock", "prefetch_bytes"});
+  EXPECT_EQ(j["no_mmap"], true) << j.dump();
+  const std::string dir = make_temp_dir("json-no-mmap");
+  const std::string eval = "essaim eval -m " + tiny_model() + " --tokens 1,2,3,4,5 --logits-out ";
+  const CliRun mapped = run_cli(eval + dir + "/mapped.npy");
+  const CliRun copied = run_cli(eval + dir + "/copied.npy --no-mmap");
+  ASSERT_EQ(mapped.code, 0) << mapped.err;
+  ASSERT_EQ(copied.code, 0) << copied.err;
+  const std::string a = read_text(dir + "/mapped.npy"), b = read_text(dir + "/copied.npy");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "--no-mmap must not change a logit";
+  const CliRun missing = run_cli("essaim eval -m " + dir + "/absent.gguf --tokens 1 --no-mmap --logits-out " + dir + "/x.npy");
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.err.find("cannot open"), std::string::npos) << missing.err;
+}
+
 TEST(Json, SlicePlanWriteOneAndVerify) {
   const std::string dir = make_temp_dir("json-slice");
   nlohmann::json j = parse_stdout(run_cli("essaim slice -m " + tiny_model() + " --plan 3 --backbone --json"));
