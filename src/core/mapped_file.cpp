@@ -63,8 +63,8 @@ Result<MappedFile> MappedFile::read(const std::string& path) {
     ::close(fd);
     return Status::error("cannot allocate " + std::to_string(f.size_) + " bytes for '" + path + "': " + std::strerror(err));
   }
-  // Best effort: 2 MiB pages where the kernel has them (fewer TLB misses over a weight stream).
-  madvise(p, f.size_, MADV_HUGEPAGE);
+  // No MADV_HUGEPAGE: its synchronous compaction made a 3 GB read take 2.6–6.6 s instead of 1.3–1.6 s on
+  // the machine measured, for no decode speed the noise could show (docs/engine.md).
   auto* bytes = static_cast<uint8_t*>(p);
   size_t done = 0;
   constexpr size_t kChunk = size_t(64) << 20;
