@@ -208,5 +208,21 @@ TEST(BackboneFile, ServeSurvivesAKilledReplicaBitForBitAndFailsOnlyTheStepsWithN
   EXPECT_EQ(status_and_text(completion(serve.port(), 4)).first, 500);
 }
 
+// serve --no-mmap (the model read into private memory) answers with the mapped server's text.
+TEST(BackboneFile, ServeWithNoMmapWritesTheMappedServersText) {
+  const CutModel c = cut_model("serve-no-mmap", "--arch qwen3moe --preset tiny --types q4_k_m --seed 11", 2);
+  BackgroundProcess mapped("essaim serve -m " + c.model + " --port 0 -np 1");
+  BackgroundProcess copied("essaim serve -m " + c.model + " --port 0 -np 1 --no-mmap");
+  ASSERT_NE(mapped.port(), 0) << mapped.stderr_text();
+  ASSERT_NE(copied.port(), 0) << copied.stderr_text();
+  ASSERT_TRUE(wait_until_loaded(mapped.port())) << mapped.stderr_text();
+  ASSERT_TRUE(wait_until_loaded(copied.port())) << copied.stderr_text();
+  const auto [s1, want] = status_and_text(completion(mapped.port(), 12));
+  const auto [s2, got] = status_and_text(completion(copied.port(), 12));
+  ASSERT_EQ(s1, 200) << want;
+  EXPECT_EQ(s2, 200) << got;
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace essaim::cli_test
