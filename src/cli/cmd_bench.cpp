@@ -1,9 +1,9 @@
 // `essaim bench -m FILE [-p 512] [-n 64] [-r 3] [-t N] [--json] [--bandwidth-mb MB] [--mlock] [--no-mmap]`:
 // how fast this machine runs a model, as llama-bench reports it — one row per test (pp<N>: a prompt of N
-// tokens in one forward; tg<N>: N tokens generated one at a time), tokens/s as mean ± standard deviation over the repetitions —
-// plus, for generation, the weight bytes one decoded token reads and the fraction of the machine's read
-// bandwidth (measured in the same run, same threads) that this rate streams. Decoding a big MoE model is a
-// memory stream, so that fraction is how close to the machine's limit the engine runs.
+// tokens in one forward; tg<N>: N tokens generated one at a time), tokens/s as mean ± standard deviation
+// over the repetitions — plus, for generation, the weight bytes one decoded token reads and the fraction of
+// the machine's read bandwidth (measured in the same run, same threads) that this rate streams. Decoding a
+// big MoE model is a memory stream, so that fraction is how close to the machine's limit the engine runs.
 //
 //   essaim bench -m q35-122b-4l.gguf -t 2                 # pp512 and tg64, 3 repetitions, a table
 //   essaim bench -m tiny.gguf -p 64 -n 16 -r 5 --json     # one JSON document on stdout
@@ -43,7 +43,8 @@ struct BenchArgs {
 
 Status run_bench(const BenchArgs& a) {
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   LocalExpertExecutor experts(model->expert_store(), &pool);
@@ -59,7 +60,8 @@ Status run_bench(const BenchArgs& a) {
            {"n_layer", info.n_layer},    {"file_bytes", model->file().file_size()},
            {"cpu", cpu_model_name()},    {"isa", std::string(isa_name(kernels_isa()))},
            {"threads", pool.size()},     {"reps", a.reps},
-           {"mlock", a.mlock},           {"no_mmap", a.no_mmap},           {"prefetch_bytes", weight_prefetch_bytes()},
+           {"mlock", a.mlock},           {"no_mmap", a.no_mmap},
+           {"prefetch_bytes", weight_prefetch_bytes()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};

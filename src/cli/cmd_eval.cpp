@@ -73,7 +73,9 @@ Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()}));
+  ESSAIM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> model,
+      load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()}));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids;

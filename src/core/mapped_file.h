@@ -20,7 +20,8 @@ namespace essaim {
 class MappedFile {
  public:
   static Result<MappedFile> open(const std::string& path);
-  // The whole file read into private anonymous memory, read-only once read. A read error or a file that changes size while being read is an error; nothing stays mapped.
+  // The whole file read into private anonymous memory, read-only once read. A read error, or a file that
+  // shrinks while being read, is an error, and nothing stays allocated.
   static Result<MappedFile> read(const std::string& path);
   // Wraps caller-owned bytes (tests, fuzzers); the memory must outlive this object.
   static MappedFile borrow(std::span<const uint8_t> bytes);
