@@ -93,10 +93,9 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
     const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
     for (int64_t o = o_begin; o < o_end; ++o) {
-      // No software prefetch: the first pass over a tile (decode's only one) is a sequential stream the
-      // hardware prefetchers follow. With the two-block one-row kernels, prefetching the row 4 ahead
-      // (27 prefetch instructions per 3072-wide Q4_K row) cost 10-40 % of the cold one-row rate on the
-      // AMD EPYC measured and ~12 % of tg64 (essaim bench, alternating, medians of 3).
+      // No prefetch here: the one-row kernels hint their own stream ahead where that measured faster
+      // (weight_prefetch_bytes, docs/kernels.md); prefetching whole rows 4 ahead from this loop cost 10-40 %
+      // of the cold one-row rate on the AMD EPYC measured and ~12 % of tg64.
       float out[kDotMaxRows];
       dot(w.cols, w.data + uint64_t(o) * w.row_stride, x_rows, x_stride, nx, out);
       for (int j = 0; j < nx; ++j) y[t + j][o] = out[j];
