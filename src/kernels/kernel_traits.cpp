@@ -3,6 +3,8 @@
 #include <atomic>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
@@ -127,6 +129,32 @@ bool cpu_is_intel() {
 bool cpu_is_intel() { return false; }
 #endif
 
+#if defined(ESSAIM_KERNELS_X86)
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), and the tile data state granted to this process:
+// Linux keeps it off until asked (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), and refuses where
+// the kernel or the hypervisor does not support it.
+bool cpu_grants_amx() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+#else
+bool cpu_grants_amx() { return false; }
+#endif
+
+bool initial_amx_wanted() {
+  const char* env = std::getenv("ESSAIM_AMX");
+  if (env == nullptr || *env == '\0') return true;
+  if (std::strcmp(env, "0") == 0) return false;
+  if (std::strcmp(env, "1") != 0)
+    std::fprintf(stderr, "essaim: ESSAIM_AMX=%s is not 0 or 1; using the tiles where the CPU has them\n", env);
+  return true;
+}
+
+std::atomic<bool> g_amx_wanted{initial_amx_wanted()};
+
 int64_t clamp_prefetch_bytes(int64_t bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes; }
 
 int64_t initial_prefetch_bytes() {
@@ -205,6 +233,15 @@ int64_t weight_prefetch_bytes() { return g_weight_prefetch_bytes.load(std::memor
 void set_weight_prefetch_bytes(int64_t bytes) {
   g_weight_prefetch_bytes.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
 }
+
+bool amx_supported() {
+  static const bool granted = cpu_grants_amx();
+  return granted;
+}
+bool amx_enabled() {
+  return g_amx_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX512 && amx_supported();
+}
+void set_amx_enabled(bool on) { g_amx_wanted.store(on, std::memory_order_relaxed); }
 
 Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }
 

@@ -49,6 +49,14 @@ Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 int64_t weight_prefetch_bytes();
 void set_weight_prefetch_bytes(int64_t bytes);  // clamped to [0, 65536]
 
+// Intel AMX tiles for Q4_K products of several activation rows (matmul_amx.h; docs/kernels.md, "AMX tiles").
+// Supported: the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile state. Enabled:
+// supported, kernels_isa() is AVX512 and ESSAIM_AMX is not 0 (set_amx_enabled overrides). The tiles form the
+// same exact integers as the dot kernels, so this changes speed only, never a bit. Process-wide.
+bool amx_supported();
+bool amx_enabled();
+void set_amx_enabled(bool on);  // on = use them where supported
+
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it
 // whenever a change could alter one output bit. Peers of the expert protocol compare it in their HELLO.

@@ -13,6 +13,9 @@
 
 #include "core/status.h"
 #include "kernels/kernel_traits.h"
+#if defined(ESSAIM_KERNELS_X86)
+#include "kernels/matmul_amx.h"
+#endif
 
 namespace essaim {
 namespace {
@@ -80,8 +83,14 @@ bool prepare_layout_shared(GgmlType a, GgmlType b) {
   return weight_kernels(a).vec_dot_type == weight_kernels(b).vec_dot_type && prepare_fn_for(a) == prepare_fn_for(b);
 }
 
-int64_t matmul_tile_rows(const WeightMatrix& w) {
-  return std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512);
+// Whole 16-row blocks where there is room for one: the AMX path computes 16 weight rows per tile pass.
+int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 : rows; }
+
+int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows) {
+#if defined(ESSAIM_KERNELS_X86)
+  if (w.type == GgmlType::Q4_K && n_rows >= kAmxMinRows && amx_enabled()) return 256;
+#endif
+  return tile_multiple_of_16(std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512));
 }
 
 void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64_t o_begin, int64_t o_end,
@@ -89,6 +98,12 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
   const KernelTraits& k = weight_kernels(w.type);
   const VecDotFn dot = k.dot(kernels_isa());
   const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
+#if defined(ESSAIM_KERNELS_X86)
+  // Same bits from the tiles (matmul_amx.h); they decline rows whose bsums are not their values' sums.
+  if (w.type == GgmlType::Q4_K && n_rows >= kAmxMinRows && amx_enabled() &&
+      q4k_matmul_rows_amx(w, xq, x_stride, n_rows, o_begin, o_end, y))
+    return;
+#endif
   for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
     const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
@@ -126,7 +141,8 @@ void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float
   // tiles balance across threads.
   const int64_t threads = pool != nullptr ? int64_t(pool->size()) : 1;
   const int64_t by_threads = (w.rows + 4 * threads - 1) / (4 * threads);
-  const int64_t tile = std::clamp<int64_t>(std::min(matmul_tile_rows(w), by_threads), 4, 512);
+  const int64_t tile =
+      tile_multiple_of_16(std::clamp<int64_t>(std::min(matmul_tile_rows(w, n_rows), by_threads), 4, 512));
   const int64_t n_tiles = (w.rows + tile - 1) / tile;
 
   parallel_for(pool, size_t(n_tiles), [&](size_t tile_begin, size_t tile_end) {
@@ -202,7 +218,7 @@ void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows,
         const int64_t base = w.rows / int64_t(threads), extra = w.rows % int64_t(threads);
         const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
         const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
-        const int64_t tile = matmul_tile_rows(w);
+        const int64_t tile = matmul_tile_rows(w, n_rows);
         for (int64_t o = o_begin; o < o_end; o += tile)
           matmul_rows(w, inputs[input_of[j]].rows, n_rows, o, std::min(o_end, o + tile), y_rows[j].data());
       }

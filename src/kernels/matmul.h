@@ -63,8 +63,10 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xprep, int64_t n_rows, in
 using PrepareRowFn = void (*)(const void* x, void* out, int64_t n);
 PrepareRowFn prepare_fn_for(GgmlType weight_type);
 bool prepare_layout_shared(GgmlType a, GgmlType b);
-// Weight rows per task that keep a tile of w in L2 while the activation rows pass over it.
-int64_t matmul_tile_rows(const WeightMatrix& w);
+// Weight rows per task that keep a tile of w in L2 while n_rows activation rows pass over it (the AMX
+// path, which prepares 16 weight rows at a time whatever the tile, takes 256 to prepare its activation
+// tiles fewer times). A multiple of 16 from 16 rows on.
+int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows = 1);
 
 // Convenience: quantise_activations + matmul_preq.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);

@@ -119,8 +119,10 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
   const uint64_t act_bytes = layer.activation_row_bytes();
   const uint64_t down_act_bytes = activation_row_bytes(layer.down.type, layer.n_ff);
   const size_t F = size_t(layer.n_ff), E = size_t(layer.n_embd);
-  const int64_t gu_tile = std::min(matmul_tile_rows(layer.gate.expert(0)), int64_t(F));
-  const int64_t down_tile = std::min(matmul_tile_rows(layer.down.expert(0)), int64_t(E));
+  // Tiles sized for the rows an active expert has on average (the kernel path depends on them).
+  const int64_t rows_per_expert = active.empty() ? 1 : std::max<int64_t>(1, count.back() / int64_t(active.size()));
+  const int64_t gu_tile = std::min(matmul_tile_rows(layer.gate.expert(0), rows_per_expert), int64_t(F));
+  const int64_t down_tile = std::min(matmul_tile_rows(layer.down.expert(0), rows_per_expert), int64_t(E));
   const bool same_prepare = prepare_layout_shared(layer.gate.type, layer.up.type);
   const size_t n_workers = pool != nullptr ? pool->size() : 1;
 

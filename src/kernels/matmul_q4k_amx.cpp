@@ -1,0 +1,258 @@
+// Q4_K products of many activation rows on AMX tiles, bit-identical to the dot kernels (matmul_amx.h).
+//
+// A call computes weight rows [o_begin, o_end) for all activation rows in passes of 16 weight rows × 16
+// activation rows × one super-block. Per pass three tdpbusd chains of four chunks (64 elements each) form
+// C_lo = Σ (q·(sc & 7))·q8, C_hi = Σ (q·(sc >> 3))·q8 and C_m = Σ m·q8, all exact int32; A = 8·C_hi + C_lo
+// and M = C_m are then taken through the canonical f32 steps, acc = fma(db, f32(A), acc) and
+// acc = fma(-dmb, f32(M), acc), for 16 activation rows at once. Layouts (docs/kernels.md, "AMX tiles"):
+//   weights (tile A, unsigned): 16 rows × 64 bytes per chunk c, byte 4r + b of a row holding element
+//     4(2c + r/8) + b of sub-block r % 8 — the chunk order of the AVX-512 activation layout, so the
+//     activation bytes need no reordering; prepared once per 16 weight rows and reused by every activation
+//     group of the call. q·s with q <= 15, s <= 7 fits a byte, and one vpmullw forms both bytes of a word.
+//   activations (tile B, signed, "VNNI"): row r of chunk c holds dword 16c + r of each of the 16 rows,
+//     a 16 × 16 dword transpose of the prepared rows, once per call.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/blocks.h"
+#include "kernels/matmul_amx.h"
+
+namespace essaim {
+namespace {
+
+constexpr int kTile = 16;       // weight rows and activation rows per tile pass
+constexpr int kMaxGroups = 16;  // activation groups of 16 rows prepared at once: at most ~0.8 MB per thread
+constexpr int kAheadRows = 6;   // weight rows prefetched ahead of the one being prepared
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// One super-block of 16 weight rows, row n at byte 64n of each tile.
+struct alignas(64) WeightTiles {
+  uint8_t lo[4][1024];  // chunk c: q·(sc & 7)
+  uint8_t hi[4][1024];  // chunk c: q·(sc >> 3)
+  uint8_t mins[1024];   // m of each byte's sub-block: the same for every chunk
+  float d[kTile], dmin[kTile];
+};
+
+// One super-block of 16 activation rows: chunk c, tile row r, bytes 4n..4n+3 from activation row n.
+struct alignas(64) ActivationTiles {
+  int8_t q[4][1024];
+  float d[kTile];
+};
+
+// In place: r[j] dword i becomes old r[i] dword j.
+inline void transpose16x16(__m512i r[16]) {
+  __m512i a[16], b[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + j], 128-bit part L: dword 4L + j of rows 4i..4i+3.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88), c1 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xDD);
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88);
+    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+    r[4 + j] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
+  }
+}
+
+const BlockQ8K* activation_row(const uint8_t* x, uint64_t stride, int64_t t) {
+  return reinterpret_cast<const BlockQ8K*>(x + uint64_t(t) * stride);
+}
+
+// Whether every bsum of the super-block is the sum of its 16 values (prepared layout: group i of sub-block s
+// at bytes 32i + 4s, so chunks 0-1 hold the first half of each sub-block and chunks 2-3 the second).
+bool bsums_consistent(const BlockQ8K& b) {
+  const __m512i ones = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
+  const __m512i s0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, ones, _mm512_loadu_si512(b.qs)), ones,
+                                         _mm512_loadu_si512(b.qs + 64));
+  const __m512i s1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, ones, _mm512_loadu_si512(b.qs + 128)), ones,
+                                         _mm512_loadu_si512(b.qs + 192));
+  // dword s (< 8) of h0 / h1: the sum of the first / second half of sub-block s = bsums[2s] / bsums[2s + 1].
+  const __m256i h0 = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
+  const __m256i h1 = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
+  const __m512i interleave = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i sums = _mm512_permutex2var_epi32(_mm512_zextsi256_si512(h0), interleave, _mm512_zextsi256_si512(h1));
+  __m256i bs;
+  std::memcpy(&bs, b.bsums, sizeof(bs));
+  return _mm512_cmpneq_epi32_mask(sums, _mm512_cvtepi16_epi32(bs)) == 0;
+}
+
+// Activation rows [t0, t0 + n) (n <= 16; the rest zero) as tiles, super-block after super-block.
+void prepare_activation_tiles(const uint8_t* x, uint64_t stride, int64_t t0, int n, int64_t nkb,
+                              ActivationTiles* out) {
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    ActivationTiles& at = out[kb];
+    for (int c = 0; c < 4; ++c) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < n ? _mm512_loadu_si512(activation_row(x, stride, t0 + i)[kb].qs + 64 * c) : _mm512_setzero_si512();
+      transpose16x16(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(at.q[c] + 64 * i, r[i]);
+    }
+    for (int i = 0; i < kTile; ++i) at.d[i] = i < n ? activation_row(x, stride, t0 + i)[kb].d : 0.0f;
+  }
+}
+
+// Weight rows [o0, o0 + n) (n <= 16; the rest zero) as tiles, super-block after super-block.
+void prepare_weight_tiles(const WeightMatrix& w, int64_t o0, int n, int64_t nkb, WeightTiles* out) {
+  alignas(64) int32_t perm[4][16], shift[16];
+  alignas(64) int8_t rep[64];
+  for (int e = 0; e < 16; ++e) {
+    for (int c = 0; c < 4; ++c) perm[c][e] = 8 * ((e % 8) / 2) + 2 * c + e / 8;  // qs dword of chunk c, dword e
+    shift[e] = 4 * (e % 2);  // sub-block e % 8: even in the low nibble, odd in the high one
+  }
+  for (int j = 0; j < 64; ++j) rep[j] = int8_t((j / 4) % 8);  // dword e: byte e % 8 of a 64-bit value, 4 times
+  const __m512i vshift = _mm512_load_si512(shift), vrep = _mm512_load_si512(rep);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), low3w = _mm512_set1_epi16(0x0007);
+  __m512i vperm[4];
+  for (int c = 0; c < 4; ++c) vperm[c] = _mm512_load_si512(perm[c]);
+  const uint64_t row_bytes = uint64_t(nkb) * sizeof(BlockQ4K);
+  for (int i = 0; i < kTile; ++i) {
+    // Row by row, each a sequential stream, with the row kAheadRows later (in this block or the next one the
+    // caller asks for) on its way meanwhile: the weights come cold from memory, once per call.
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w.data) + uint64_t(o0 + i + kAheadRows) * w.row_stride;
+    for (uint64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      WeightTiles& wt = out[kb];
+      if (i >= n) {
+        for (int c = 0; c < 4; ++c) {
+          _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_setzero_si512());
+          _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_setzero_si512());
+        }
+        _mm512_store_si512(wt.mins + 64 * i, _mm512_setzero_si512());
+        wt.d[i] = wt.dmin[i] = 0.0f;
+        continue;
+      }
+      const BlockQ4K& a = reinterpret_cast<const BlockQ4K*>(w.data + uint64_t(o0 + i) * w.row_stride)[kb];
+      uint64_t sc64, m64;
+      q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+      // Every byte of dword e: sc[e % 8] (m[e % 8]); as words, sc & 7 and sc >> 3 (both <= 7).
+      const __m512i sc = _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(sc64)), vrep);
+      const __m512i s_lo = _mm512_and_si512(sc, low3w), s_hi = _mm512_and_si512(_mm512_srli_epi16(sc, 3), low3w);
+      _mm512_store_si512(wt.mins + 64 * i, _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(m64)), vrep));
+      const __m512i q0 = _mm512_loadu_si512(a.qs), q1 = _mm512_loadu_si512(a.qs + 64);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m512i g = _mm512_permutex2var_epi32(q0, vperm[c], q1);
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi32(g, vshift), low4);
+        // Each word (q_a | q_b << 8) times s: q_a·s + (q_b·s << 8), both below 256, so the bytes are exact.
+        _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_mullo_epi16(q, s_lo));
+        _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_mullo_epi16(q, s_hi));
+      }
+      wt.d[i] = _cvtsh_ss(a.d);
+      wt.dmin[i] = _cvtsh_ss(a.dmin);
+    }
+  }
+}
+
+// 16 weight rows × 16 activation rows over every super-block; acc[r] holds weight row r's results for the
+// 16 activation rows.
+void tile_pass(const WeightTiles* wt, const ActivationTiles* at, int64_t nkb, __m512 acc[16]) {
+  alignas(64) int32_t c_lo[256], c_hi[256], c_m[256];
+  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const WeightTiles& w = wt[kb];
+    const ActivationTiles& a = at[kb];
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_loadd(3, w.mins, 64);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      _tile_loadd(0, a.q[c], 64);
+      _tile_loadd(1, w.lo[c], 64);
+      _tile_loadd(2, w.hi[c], 64);
+      _tile_dpbusd(4, 1, 0);
+      _tile_dpbusd(5, 2, 0);
+      _tile_dpbusd(6, 3, 0);
+    }
+    _tile_stored(4, c_lo, 64);
+    _tile_stored(5, c_hi, 64);
+    _tile_stored(6, c_m, 64);
+    const __m512 da = _mm512_load_ps(a.d);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      const __m512i ai = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
+                                          _mm512_load_si512(c_lo + 16 * r));
+      const __m512 db = _mm512_mul_ps(_mm512_set1_ps(w.d[r]), da);
+      const __m512 dmb = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), da);
+      acc[r] = _mm512_fmadd_ps(db, _mm512_cvtepi32_ps(ai), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(dmb, _mm512_cvtepi32_ps(_mm512_load_si512(c_m + 16 * r)), acc[r]);
+    }
+  }
+}
+
+}  // namespace
+
+bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_stride, int64_t n_rows,
+                         int64_t o_begin, int64_t o_end, float* const* y) {
+  const int64_t nkb = w.cols / kQK_K;
+  if (n_rows <= 0 || o_end <= o_begin || nkb == 0) return true;
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int64_t kb = 0; kb < nkb; ++kb)
+      if (!bsums_consistent(activation_row(x, x_stride, t)[kb])) return false;
+
+  thread_local std::vector<ActivationTiles> acts;
+  thread_local std::vector<WeightTiles> weights;
+  const int64_t groups = (n_rows + kTile - 1) / kTile;
+  acts.resize(size_t(std::min<int64_t>(groups, kMaxGroups) * nkb));
+  weights.resize(size_t(nkb));
+
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = kTile;
+  }
+  _tile_loadconfig(&cfg);
+  for (int64_t g0 = 0; g0 < groups; g0 += kMaxGroups) {
+    const int64_t ng = std::min<int64_t>(kMaxGroups, groups - g0);
+    for (int64_t g = 0; g < ng; ++g) {
+      const int64_t t0 = (g0 + g) * kTile;
+      prepare_activation_tiles(x, x_stride, t0, int(std::min<int64_t>(kTile, n_rows - t0)), nkb, &acts[size_t(g * nkb)]);
+    }
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += kTile) {
+      const int nw = int(std::min<int64_t>(kTile, o_end - o0));
+      prepare_weight_tiles(w, o0, nw, nkb, weights.data());
+      const __mmask16 rows_mask = __mmask16((1u << nw) - 1);
+      for (int64_t g = 0; g < ng; ++g) {
+        __m512 acc[16];
+        tile_pass(weights.data(), &acts[size_t(g * nkb)], nkb, acc);
+        __m512i out[16];
+        for (int r = 0; r < 16; ++r) out[r] = _mm512_castps_si512(acc[r]);
+        transpose16x16(out);  // out[n]: the 16 weight rows' results for activation row n
+        const int64_t t0 = (g0 + g) * kTile;
+        const int nt = int(std::min<int64_t>(kTile, n_rows - t0));
+        for (int n = 0; n < nt; ++n) _mm512_mask_storeu_ps(y[t0 + n] + o0, rows_mask, _mm512_castsi512_ps(out[n]));
+      }
+    }
+  }
+  _tile_release();
+  return true;
+}
+
+}  // namespace essaim

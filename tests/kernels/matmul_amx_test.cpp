@@ -1,0 +1,192 @@
+// The AMX tile path for Q4_K (matmul_amx.h) against the dot kernels and the scalar reference, bit for bit:
+// every activation-row count around the 16-row groups and the 256-row passes, weight-row ranges that start
+// and end inside a 16-row block, the largest integers a block can produce, and activation rows from
+// elsewhere whose bsums are not their values' sums (the tiles must decline those). Skipped where the CPU or
+// the OS does not grant the tiles; the model bit pins then cover only the dot kernels.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/blocks.h"
+#include "kernels/kernel_cases.h"
+#include "kernels/kernel_traits.h"
+#include "kernels/matmul.h"
+#if defined(ESSAIM_KERNELS_X86)
+#include "kernels/matmul_amx.h"
+#endif
+
+namespace essaim {
+namespace {
+
+// Restores the process-wide kernel choices a test changes.
+class KernelChoiceGuard {
+ public:
+  KernelChoiceGuard() : isa_(kernels_isa()), amx_(amx_enabled()) {}
+  ~KernelChoiceGuard() {
+    (void)set_kernel_isa(isa_);
+    set_amx_enabled(amx_);
+  }
+
+ private:
+  Isa isa_;
+  bool amx_;
+};
+
+// y[t][o] for o in [o_begin, o_end) through matmul_rows under the current choices; other entries stay NaN.
+std::vector<float> rows_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
+                                int64_t o_begin, int64_t o_end) {
+  std::vector<uint8_t> scratch;
+  const uint8_t* xp = prepare_rows(w.type, xq.data(), n_rows, w.cols, scratch);
+  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
+  std::vector<float*> y_rows(static_cast<size_t>(n_rows));
+  for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y.data() + t * w.rows;
+  matmul_rows(w, xp, n_rows, o_begin, o_end, y_rows.data());
+  return y;
+}
+
+std::vector<uint8_t> quantised(const KernelProblem& p, int64_t n_rows) {
+  std::vector<uint8_t> xq(activation_row_bytes(p.type, p.cols) * uint64_t(n_rows));
+  quantize_activations(p.type, p.x.data(), n_rows, p.cols, xq.data());
+  return xq;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+#define SKIP_WITHOUT_AMX()                                                                                    \
+  if (!amx_supported() || !isa_supported(Isa::AVX512)) GTEST_SKIP() << "this CPU or OS grants no AMX tiles"
+
+TEST(AmxQ4k, EqualsTheDotKernelsAndTheScalarReference) {
+  SKIP_WITHOUT_AMX();
+  KernelChoiceGuard guard;
+  for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
+    for (const int64_t cols : {256, 768, 3072}) {
+      const KernelProblem p = kernel_problem_build(
+          KernelCase{.name = "q4_k", .type = GgmlType::Q4_K, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+          uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 1 : 2));
+      for (const int64_t n : {4, 5, 15, 16, 17, 33, 100, 256, 257, 300}) {
+        const std::vector<uint8_t> xq = quantised(p, n);
+        for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {16, 32}, {69, 70}}) {
+          SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
+                       std::to_string(o_begin) + ".." + std::to_string(o_end));
+          ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+          set_amx_enabled(true);
+          ASSERT_TRUE(amx_enabled());
+          const std::vector<float> tiles = rows_product(p.weights(), xq, n, o_begin, o_end);
+#if defined(ESSAIM_KERNELS_X86)
+          {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
+            std::vector<uint8_t> scratch;
+            const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), n, cols, scratch);
+            std::vector<float> y(size_t(n * 70));
+            std::vector<float*> y_rows;
+            for (int64_t t = 0; t < n; ++t) y_rows.push_back(y.data() + t * 70);
+            ASSERT_TRUE(q4k_matmul_rows_amx(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, cols), n, o_begin,
+                                            o_end, y_rows.data()));
+          }
+#endif
+          set_amx_enabled(false);
+          const std::vector<float> dots = rows_product(p.weights(), xq, n, o_begin, o_end);
+          ASSERT_TRUE(same_bits(tiles, dots));
+          if (cols == 768 && (n == 17 || n == 257)) {  // the scalar reference is slow: two counts suffice
+            ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+            ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, n, o_begin, o_end)));
+          }
+        }
+      }
+    }
+}
+
+// Every nibble 15 and every scale and min 63 against activations of -128 (and of 127): the largest
+// |A| = 256·945·128 and |M| the tiles can form, still exact.
+TEST(AmxQ4k, LargestIntegersStayExact) {
+  SKIP_WITHOUT_AMX();
+  KernelChoiceGuard guard;
+  const int64_t cols = 512, rows = 20, n = 18;
+  std::vector<BlockQ4K> w(size_t(rows * cols / kQK_K));
+  for (BlockQ4K& b : w) {
+    b.d = 0x3c00;     // 1.0
+    b.dmin = 0x3800;  // 0.5
+    std::memset(b.scales, 0xFF, sizeof(b.scales));
+    std::memset(b.qs, 0xFF, sizeof(b.qs));
+  }
+  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int8_t v = (i / 2) % 2 ? int8_t(127) : int8_t(-128);
+    x[i].d = 1.0f / 64;
+    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
+    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
+  }
+  const WeightMatrix wm{.type = GgmlType::Q4_K, .cols = cols, .rows = rows,
+                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ4K) * 2};
+  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
+  std::memcpy(xq.data(), x.data(), xq.size());
+  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  set_amx_enabled(true);
+  const std::vector<float> tiles = rows_product(wm, xq, n, 0, rows);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  const std::vector<float> ref = rows_product(wm, xq, n, 0, rows);
+  ASSERT_TRUE(same_bits(tiles, ref));
+  EXPECT_NE(ref[0], 0.0f);
+}
+
+// Activation rows that did not come from essaim's quantiser may carry any bsums; the reference uses them
+// as given. The tiles cannot (they form M from the values), so they decline the call, write nothing, and
+// matmul_rows gives the dot kernels' bits.
+TEST(AmxQ4k, ForeignBsumsAreDeclinedAndStillExact) {
+  SKIP_WITHOUT_AMX();
+  KernelChoiceGuard guard;
+  const KernelProblem p = kernel_problem_build(
+      KernelCase{.name = "q4_k", .type = GgmlType::Q4_K, .cols = 512, .rows = 40, .n_rows = 24}, 99);
+  std::vector<uint8_t> xq = quantised(p, 24);
+  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
+  blocks[2 * 13 + 1].bsums[7] = int16_t(blocks[2 * 13 + 1].bsums[7] + 1);  // row 13, second super-block
+  blocks[2 * 20].bsums[0] = -32768;
+  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  set_amx_enabled(true);
+#if defined(ESSAIM_KERNELS_X86)
+  std::vector<uint8_t> scratch;
+  const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), 24, 512, scratch);
+  std::vector<float> y(size_t(24 * 40), 7.0f);
+  std::vector<float*> y_rows;
+  for (int64_t t = 0; t < 24; ++t) y_rows.push_back(y.data() + t * 40);
+  EXPECT_FALSE(q4k_matmul_rows_amx(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, 512), 24, 0, 40,
+                                   y_rows.data()));
+  for (float v : y) ASSERT_EQ(v, 7.0f) << "a declined call writes nothing";
+#endif
+  const std::vector<float> tiles = rows_product(p.weights(), xq, 24, 0, 40);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, 24, 0, 40)));
+}
+
+TEST(AmxQ4k, EnvChild) {
+  const char* want = std::getenv("ESSAIM_AMX_EXPECT");
+  if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentTurnsTheTilesOff";
+  EXPECT_EQ(amx_enabled() ? "1" : "0", std::string(want));
+}
+
+TEST(AmxQ4k, EnvironmentTurnsTheTilesOff) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");  // qemu-aarch64 for the ARM64 build
+  const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
+  auto run_child = [&](const std::string& env) {
+    const std::string cmd = "env -u ESSAIM_AMX -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
+                            "' --gtest_filter=AmxQ4k.EnvChild > /dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  const std::string by_default = amx_supported() && isa_supported(Isa::AVX512) ? "1" : "0";
+  EXPECT_EQ(run_child("ESSAIM_AMX_EXPECT=" + by_default), 0);
+  EXPECT_NE(run_child(std::string("ESSAIM_AMX_EXPECT=") + (by_default == "1" ? "0" : "1")), 0)
+      << "the child must be able to fail";
+  EXPECT_EQ(run_child("ESSAIM_AMX=0 ESSAIM_AMX_EXPECT=0"), 0);
+  EXPECT_EQ(run_child("ESSAIM_AMX=1 ESSAIM_ISA=avx2 ESSAIM_AMX_EXPECT=0"), 0) << "the tiles read the AVX-512 layout";
+  EXPECT_EQ(run_child("ESSAIM_AMX=yes ESSAIM_AMX_EXPECT=" + by_default), 0);
+}
+
+}  // namespace
+}  // namespace essaim
