@@ -50,6 +50,11 @@ struct alignas(64) ActivationTiles {
   float d[kTile];
 };
 
+// f32 results of 16 weight rows × 16 activation rows, element 16r + n.
+struct alignas(64) AccTile {
+  float v[kTile * kTile];
+};
+
 // In place: r[j] dword i becomes old r[i] dword j.
 inline void transpose16x16(__m512i r[16]) {
   __m512i a[16], b[16];
@@ -102,9 +107,9 @@ bool bsums_consistent(const BlockQ8K& b) {
 
 // Activation rows [t0, t0 + n) (n <= 16; the rest zero) as tiles, super-block after super-block.
 void prepare_activation_tiles(const uint8_t* x, uint64_t stride, int64_t t0, int n, int64_t nkb,
-                              ActivationTiles* out) {
+                              ActivationTiles* out, int64_t out_stride) {
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    ActivationTiles& at = out[kb];
+    ActivationTiles& at = out[kb * out_stride];
     for (int c = 0; c < 4; ++c) {
       __m512i r[16];
 #pragma GCC unroll 16
@@ -118,92 +123,93 @@ void prepare_activation_tiles(const uint8_t* x, uint64_t stride, int64_t t0, int
   }
 }
 
-// Weight rows [o0, o0 + n) (n <= 16; the rest zero) as tiles, super-block after super-block.
-void prepare_weight_tiles(const WeightMatrix& w, int64_t o0, int n, int64_t nkb, WeightTiles* out) {
+// The index vectors of the weight arrangement, built once per call.
+struct WeightIndex {
+  __m512i perm[4];  // chunk c, dword e: qs dword 8·(s/2) + 2c + e/8 of [qs 0..63 | qs 64..127], s = e % 8
+  __m512i shift;    // 4·(s % 2): even sub-blocks in the low nibble, odd ones in the high one
+  __m512i rep;      // bytes of dword e: byte e % 8 of a broadcast 64-bit value
+};
+
+WeightIndex weight_index() {
   alignas(64) int32_t perm[4][16], shift[16];
   alignas(64) int8_t rep[64];
   for (int e = 0; e < 16; ++e) {
-    for (int c = 0; c < 4; ++c) perm[c][e] = 8 * ((e % 8) / 2) + 2 * c + e / 8;  // qs dword of chunk c, dword e
-    shift[e] = 4 * (e % 2);  // sub-block e % 8: even in the low nibble, odd in the high one
+    for (int c = 0; c < 4; ++c) perm[c][e] = 8 * ((e % 8) / 2) + 2 * c + e / 8;
+    shift[e] = 4 * (e % 2);
   }
-  for (int j = 0; j < 64; ++j) rep[j] = int8_t((j / 4) % 8);  // dword e: byte e % 8 of a 64-bit value, 4 times
-  const __m512i vshift = _mm512_load_si512(shift), vrep = _mm512_load_si512(rep);
+  for (int j = 0; j < 64; ++j) rep[j] = int8_t((j / 4) % 8);
+  WeightIndex ix;
+  for (int c = 0; c < 4; ++c) ix.perm[c] = _mm512_load_si512(perm[c]);
+  ix.shift = _mm512_load_si512(shift);
+  ix.rep = _mm512_load_si512(rep);
+  return ix;
+}
+
+// Super-block kb of weight rows [o0, o0 + n) (n <= 16; the rest zero) as tiles.
+void prepare_weight_tiles(const WeightMatrix& w, int64_t o0, int n, int64_t kb, const WeightIndex& ix,
+                          WeightTiles& wt) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), low3w = _mm512_set1_epi16(0x0007);
-  __m512i vperm[4];
-  for (int c = 0; c < 4; ++c) vperm[c] = _mm512_load_si512(perm[c]);
-  const uint64_t row_bytes = uint64_t(nkb) * sizeof(BlockQ4K);
   for (int i = 0; i < kTile; ++i) {
-    // Row by row, each a sequential stream, with the row kAheadRows later (in this block or the next one the
-    // caller asks for) on its way meanwhile: the weights come cold from memory, once per call.
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w.data) + uint64_t(o0 + i + kAheadRows) * w.row_stride;
-    for (uint64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
-    for (int64_t kb = 0; kb < nkb; ++kb) {
-      WeightTiles& wt = out[kb];
-      if (i >= n) {
-        for (int c = 0; c < 4; ++c) {
-          _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_setzero_si512());
-          _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_setzero_si512());
-        }
-        _mm512_store_si512(wt.mins + 64 * i, _mm512_setzero_si512());
-        wt.d[i] = wt.dmin[i] = 0.0f;
-        continue;
-      }
-      const BlockQ4K& a = reinterpret_cast<const BlockQ4K*>(w.data + uint64_t(o0 + i) * w.row_stride)[kb];
-      uint64_t sc64, m64;
-      q4k_unpack_scales_u64(a.scales, &sc64, &m64);
-      // Every byte of dword e: sc[e % 8] (m[e % 8]); as words, sc & 7 and sc >> 3 (both <= 7).
-      const __m512i sc = _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(sc64)), vrep);
-      const __m512i s_lo = _mm512_and_si512(sc, low3w), s_hi = _mm512_and_si512(_mm512_srli_epi16(sc, 3), low3w);
-      _mm512_store_si512(wt.mins + 64 * i, _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(m64)), vrep));
-      const __m512i q0 = _mm512_loadu_si512(a.qs), q1 = _mm512_loadu_si512(a.qs + 64);
-#pragma GCC unroll 4
+    if (i >= n) {
       for (int c = 0; c < 4; ++c) {
-        const __m512i g = _mm512_permutex2var_epi32(q0, vperm[c], q1);
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi32(g, vshift), low4);
-        // Each word (q_a | q_b << 8) times s: q_a·s + (q_b·s << 8), both below 256, so the bytes are exact.
-        _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_mullo_epi16(q, s_lo));
-        _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_mullo_epi16(q, s_hi));
+        _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_setzero_si512());
+        _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_setzero_si512());
       }
-      wt.d[i] = _cvtsh_ss(a.d);
-      wt.dmin[i] = _cvtsh_ss(a.dmin);
+      _mm512_store_si512(wt.mins + 64 * i, _mm512_setzero_si512());
+      wt.d[i] = wt.dmin[i] = 0.0f;
+      continue;
     }
+    const BlockQ4K& a = reinterpret_cast<const BlockQ4K*>(w.data + uint64_t(o0 + i) * w.row_stride)[kb];
+    uint64_t sc64, m64;
+    q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+    // Every byte of dword e: sc[e % 8] (m[e % 8]); as words, sc & 7 and sc >> 3 (both <= 7).
+    const __m512i sc = _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(sc64)), ix.rep);
+    const __m512i s_lo = _mm512_and_si512(sc, low3w), s_hi = _mm512_and_si512(_mm512_srli_epi16(sc, 3), low3w);
+    _mm512_store_si512(wt.mins + 64 * i, _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(m64)), ix.rep));
+    const __m512i q0 = _mm512_loadu_si512(a.qs), q1 = _mm512_loadu_si512(a.qs + 64);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i g = _mm512_permutex2var_epi32(q0, ix.perm[c], q1);
+      const __m512i q = _mm512_and_si512(_mm512_srlv_epi32(g, ix.shift), low4);
+      // Each word (q_a | q_b << 8) times s: q_a·s + (q_b·s << 8), both below 256, so the bytes are exact.
+      _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_mullo_epi16(q, s_lo));
+      _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_mullo_epi16(q, s_hi));
+    }
+    wt.d[i] = _cvtsh_ss(a.d);
+    wt.dmin[i] = _cvtsh_ss(a.dmin);
   }
 }
 
-// 16 weight rows × 16 activation rows over every super-block; acc[r] holds weight row r's results for the
-// 16 activation rows.
-void tile_pass(const WeightTiles* wt, const ActivationTiles* at, int64_t nkb, __m512 acc[16]) {
+// One super-block of 16 weight rows × 16 activation rows: acc[16 r + n] (weight row r, activation row n)
+// takes the block's two f32 steps.
+void tile_pass(const WeightTiles& w, const ActivationTiles& a, float* acc) {
   alignas(64) int32_t c_lo[256], c_hi[256], c_m[256];
-  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t kb = 0; kb < nkb; ++kb) {
-    const WeightTiles& w = wt[kb];
-    const ActivationTiles& a = at[kb];
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_loadd(3, w.mins, 64);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_loadd(3, w.mins, 64);
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      _tile_loadd(0, a.q[c], 64);
-      _tile_loadd(1, w.lo[c], 64);
-      _tile_loadd(2, w.hi[c], 64);
-      _tile_dpbusd(4, 1, 0);
-      _tile_dpbusd(5, 2, 0);
-      _tile_dpbusd(6, 3, 0);
-    }
-    _tile_stored(4, c_lo, 64);
-    _tile_stored(5, c_hi, 64);
-    _tile_stored(6, c_m, 64);
-    const __m512 da = _mm512_load_ps(a.d);
+  for (int c = 0; c < 4; ++c) {
+    _tile_loadd(0, a.q[c], 64);
+    _tile_loadd(1, w.lo[c], 64);
+    _tile_loadd(2, w.hi[c], 64);
+    _tile_dpbusd(4, 1, 0);
+    _tile_dpbusd(5, 2, 0);
+    _tile_dpbusd(6, 3, 0);
+  }
+  _tile_stored(4, c_lo, 64);
+  _tile_stored(5, c_hi, 64);
+  _tile_stored(6, c_m, 64);
+  const __m512 da = _mm512_load_ps(a.d);
 #pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) {
-      const __m512i ai = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
-                                          _mm512_load_si512(c_lo + 16 * r));
-      const __m512 db = _mm512_mul_ps(_mm512_set1_ps(w.d[r]), da);
-      const __m512 dmb = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), da);
-      acc[r] = _mm512_fmadd_ps(db, _mm512_cvtepi32_ps(ai), acc[r]);
-      acc[r] = _mm512_fnmadd_ps(dmb, _mm512_cvtepi32_ps(_mm512_load_si512(c_m + 16 * r)), acc[r]);
-    }
+  for (int r = 0; r < 16; ++r) {
+    const __m512i ai = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
+                                        _mm512_load_si512(c_lo + 16 * r));
+    const __m512 db = _mm512_mul_ps(_mm512_set1_ps(w.d[r]), da);
+    const __m512 dmb = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), da);
+    __m512 v = _mm512_fmadd_ps(db, _mm512_cvtepi32_ps(ai), _mm512_load_ps(acc + 16 * r));
+    v = _mm512_fnmadd_ps(dmb, _mm512_cvtepi32_ps(_mm512_load_si512(c_m + 16 * r)), v);
+    _mm512_store_ps(acc + 16 * r, v);
   }
 }
 
@@ -218,10 +224,12 @@ bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_str
       if (!bsums_consistent(activation_row(x, x_stride, t)[kb])) return false;
 
   thread_local std::vector<ActivationTiles> acts;
-  thread_local std::vector<WeightTiles> weights;
+  thread_local WeightTiles weights;
+  thread_local std::vector<AccTile> accs;
   const int64_t groups = (n_rows + kTile - 1) / kTile;
-  acts.resize(size_t(std::min<int64_t>(groups, kMaxGroups) * nkb));
-  weights.resize(size_t(nkb));
+  acts.resize(size_t(kMaxGroups * nkb));  // [super-block][group]: a pass reads one super-block's in order
+  accs.resize(size_t(kMaxGroups));
+  const WeightIndex ix = weight_index();
 
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
@@ -233,17 +241,27 @@ bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_str
     const int64_t ng = std::min<int64_t>(kMaxGroups, groups - g0);
     for (int64_t g = 0; g < ng; ++g) {
       const int64_t t0 = (g0 + g) * kTile;
-      prepare_activation_tiles(x, x_stride, t0, int(std::min<int64_t>(kTile, n_rows - t0)), nkb, &acts[size_t(g * nkb)]);
+      prepare_activation_tiles(x, x_stride, t0, int(std::min<int64_t>(kTile, n_rows - t0)), nkb, &acts[size_t(g)], kMaxGroups);
     }
     for (int64_t o0 = o_begin; o0 < o_end; o0 += kTile) {
       const int nw = int(std::min<int64_t>(kTile, o_end - o0));
-      prepare_weight_tiles(w, o0, nw, nkb, weights.data());
+      std::memset(static_cast<void*>(accs.data()), 0, size_t(ng) * sizeof(AccTile));
+      // Super-block by super-block: its weight tiles (9 KB) stay in L1 while every group passes over them.
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        // The next block's rows of this super-block on their way to L2 (they come cold from memory).
+        for (int i = 0; i < kTile; ++i) {
+          const uintptr_t next =
+              reinterpret_cast<uintptr_t>(w.data) + uint64_t(o0 + kTile + i) * w.row_stride + uint64_t(kb) * sizeof(BlockQ4K);
+#pragma GCC unroll 3
+          for (uintptr_t b = 0; b < sizeof(BlockQ4K); b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
+        }
+        prepare_weight_tiles(w, o0, nw, kb, ix, weights);
+        for (int64_t g = 0; g < ng; ++g) tile_pass(weights, acts[size_t(kb * kMaxGroups + g)], accs[size_t(g)].v);
+      }
       const __mmask16 rows_mask = __mmask16((1u << nw) - 1);
       for (int64_t g = 0; g < ng; ++g) {
-        __m512 acc[16];
-        tile_pass(weights.data(), &acts[size_t(g * nkb)], nkb, acc);
         __m512i out[16];
-        for (int r = 0; r < 16; ++r) out[r] = _mm512_castps_si512(acc[r]);
+        for (int r = 0; r < 16; ++r) out[r] = _mm512_load_si512(accs[size_t(g)].v + 16 * r);
         transpose16x16(out);  // out[n]: the 16 weight rows' results for activation row n
         const int64_t t0 = (g0 + g) * kTile;
         const int nt = int(std::min<int64_t>(kTile, n_rows - t0));
