@@ -180,35 +180,43 @@ void prepare_weight_tiles(const WeightMatrix& w, int64_t o0, int n, int64_t kb, 
   }
 }
 
-// One super-block of 16 weight rows × 16 activation rows: acc[16 r + n] (weight row r, activation row n)
-// takes the block's two f32 steps.
-void tile_pass(const WeightTiles& w, const ActivationTiles& a, float* acc) {
-  alignas(64) int32_t c_lo[256], c_hi[256], c_m[256];
+// The three integer tiles of one super-block of 16 weight rows × 16 activation rows, element 16r + n.
+struct alignas(64) IntTiles {
+  int32_t lo[256], hi[256], m[256];
+};
+
+// C_lo, C_hi, C_m of one super-block: twelve tdpbusd, four chunks of 64 elements.
+void tile_products(const WeightTiles& w, const ActivationTiles& a, IntTiles& c) {
   _tile_zero(4);
   _tile_zero(5);
   _tile_zero(6);
   _tile_loadd(3, w.mins, 64);
 #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    _tile_loadd(0, a.q[c], 64);
-    _tile_loadd(1, w.lo[c], 64);
-    _tile_loadd(2, w.hi[c], 64);
+  for (int k = 0; k < 4; ++k) {
+    _tile_loadd(0, a.q[k], 64);
+    _tile_loadd(1, w.lo[k], 64);
+    _tile_loadd(2, w.hi[k], 64);
     _tile_dpbusd(4, 1, 0);
     _tile_dpbusd(5, 2, 0);
     _tile_dpbusd(6, 3, 0);
   }
-  _tile_stored(4, c_lo, 64);
-  _tile_stored(5, c_hi, 64);
-  _tile_stored(6, c_m, 64);
-  const __m512 da = _mm512_load_ps(a.d);
+  _tile_stored(4, c.lo, 64);
+  _tile_stored(5, c.hi, 64);
+  _tile_stored(6, c.m, 64);
+}
+
+// The super-block's two f32 steps for every (weight row r, activation row n), into acc[16r + n]:
+// acc = fma(db, f32(A), acc), acc = fma(-dmb, f32(M), acc) with A = 8·C_hi + C_lo, M = C_m.
+void f32_steps(const WeightTiles& w, const float* da_rows, const IntTiles& c, float* acc) {
+  const __m512 da = _mm512_load_ps(da_rows);
 #pragma GCC unroll 16
   for (int r = 0; r < 16; ++r) {
-    const __m512i ai = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + 16 * r), 3),
-                                        _mm512_load_si512(c_lo + 16 * r));
+    const __m512i ai = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c.hi + 16 * r), 3),
+                                        _mm512_load_si512(c.lo + 16 * r));
     const __m512 db = _mm512_mul_ps(_mm512_set1_ps(w.d[r]), da);
     const __m512 dmb = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), da);
     __m512 v = _mm512_fmadd_ps(db, _mm512_cvtepi32_ps(ai), _mm512_load_ps(acc + 16 * r));
-    v = _mm512_fnmadd_ps(dmb, _mm512_cvtepi32_ps(_mm512_load_si512(c_m + 16 * r)), v);
+    v = _mm512_fnmadd_ps(dmb, _mm512_cvtepi32_ps(_mm512_load_si512(c.m + 16 * r)), v);
     _mm512_store_ps(acc + 16 * r, v);
   }
 }
@@ -226,6 +234,7 @@ bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_str
   thread_local std::vector<ActivationTiles> acts;
   thread_local WeightTiles weights;
   thread_local std::vector<AccTile> accs;
+  thread_local IntTiles ints[2];
   const int64_t groups = (n_rows + kTile - 1) / kTile;
   acts.resize(size_t(kMaxGroups * nkb));  // [super-block][group]: a pass reads one super-block's in order
   accs.resize(size_t(kMaxGroups));
@@ -256,7 +265,13 @@ bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_str
           for (uintptr_t b = 0; b < sizeof(BlockQ4K); b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + b), _MM_HINT_T1);
         }
         prepare_weight_tiles(w, o0, nw, kb, ix, weights);
-        for (int64_t g = 0; g < ng; ++g) tile_pass(weights, acts[size_t(kb * kMaxGroups + g)], accs[size_t(g)].v);
+        // The f32 steps of group g - 1 run while the tiles form group g's integers (two buffers).
+        const ActivationTiles* at = &acts[size_t(kb * kMaxGroups)];
+        for (int64_t g = 0; g < ng; ++g) {
+          tile_products(weights, at[g], ints[g & 1]);
+          if (g > 0) f32_steps(weights, at[g - 1].d, ints[(g - 1) & 1], accs[size_t(g - 1)].v);
+        }
+        f32_steps(weights, at[ng - 1].d, ints[(ng - 1) & 1], accs[size_t(ng - 1)].v);
       }
       const __mmask16 rows_mask = __mmask16((1u << nw) - 1);
       for (int64_t g = 0; g < ng; ++g) {
