@@ -16,7 +16,7 @@
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
-#if defined(ESSAIM_KERNELS_X86)
+#if defined(__x86_64__)
 #include "kernels/matmul_amx.h"
 #endif
 
@@ -79,7 +79,7 @@ TEST(AmxQ4k, EqualsTheDotKernelsAndTheScalarReference) {
           set_amx_enabled(true);
           ASSERT_TRUE(amx_enabled());
           const std::vector<float> tiles = rows_product(p.weights(), xq, n, o_begin, o_end);
-#if defined(ESSAIM_KERNELS_X86)
+#if defined(__x86_64__)
           {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
             std::vector<uint8_t> scratch;
             const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), n, cols, scratch);
@@ -149,7 +149,7 @@ TEST(AmxQ4k, ForeignBsumsAreDeclinedAndStillExact) {
   blocks[2 * 20].bsums[0] = -32768;
   ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
   set_amx_enabled(true);
-#if defined(ESSAIM_KERNELS_X86)
+#if defined(__x86_64__)
   std::vector<uint8_t> scratch;
   const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), 24, 512, scratch);
   std::vector<float> y(size_t(24 * 40), 7.0f);
