@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   try {
     ThreadPool pool(static_cast<size_t>(threads));
     json doc{{"benchmark", "expert_ffn"}, {"cpu", cpu_model_name()}, {"isa", std::string(isa_name(kernels_isa()))},
+             {"amx", amx_enabled()},
              {"threads", pool.size()}, {"reps", reps}, {"experts_per_call", kExpertsPerCall}};
     doc["int8_peak"] = int8_peak(&pool);
     const Bandwidth bw = measure_bandwidth({.bytes = 512 << 20, .reps = 5, .copy = false}, &pool);
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
         r["down_type"] = std::string(type_name(down));
         // Both per CPU-second: the fraction of the int8 peak the CPU time spent actually achieves.
         r["fraction_of_int8_peak"] = r["gflop_per_cpu_s"].get<double>() / (peak / double(pool.size()));
+        if (doc["int8_peak"].contains("amx_int8_gops_per_s"))
+          r["fraction_of_amx_int8_peak"] =
+              r["gflop_per_cpu_s"].get<double>() / (doc["int8_peak"]["amx_int8_gops_per_s"].get<double>() / double(pool.size()));
         r["fraction_of_read_bandwidth"] = r["weight_gb_per_s"].get<double>() / bw.read_gb_per_s;
         std::fprintf(stderr, "down %-5s rows/expert %4lld  %9.1f rows/s  %7.1f GFLOP/s (%4.1f %% of int8 peak per CPU-s)  %5.1f GB/s\n",
                      std::string(type_name(down)).c_str(), (long long)m, r["rows_per_s"].get<double>(),
