@@ -77,6 +77,27 @@ TEST(Json, BenchWithMlock) {
   EXPECT_EQ(j["threads"], 1) << j.dump();
 }
 
+// bench --json says whether the Q4_K products of several rows ran on AMX tiles; ESSAIM_AMX=0 turns them off,
+// and the logits of a 12-token prompt (Q4_K products of 12 rows) are the same bits either way.
+TEST(Json, BenchSaysWhetherTheTilesRanAndTheyChangeNoLogit) {
+  const nlohmann::json off = parse_stdout(
+      run_cli("ESSAIM_AMX=0 essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  expect_fields(off, {"amx", "isa", "prefetch_bytes"});
+  EXPECT_EQ(off["amx"], false) << off.dump();
+  const nlohmann::json on =
+      parse_stdout(run_cli("essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  expect_fields(on, {"amx"});
+  const std::string dir = make_temp_dir("json-amx");
+  const std::string eval = "essaim eval -m " + tiny_model() + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 --logits-out ";
+  const CliRun tiles = run_cli(eval + dir + "/tiles.npy");
+  const CliRun dots = run_cli("ESSAIM_AMX=0 " + eval + dir + "/dots.npy");
+  ASSERT_EQ(tiles.code, 0) << tiles.err;
+  ASSERT_EQ(dots.code, 0) << dots.err;
+  const std::string a = read_text(dir + "/tiles.npy"), b = read_text(dir + "/dots.npy");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the tiles must not change a logit (amx in use: " << on["amx"] << ")";
+}
+
 // bench --no-mmap: the model read into private memory (the field says so); eval --no-mmap gives the mapped
 // model's logits bit for bit (the same bytes, read instead of mapped).
 TEST(Json, BenchAndEvalWithNoMmap) {
