@@ -49,7 +49,7 @@ Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 int64_t weight_prefetch_bytes();
 void set_weight_prefetch_bytes(int64_t bytes);  // clamped to [0, 65536]
 
-// Intel AMX tiles for Q4_K products of several activation rows (matmul_amx.h; docs/kernels.md, "AMX tiles").
+// Intel AMX tiles for Q4_K and Q6_K products of several activation rows (matmul_amx.h; docs/kernels.md, "AMX tiles").
 // Supported: the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile state. Enabled:
 // supported, kernels_isa() is AVX512 and ESSAIM_AMX is not 0 (set_amx_enabled overrides). The tiles form the
 // same exact integers as the dot kernels, so this changes speed only, never a bit. Process-wide.

@@ -88,7 +88,7 @@ int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 :
 
 int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows) {
 #if defined(ESSAIM_KERNELS_X86)
-  if (w.type == GgmlType::Q4_K && n_rows >= kAmxMinRows && amx_enabled()) return 256;
+  if (amx_matmul_type(w.type) && n_rows >= kAmxMinRows && amx_enabled()) return 256;
 #endif
   return tile_multiple_of_16(std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512));
 }
@@ -99,9 +99,9 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
   const VecDotFn dot = k.dot(kernels_isa());
   const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
 #if defined(ESSAIM_KERNELS_X86)
-  // Same bits from the tiles (matmul_amx.h); they decline rows whose bsums are not their values' sums.
-  if (w.type == GgmlType::Q4_K && n_rows >= kAmxMinRows && amx_enabled() &&
-      q4k_matmul_rows_amx(w, xq, x_stride, n_rows, o_begin, o_end, y))
+  // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
+  if (amx_matmul_type(w.type) && n_rows >= kAmxMinRows && amx_enabled() &&
+      amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y))
     return;
 #endif
   for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {

@@ -1,18 +1,21 @@
-// Q4_K products of many activation rows on Intel AMX tiles (x86 builds only; docs/kernels.md, "AMX tiles").
+// Q4_K and Q6_K products of many activation rows on Intel AMX tiles (x86 builds only; docs/kernels.md,
+// "AMX tiles").
 //
-//   if (amx_enabled() && n_rows >= kAmxMinRows)
-//     done = q4k_matmul_rows_amx(w, xprep, x_stride, n_rows, o_begin, o_end, y);   // false: use the dot kernels
+//   if (amx_matmul_type(w.type) && n_rows >= kAmxMinRows && amx_enabled())
+//     done = amx_matmul_rows(w, xprep, x_stride, n_rows, o_begin, o_end, y);   // false: use the dot kernels
 //
-// Same contract and same bits as matmul_rows over the Q4_K dot kernels: y[t][o] = dot(w row o, row t) in the
-// canonical order (per super-block the exact integers A and M, then two fused f32 steps). The tiles only
-// form the integers: A = 8·Σ (q·(sc >> 3))·q8 + Σ (q·(sc & 7))·q8 and M = Σ m·q8, exact int32 sums whatever
-// their order. M from the q8 values equals the reference's Σ bsums·m only when every bsum is the sum of its
-// sixteen values, which holds for every row essaim quantises; rows received from elsewhere are checked, and
-// a call with one inconsistent row returns false without writing anything.
+// Same contract and same bits as matmul_rows over the dot kernels: y[t][o] = dot(w row o, row t) in the
+// canonical order (per super-block the exact integer A — and Q4_K's M — then the fused f32 steps). The
+// tiles only form exact int32 sums whatever their order; how A and M are rebuilt from them is in
+// matmul_amx.cpp. Q4_K's M comes from the q8 values, which equals the reference's Σ bsums·m only when every
+// bsum is the sum of its sixteen values: true for every row essaim quantises; rows received from elsewhere
+// are checked, and a call with one inconsistent row returns false without writing anything. (Q6_K's
+// reference reads only the q8 values.)
 #pragma once
 
 #include <cstdint>
 
+#include "core/ggml_type.h"
 #include "kernels/matmul.h"
 
 namespace essaim {
@@ -20,9 +23,12 @@ namespace essaim {
 // Fewer activation rows than this go to the dot kernels: a tile pass costs as much for 1 row as for 16.
 inline constexpr int64_t kAmxMinRows = 4;
 
-// xprep: n_rows activation rows of w.cols values in the AVX-512 Q4_K layout (prepare_q8k_q45k_avx512),
-// x_stride bytes apart. Requires amx_supported() (kernel_traits.h).
-bool q4k_matmul_rows_amx(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
-                         int64_t o_begin, int64_t o_end, float* const* y);
+inline bool amx_matmul_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
+// xprep: n_rows activation rows of w.cols values in w.type's AVX-512 layout (prepare_q8k_q45k_avx512,
+// prepare_q8k_q6k_avx512), x_stride bytes apart. Requires amx_supported() (kernel_traits.h) and
+// amx_matmul_type(w.type).
+bool amx_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                     int64_t o_begin, int64_t o_end, float* const* y);
 
 }  // namespace essaim

@@ -1,7 +1,8 @@
-// The AMX tile path for Q4_K (matmul_amx.h) against the dot kernels and the scalar reference, bit for bit:
-// every activation-row count around the 16-row groups and the 256-row passes, weight-row ranges that start
-// and end inside a 16-row block, the largest integers a block can produce, and activation rows from
-// elsewhere whose bsums are not their values' sums (the tiles must decline those). Skipped where the CPU or
+// The AMX tile path for Q4_K and Q6_K (matmul_amx.h) against the dot kernels and the scalar reference, bit
+// for bit: every activation-row count around the 16-row groups and the 256-row passes, weight-row ranges
+// that start and end inside a 16-row block, the largest integers a block can produce, and activation rows
+// from elsewhere whose bsums are not their values' sums (Q4_K's tiles must decline those; Q6_K's ignore
+// them, as its reference does). Skipped where the CPU or
 // the OS does not grant the tiles; the model bit pins then cover only the dot kernels.
 #include <gtest/gtest.h>
 
@@ -62,18 +63,19 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 #define SKIP_WITHOUT_AMX()                                                                                    \
   if (!amx_supported() || !isa_supported(Isa::AVX512)) GTEST_SKIP() << "this CPU or OS grants no AMX tiles"
 
-TEST(AmxQ4k, EqualsTheDotKernelsAndTheScalarReference) {
+TEST(Amx, EqualsTheDotKernelsAndTheScalarReference) {
   SKIP_WITHOUT_AMX();
   KernelChoiceGuard guard;
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
   for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
     for (const int64_t cols : {256, 768, 3072}) {
       const KernelProblem p = kernel_problem_build(
-          KernelCase{.name = "q4_k", .type = GgmlType::Q4_K, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+          KernelCase{.name = "amx", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
           uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 1 : 2));
       for (const int64_t n : {4, 5, 15, 16, 17, 33, 100, 256, 257, 300}) {
         const std::vector<uint8_t> xq = quantised(p, n);
         for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {16, 32}, {69, 70}}) {
-          SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
+          SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
                        std::to_string(o_begin) + ".." + std::to_string(o_end));
           ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
           set_amx_enabled(true);
@@ -82,12 +84,12 @@ TEST(AmxQ4k, EqualsTheDotKernelsAndTheScalarReference) {
 #if defined(__x86_64__)
           {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
             std::vector<uint8_t> scratch;
-            const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), n, cols, scratch);
+            const uint8_t* xp = prepare_rows(type, xq.data(), n, cols, scratch);
             std::vector<float> y(size_t(n * 70));
             std::vector<float*> y_rows;
             for (int64_t t = 0; t < n; ++t) y_rows.push_back(y.data() + t * 70);
-            ASSERT_TRUE(q4k_matmul_rows_amx(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, cols), n, o_begin,
-                                            o_end, y_rows.data()));
+            ASSERT_TRUE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(type, cols), n, o_begin, o_end,
+                                        y_rows.data()));
           }
 #endif
           set_amx_enabled(false);
@@ -135,6 +137,56 @@ TEST(AmxQ4k, LargestIntegersStayExact) {
   EXPECT_NE(ref[0], 0.0f);
 }
 
+// Q6_K: every value 0 (q - 32 = -32) with every scale -128, and every value 63 with every scale 127,
+// against activations of -128 and 127: the largest products each digit tile and their sum can hold.
+TEST(AmxQ6k, LargestIntegersStayExact) {
+  SKIP_WITHOUT_AMX();
+  KernelChoiceGuard guard;
+  const int64_t cols = 512, rows = 20, n = 18;
+  std::vector<BlockQ6K> w(size_t(rows * cols / kQK_K));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool high = (i / 2) % 2 == 1;  // row by row: all 63 / scale 127, or all 0 / scale -128
+    std::memset(w[i].ql, high ? 0xFF : 0x00, sizeof(w[i].ql));
+    std::memset(w[i].qh, high ? 0xFF : 0x00, sizeof(w[i].qh));
+    std::memset(w[i].scales, high ? 0x7F : 0x80, sizeof(w[i].scales));
+    w[i].d = 0x3c00;
+  }
+  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int8_t v = (i / 2) % 3 ? int8_t(127) : int8_t(-128);
+    x[i].d = 1.0f / 64;
+    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
+    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
+  }
+  const WeightMatrix wm{.type = GgmlType::Q6_K, .cols = cols, .rows = rows,
+                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ6K) * 2};
+  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
+  std::memcpy(xq.data(), x.data(), xq.size());
+  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  set_amx_enabled(true);
+  const std::vector<float> tiles = rows_product(wm, xq, n, 0, rows);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  const std::vector<float> ref = rows_product(wm, xq, n, 0, rows);
+  ASSERT_TRUE(same_bits(tiles, ref));
+  EXPECT_NE(ref[0], 0.0f);
+}
+
+// Q6_K reads no bsums: rows with foreign ones still give the reference's bits through the tiles.
+TEST(AmxQ6k, ForeignBsumsChangeNothing) {
+  SKIP_WITHOUT_AMX();
+  KernelChoiceGuard guard;
+  const KernelProblem p = kernel_problem_build(
+      KernelCase{.name = "q6_k", .type = GgmlType::Q6_K, .cols = 512, .rows = 40, .n_rows = 24}, 98);
+  std::vector<uint8_t> xq = quantised(p, 24);
+  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
+  for (int64_t b = 0; b < 48; b += 5) blocks[b].bsums[b % 16] = int16_t(-32768 + 977 * b);
+  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  set_amx_enabled(true);
+  const std::vector<float> tiles = rows_product(p.weights(), xq, 24, 0, 40);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, 24, 0, 40)));
+}
+
 // Activation rows that did not come from essaim's quantiser may carry any bsums; the reference uses them
 // as given. The tiles cannot (they form M from the values), so they decline the call, write nothing, and
 // matmul_rows gives the dot kernels' bits.
@@ -155,8 +207,8 @@ TEST(AmxQ4k, ForeignBsumsAreDeclinedAndStillExact) {
   std::vector<float> y(size_t(24 * 40), 7.0f);
   std::vector<float*> y_rows;
   for (int64_t t = 0; t < 24; ++t) y_rows.push_back(y.data() + t * 40);
-  EXPECT_FALSE(q4k_matmul_rows_amx(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, 512), 24, 0, 40,
-                                   y_rows.data()));
+  EXPECT_FALSE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, 512), 24, 0, 40,
+                               y_rows.data()));
   for (float v : y) ASSERT_EQ(v, 7.0f) << "a declined call writes nothing";
 #endif
   const std::vector<float> tiles = rows_product(p.weights(), xq, 24, 0, 40);
@@ -164,19 +216,19 @@ TEST(AmxQ4k, ForeignBsumsAreDeclinedAndStillExact) {
   ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, 24, 0, 40)));
 }
 
-TEST(AmxQ4k, EnvChild) {
+TEST(Amx, EnvChild) {
   const char* want = std::getenv("ESSAIM_AMX_EXPECT");
   if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentTurnsTheTilesOff";
   EXPECT_EQ(amx_enabled() ? "1" : "0", std::string(want));
 }
 
-TEST(AmxQ4k, EnvironmentTurnsTheTilesOff) {
+TEST(Amx, EnvironmentTurnsTheTilesOff) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");  // qemu-aarch64 for the ARM64 build
   const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
   auto run_child = [&](const std::string& env) {
     const std::string cmd = "env -u ESSAIM_AMX -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
-                            "' --gtest_filter=AmxQ4k.EnvChild > /dev/null 2>&1";
+                            "' --gtest_filter=Amx.EnvChild > /dev/null 2>&1";
     return std::system(cmd.c_str());
   };
   const std::string by_default = amx_supported() && isa_supported(Isa::AVX512) ? "1" : "0";
