@@ -96,7 +96,8 @@ Status run_bench(const BenchArgs& a) {
     }
     std::printf("| %s %dL | %.2f GiB | %zu | %s | %s | %.2f ± %.2f %s|\n", info.arch.c_str(), info.n_layer,
                 double(model->file().file_size()) / double(1ull << 30), pool.size(),
-                std::string(isa_name(kernels_isa())).c_str(), t["test"].get<std::string>().c_str(),
+                (std::string(isa_name(kernels_isa())) + (amx_enabled() ? "+amx" : "")).c_str(),
+                t["test"].get<std::string>().c_str(),
                 t["avg_ts"].get<double>(), t["stddev_ts"].get<double>(), extra.c_str());
   }
   std::printf("\nread bandwidth (same run, %zu threads): %.1f GB/s median, %.1f GB/s best; CPU: %s\n", pool.size(),
