@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
         // Both per CPU-second: the fraction of the int8 peak the CPU time spent actually achieves.
         r["fraction_of_int8_peak"] = r["gflop_per_cpu_s"].get<double>() / (peak / double(pool.size()));
         if (doc["int8_peak"].contains("amx_int8_gops_per_s"))
-          r["fraction_of_amx_int8_peak"] =
-              r["gflop_per_cpu_s"].get<double>() / (doc["int8_peak"]["amx_int8_gops_per_s"].get<double>() / double(pool.size()));
+          r["fraction_of_amx_int8_peak"] = r["gflop_per_cpu_s"].get<double>() /
+                                           (doc["int8_peak"]["amx_int8_gops_per_s"].get<double>() / double(pool.size()));
         r["fraction_of_read_bandwidth"] = r["weight_gb_per_s"].get<double>() / bw.read_gb_per_s;
         std::fprintf(stderr, "down %-5s rows/expert %4lld  %9.1f rows/s  %7.1f GFLOP/s (%4.1f %% of int8 peak per CPU-s)  %5.1f GB/s\n",
                      std::string(type_name(down)).c_str(), (long long)m, r["rows_per_s"].get<double>(),

@@ -68,40 +68,40 @@ TEST(Amx, EqualsTheDotKernelsAndTheScalarReference) {
   KernelChoiceGuard guard;
   for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
   for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
-    for (const int64_t cols : {256, 768, 3072}) {
-      const KernelProblem p = kernel_problem_build(
-          KernelCase{.name = "amx", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
-          uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 1 : 2));
-      for (const int64_t n : {4, 5, 15, 16, 17, 33, 100, 256, 257, 300}) {
-        const std::vector<uint8_t> xq = quantised(p, n);
-        for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {16, 32}, {69, 70}}) {
-          SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
-                       std::to_string(o_begin) + ".." + std::to_string(o_end));
-          ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
-          set_amx_enabled(true);
-          ASSERT_TRUE(amx_enabled());
-          const std::vector<float> tiles = rows_product(p.weights(), xq, n, o_begin, o_end);
+  for (const int64_t cols : {256, 768, 3072}) {
+    const KernelProblem p = kernel_problem_build(
+        KernelCase{.name = "amx", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+        uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 1 : 2));
+    for (const int64_t n : {4, 5, 15, 16, 17, 33, 100, 256, 257, 300}) {
+      const std::vector<uint8_t> xq = quantised(p, n);
+      for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {16, 32}, {69, 70}}) {
+        SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) +
+                     " rows, weight rows " + std::to_string(o_begin) + ".." + std::to_string(o_end));
+        ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+        set_amx_enabled(true);
+        ASSERT_TRUE(amx_enabled());
+        const std::vector<float> tiles = rows_product(p.weights(), xq, n, o_begin, o_end);
 #if defined(__x86_64__)
-          {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
-            std::vector<uint8_t> scratch;
-            const uint8_t* xp = prepare_rows(type, xq.data(), n, cols, scratch);
-            std::vector<float> y(size_t(n * 70));
-            std::vector<float*> y_rows;
-            for (int64_t t = 0; t < n; ++t) y_rows.push_back(y.data() + t * 70);
-            ASSERT_TRUE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(type, cols), n, o_begin, o_end,
-                                        y_rows.data()));
-          }
+        {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
+          std::vector<uint8_t> scratch;
+          const uint8_t* xp = prepare_rows(type, xq.data(), n, cols, scratch);
+          std::vector<float> y(size_t(n * 70));
+          std::vector<float*> y_rows;
+          for (int64_t t = 0; t < n; ++t) y_rows.push_back(y.data() + t * 70);
+          ASSERT_TRUE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(type, cols), n, o_begin, o_end,
+                                      y_rows.data()));
+        }
 #endif
-          set_amx_enabled(false);
-          const std::vector<float> dots = rows_product(p.weights(), xq, n, o_begin, o_end);
-          ASSERT_TRUE(same_bits(tiles, dots));
-          if (cols == 768 && (n == 17 || n == 257)) {  // the scalar reference is slow: two counts suffice
-            ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-            ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, n, o_begin, o_end)));
-          }
+        set_amx_enabled(false);
+        const std::vector<float> dots = rows_product(p.weights(), xq, n, o_begin, o_end);
+        ASSERT_TRUE(same_bits(tiles, dots));
+        if (cols == 768 && (n == 17 || n == 257)) {  // the scalar reference is slow: two counts suffice
+          ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+          ASSERT_TRUE(same_bits(tiles, rows_product(p.weights(), xq, n, o_begin, o_end)));
         }
       }
     }
+  }
 }
 
 // Every nibble 15 and every scale and min 63 against activations of -128 (and of 127): the largest

@@ -7,8 +7,9 @@
 // each call and passes it on to the real LocalExpertExecutor, taking a few milliseconds a call so that
 // queues build up): once a request of the quiet backbone is queued, at most two of the flooding one's run
 // before it (round robin: the flooder's next turn), where one FIFO queue would run the flooder's whole
-// window of 16 first — checked as the median over the quiet requests, with none waiting a whole window. The quiet backbone's answers are exact and never
-// refused; the flooder's refusals are exactly the worker's OVERLOADED count.
+// window of 16 first — checked as the median over the quiet requests, with none waiting a whole window.
+// The quiet backbone's answers are exact and never refused; the flooder's refusals are exactly the
+// worker's OVERLOADED count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
