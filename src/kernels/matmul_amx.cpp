@@ -26,6 +26,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/q45k_arrange_avx512.h"
 #include "kernels/q6k_arrange_avx512.h"
 
 namespace essaim {
@@ -146,47 +147,27 @@ struct Q4k {
     int32_t lo[256], hi[256], m[256];
   };
 
-  // The index vectors of the weight arrangement, built once per call.
-  struct Index {
-    __m512i perm[4];  // chunk c, dword e: qs dword 8·(s/2) + 2c + e/8 of [qs 0..63 | qs 64..127], s = e % 8
-    __m512i shift;    // 4·(s % 2): even sub-blocks in the low nibble, odd ones in the high one
-    __m512i rep;      // bytes of dword e: byte e % 8 of a broadcast 64-bit value
-  };
-
-  static Index index() {
-    alignas(64) int32_t perm[4][16], shift[16];
-    alignas(64) int8_t rep[64];
-    for (int e = 0; e < 16; ++e) {
-      for (int c = 0; c < 4; ++c) perm[c][e] = 8 * ((e % 8) / 2) + 2 * c + e / 8;
-      shift[e] = 4 * (e % 2);
-    }
-    for (int j = 0; j < 64; ++j) rep[j] = int8_t((j / 4) % 8);
-    Index ix;
-    for (int c = 0; c < 4; ++c) ix.perm[c] = _mm512_load_si512(perm[c]);
-    ix.shift = _mm512_load_si512(shift);
-    ix.rep = _mm512_load_si512(rep);
-    return ix;
-  }
+  // The weights in the arrangement of the AVX-512 kernels (q45k_arrange_avx512.h).
+  using Index = Q45kIndex;
+  static Index index() { return q45k_index(); }
 
   // Super-block kb of weight rows [o0, o0 + n) (n <= 16; the rest zero) as tiles.
   static void prepare(const WeightMatrix& w, int64_t o0, int n, int64_t kb, const Index& ix, Weights& wt) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F), low3w = _mm512_set1_epi16(0x0007);
+    const __m512i k7 = _mm512_set1_epi32(7);
     for (int i = 0; i < n; ++i) {
       const Block& a = *reinterpret_cast<const Block*>(weight_block(w, o0 + i, kb, sizeof(Block)));
-      uint64_t sc64, m64;
-      q4k_unpack_scales_u64(a.scales, &sc64, &m64);
-      // Every byte of dword e: sc[e % 8] (m[e % 8]); as words, sc & 7 and sc >> 3 (both <= 7).
-      const __m512i sc = _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(sc64)), ix.rep);
-      const __m512i s_lo = _mm512_and_si512(sc, low3w), s_hi = _mm512_and_si512(_mm512_srli_epi16(sc, 3), low3w);
-      _mm512_store_si512(wt.mins + 64 * i, _mm512_shuffle_epi8(_mm512_set1_epi64(int64_t(m64)), ix.rep));
-      const __m512i q0 = _mm512_loadu_si512(a.qs), q1 = _mm512_loadu_si512(a.qs + 64);
+      // q.w[c]: the 0..15 values of chunk c; dword e of q.sc: sc[e % 8]; of q.mins2: m[e % 8] in both words.
+      const Q45kWeights q = q45k_arrange<Block, false>(a, ix);
+      // sc & 7 and sc >> 3 (both <= 7) in both words of their dword; m in all four bytes.
+      const __m512i lo = _mm512_and_si512(q.sc, k7), hi = _mm512_srli_epi32(q.sc, 3);
+      const __m512i s_lo = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
+      const __m512i s_hi = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
+      _mm512_store_si512(wt.mins + 64 * i, _mm512_or_si512(q.mins2, _mm512_slli_epi32(q.mins2, 8)));
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        const __m512i g = _mm512_permutex2var_epi32(q0, ix.perm[c], q1);
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi32(g, ix.shift), low4);
         // Each word (q_a | q_b << 8) times s: q_a·s + (q_b·s << 8), both below 256, so the bytes are exact.
-        _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_mullo_epi16(q, s_lo));
-        _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_mullo_epi16(q, s_hi));
+        _mm512_store_si512(wt.lo[c] + 64 * i, _mm512_mullo_epi16(q.w[c], s_lo));
+        _mm512_store_si512(wt.hi[c] + 64 * i, _mm512_mullo_epi16(q.w[c], s_hi));
       }
       wt.d[i] = _cvtsh_ss(a.d);
       wt.dmin[i] = _cvtsh_ss(a.dmin);

@@ -60,6 +60,32 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// n activation rows of cols values, every value of super-block i (in row order) -128, or 127 where
+// (i / 2) % period != 0, with consistent bsums: the extremes of a quantised row.
+std::vector<uint8_t> extreme_activations(int64_t n, int64_t cols, int period) {
+  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int8_t v = (i / 2) % size_t(period) ? int8_t(127) : int8_t(-128);
+    x[i].d = 1.0f / 64;
+    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
+    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
+  }
+  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
+  std::memcpy(xq.data(), x.data(), xq.size());
+  return xq;
+}
+
+// All weight rows of w through the tiles and through the scalar reference: the same bits, and not all zero.
+void expect_tiles_give_the_reference(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n) {
+  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  set_amx_enabled(true);
+  const std::vector<float> tiles = rows_product(w, xq, n, 0, w.rows);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  const std::vector<float> ref = rows_product(w, xq, n, 0, w.rows);
+  ASSERT_TRUE(same_bits(tiles, ref));
+  EXPECT_NE(ref[0], 0.0f);
+}
+
 #define SKIP_WITHOUT_AMX()                                                                                    \
   if (!amx_supported() || !isa_supported(Isa::AVX512)) GTEST_SKIP() << "this CPU or OS grants no AMX tiles"
 
@@ -117,24 +143,9 @@ TEST(AmxQ4k, LargestIntegersStayExact) {
     std::memset(b.scales, 0xFF, sizeof(b.scales));
     std::memset(b.qs, 0xFF, sizeof(b.qs));
   }
-  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int8_t v = (i / 2) % 2 ? int8_t(127) : int8_t(-128);
-    x[i].d = 1.0f / 64;
-    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
-    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
-  }
   const WeightMatrix wm{.type = GgmlType::Q4_K, .cols = cols, .rows = rows,
                         .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ4K) * 2};
-  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
-  std::memcpy(xq.data(), x.data(), xq.size());
-  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
-  set_amx_enabled(true);
-  const std::vector<float> tiles = rows_product(wm, xq, n, 0, rows);
-  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-  const std::vector<float> ref = rows_product(wm, xq, n, 0, rows);
-  ASSERT_TRUE(same_bits(tiles, ref));
-  EXPECT_NE(ref[0], 0.0f);
+  expect_tiles_give_the_reference(wm, extreme_activations(n, cols, 2), n);
 }
 
 // Q6_K: every value 0 (q - 32 = -32) with every scale -128, and every value 63 with every scale 127,
@@ -151,24 +162,9 @@ TEST(AmxQ6k, LargestIntegersStayExact) {
     std::memset(w[i].scales, high ? 0x7F : 0x80, sizeof(w[i].scales));
     w[i].d = 0x3c00;
   }
-  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int8_t v = (i / 2) % 3 ? int8_t(127) : int8_t(-128);
-    x[i].d = 1.0f / 64;
-    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
-    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
-  }
   const WeightMatrix wm{.type = GgmlType::Q6_K, .cols = cols, .rows = rows,
                         .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ6K) * 2};
-  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
-  std::memcpy(xq.data(), x.data(), xq.size());
-  ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
-  set_amx_enabled(true);
-  const std::vector<float> tiles = rows_product(wm, xq, n, 0, rows);
-  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-  const std::vector<float> ref = rows_product(wm, xq, n, 0, rows);
-  ASSERT_TRUE(same_bits(tiles, ref));
-  EXPECT_NE(ref[0], 0.0f);
+  expect_tiles_give_the_reference(wm, extreme_activations(n, cols, 3), n);
 }
 
 // Q6_K reads no bsums: rows with foreign ones still give the reference's bits through the tiles.
