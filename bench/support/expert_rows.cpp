@@ -10,6 +10,9 @@
 
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
+#if defined(__x86_64__)
+#include "kernels/matmul_amx.h"
+#endif
 
 namespace essaim::bench {
 
@@ -68,36 +71,11 @@ __attribute__((target("avx2"))) double int8_ops_avx2(int64_t iters) {
 }
 
 #if defined(__x86_64__)
-// The same for AMX tiles: four independent 16 x 16 int32 accumulator tiles, tdpbusd of 16 x 64 bytes each.
-struct alignas(64) AmxConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-__attribute__((target("amx-tile,amx-int8"))) double int8_ops_amx(int64_t iters) {
-  AmxConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  alignas(64) static const uint8_t operand[1024] = {3};
-  _tile_loadconfig(&cfg);
-  _tile_loadd(0, operand, 64);
-  _tile_loadd(1, operand, 64);
-  _tile_zero(4);
-  _tile_zero(5);
-  _tile_zero(6);
-  _tile_zero(7);
+// The same for AMX tiles (matmul_amx.h's register-only loop: four independent accumulator tiles).
+double int8_ops_amx(int64_t iters) {
   const double t0 = thread_cpu_now();
-  for (int64_t it = 0; it < iters; ++it) {
-    _tile_dpbusd(4, 1, 0);
-    _tile_dpbusd(5, 1, 0);
-    _tile_dpbusd(6, 1, 0);
-    _tile_dpbusd(7, 1, 0);
-  }
-  const double s = thread_cpu_now() - t0;
-  _tile_release();
-  return double(iters) * 4 * 16 * 16 * 64 * 2 / s;
+  amx_tile_peak_loop(iters);
+  return double(iters) * 4 * 16 * 16 * 64 * 2 / (thread_cpu_now() - t0);
 }
 #endif
 
@@ -117,7 +95,7 @@ json int8_peak(ThreadPool* pool) {
   json out{{"instruction", vnni ? "vpdpbusd zmm" : "vpmaddubsw ymm"}, {"threads", pool->size()},
            {"int8_gops_per_cpu_s_per_thread", best[0] / 1e9}, {"int8_gops_per_s", total / 1e9}};
 #if defined(__x86_64__)
-  // Where the Q4_K products of several rows run on tiles (matmul_amx.h), their peak too.
+  // Where the Q4_K and Q6_K products of several rows run on tiles (matmul_amx.h), their peak too.
   if (amx_enabled()) {
     std::vector<double> amx(pool->size(), 0);
     for (int r = 0; r < 3; ++r)

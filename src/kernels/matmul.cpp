@@ -83,13 +83,26 @@ bool prepare_layout_shared(GgmlType a, GgmlType b) {
   return weight_kernels(a).vec_dot_type == weight_kernels(b).vec_dot_type && prepare_fn_for(a) == prepare_fn_for(b);
 }
 
+namespace {
+
+// Whether matmul_rows hands these rows to the AMX tiles (matmul_amx.h).
+bool tiles_take(GgmlType type, int64_t n_rows) {
+#if defined(ESSAIM_KERNELS_X86)
+  return amx_matmul_type(type) && n_rows >= kAmxMinRows && amx_enabled();
+#else
+  (void)type;
+  (void)n_rows;
+  return false;
+#endif
+}
+
 // Whole 16-row blocks where there is room for one: the AMX path computes 16 weight rows per tile pass.
 int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 : rows; }
 
+}  // namespace
+
 int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows) {
-#if defined(ESSAIM_KERNELS_X86)
-  if (amx_matmul_type(w.type) && n_rows >= kAmxMinRows && amx_enabled()) return 256;
-#endif
+  if (tiles_take(w.type, n_rows)) return 256;
   return tile_multiple_of_16(std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512));
 }
 
@@ -100,9 +113,7 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
   const uint64_t x_stride = activation_row_bytes(w.type, w.cols);
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
-  if (amx_matmul_type(w.type) && n_rows >= kAmxMinRows && amx_enabled() &&
-      amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y))
-    return;
+  if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
 #endif
   for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));

@@ -43,6 +43,21 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+constexpr TileConfig all_tiles_16x64() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = kTile;
+  }
+  return cfg;
+}
+// In static storage: GCC 12 dropped the stores of a stack copy's rows and widths before ldtilecfg in one
+// caller (the tile loads then faulted), not seeing that the instruction reads all 64 bytes.
+constexpr TileConfig kTileConfig = all_tiles_16x64();
+
+// Every tile 16 rows of 64 bytes (palette 1), for the calling thread.
+void configure_tiles() { _tile_loadconfig(&kTileConfig); }
+
 // One super-block of 16 activation rows: chunk c, tile row r, bytes 4n..4n+3 from activation row n.
 struct alignas(64) ActivationTiles {
   int8_t q[4][1024];
@@ -318,12 +333,7 @@ bool matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_stride,
   accs.resize(size_t(kMaxGroups));
   const typename F::Index ix = F::index();
 
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = kTile;
-  }
-  _tile_loadconfig(&cfg);
+  configure_tiles();
   for (int64_t g0 = 0; g0 < groups; g0 += kMaxGroups) {
     const int64_t ng = std::min<int64_t>(kMaxGroups, groups - g0);
     for (int64_t g = 0; g < ng; ++g) {
@@ -369,6 +379,24 @@ bool matmul_rows_amx(const WeightMatrix& w, const uint8_t* x, uint64_t x_stride,
 }
 
 }  // namespace
+
+void amx_tile_peak_loop(int64_t iters) {
+  alignas(64) static const uint8_t operand[1024] = {3};
+  configure_tiles();
+  _tile_loadd(0, operand, 64);
+  _tile_loadd(1, operand, 64);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbusd(4, 1, 0);
+    _tile_dpbusd(5, 1, 0);
+    _tile_dpbusd(6, 1, 0);
+    _tile_dpbusd(7, 1, 0);
+  }
+  _tile_release();
+}
 
 bool amx_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows, int64_t o_begin,
                      int64_t o_end, float* const* y) {

@@ -31,4 +31,8 @@ inline bool amx_matmul_type(GgmlType t) { return t == GgmlType::Q4_K || t == Ggm
 bool amx_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
                      int64_t o_begin, int64_t o_end, float* const* y);
 
+// For benchmarks: 4·iters tdpbusd on the calling thread, register tiles only (the tiles' int8 peak is
+// 4·iters·16·16·64·2 operations over the time it takes).
+void amx_tile_peak_loop(int64_t iters);
+
 }  // namespace essaim
