@@ -144,16 +144,20 @@ bool cpu_grants_amx() {
 bool cpu_grants_amx() { return false; }
 #endif
 
-bool initial_amx_wanted() {
-  const char* env = std::getenv("ESSAIM_AMX");
+// A process-wide on/off switch from the environment: unset or empty = on, "0" = off, anything else a
+// warning and on.
+bool env_switch(const char* name, const char* what_on) {
+  const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0') return true;
   if (std::strcmp(env, "0") == 0) return false;
-  if (std::strcmp(env, "1") != 0)
-    std::fprintf(stderr, "essaim: ESSAIM_AMX=%s is not 0 or 1; using the tiles where the CPU has them\n", env);
+  if (std::strcmp(env, "1") != 0) std::fprintf(stderr, "essaim: %s=%s is not 0 or 1; %s\n", name, env, what_on);
   return true;
 }
 
+bool initial_amx_wanted() { return env_switch("ESSAIM_AMX", "using the tiles where the CPU has them"); }
+
 std::atomic<bool> g_amx_wanted{initial_amx_wanted()};
+std::atomic<bool> g_q4k_lanes_wanted{env_switch("ESSAIM_Q4K_LANES", "using the lane-per-row products")};
 
 int64_t clamp_prefetch_bytes(int64_t bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes; }
 
@@ -242,6 +246,9 @@ bool amx_enabled() {
   return g_amx_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX512 && amx_supported();
 }
 void set_amx_enabled(bool on) { g_amx_wanted.store(on, std::memory_order_relaxed); }
+
+bool q4k_lanes_enabled() { return g_q4k_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX2; }
+void set_q4k_lanes_enabled(bool on) { g_q4k_lanes_wanted.store(on, std::memory_order_relaxed); }
 
 Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }
 

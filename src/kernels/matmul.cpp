@@ -15,6 +15,7 @@
 #include "kernels/kernel_traits.h"
 #if defined(ESSAIM_KERNELS_X86)
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_q4k_avx2.h"
 #endif
 
 namespace essaim {
@@ -96,6 +97,17 @@ bool tiles_take(GgmlType type, int64_t n_rows) {
 #endif
 }
 
+// Whether matmul_rows hands these rows to the AVX2 lane-per-row Q4_K products (matmul_q4k_avx2.h).
+bool lanes_take(GgmlType type, int64_t n_rows) {
+#if defined(ESSAIM_KERNELS_X86)
+  return type == GgmlType::Q4_K && n_rows >= kQ4kLanesMinRows && q4k_lanes_enabled();
+#else
+  (void)type;
+  (void)n_rows;
+  return false;
+#endif
+}
+
 // Whole 16-row blocks where there is room for one: the AMX path computes 16 weight rows per tile pass.
 int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 : rows; }
 
@@ -114,6 +126,7 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
   if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
+  if (lanes_take(w.type, n_rows)) return q4k_lanes_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y);
 #endif
   for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
