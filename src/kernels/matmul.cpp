@@ -126,9 +126,16 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
   if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
-  if (lanes_take(w.type, n_rows)) return q4k_lanes_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y);
+  // Whole groups of eight rows in the AVX2 lanes (matmul_q4k_avx2.h), the rest on the dot kernels.
+  int64_t t_begin = 0;
+  if (lanes_take(w.type, n_rows)) {
+    t_begin = n_rows / kQ4kLanesMinRows * kQ4kLanesMinRows;
+    q4k_lanes_matmul_rows(w, xq, x_stride, t_begin, o_begin, o_end, y);
+  }
+#else
+  const int64_t t_begin = 0;
 #endif
-  for (int64_t t = 0; t < n_rows; t += kDotMaxRows) {
+  for (int64_t t = t_begin; t < n_rows; t += kDotMaxRows) {
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
     const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
     for (int64_t o = o_begin; o < o_end; ++o) {

@@ -30,7 +30,7 @@ namespace essaim {
 namespace {
 
 constexpr int kLanes = 8;         // activation rows per vector
-constexpr int kChunkRows = 32;    // weight rows unpacked at once: ~10 KB per super-block, in L1
+constexpr int kChunkRows = 16;    // weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
 constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per pass, in L2
 
 // One super-block of eight activation rows in lanes (rows past the end of the batch are zeros), as two
@@ -134,6 +134,8 @@ inline __m256i bcast(const void* p) { return _mm256_set1_epi32(*static_cast<cons
 // A[2r + Q] += the contribution of pair p for rows w[0..n) against quad Q of the lanes. Each shuffle of a
 // weight half feeds both quads; eight maddubs per quad add up as words (each lane meets eight dwords of the
 // pair, |Σ| <= 30 720), then one madd by the pair's scales.
+// The first pair (kFirst) writes A instead of adding to it.
+template <bool kFirst>
 inline __attribute__((always_inline)) void pair_sums(const WeightBlock* w, int n, int p, const LaneBlock& L,
                                                      __m256i* A) {
   for (int r = 0; r < n; ++r) {
@@ -158,8 +160,10 @@ inline __attribute__((always_inline)) void pair_sums(const WeightBlock* w, int n
       s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x1[3]));
     }
     const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
-    A[2 * r] = _mm256_add_epi32(A[2 * r], _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc));
-    A[2 * r + 1] = _mm256_add_epi32(A[2 * r + 1], _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc));
+    const __m256i a0 = _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc);
+    const __m256i a1 = _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc);
+    A[2 * r] = kFirst ? a0 : _mm256_add_epi32(A[2 * r], a0);
+    A[2 * r + 1] = kFirst ? a1 : _mm256_add_epi32(A[2 * r + 1], a1);
   }
 }
 
@@ -167,8 +171,8 @@ inline __attribute__((always_inline)) void pair_sums(const WeightBlock* w, int n
 // bsums, then acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc) in every lane.
 void super_block(const WeightBlock* w, int n, const LaneBlock& L, Acc8* acc) {
   __m256i A[2 * kChunkRows];
-  for (int r = 0; r < 2 * n; ++r) A[r] = _mm256_setzero_si256();
-  for (int p = 0; p < 4; ++p) pair_sums(w, n, p, L, A);
+  pair_sums<true>(w, n, 0, L, A);
+  for (int p = 1; p < 4; ++p) pair_sums<false>(w, n, p, L, A);
   for (int r = 0; r < n; ++r) {
     __m256i M = _mm256_madd_epi16(L.b[0], _mm256_set1_epi32(w[r].min[0]));
     for (int s = 1; s < 8; ++s) M = _mm256_add_epi32(M, _mm256_madd_epi16(L.b[s], _mm256_set1_epi32(w[r].min[s])));
@@ -199,7 +203,7 @@ void q4k_lanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t
   thread_local std::vector<WeightBlock> unpacked;
   thread_local std::vector<Acc8> acc;
   lanes.resize(size_t(groups_per_pass * n_sb));
-  unpacked.resize(kChunkRows);
+  unpacked.resize(size_t(n_sb * kChunkRows));
   acc.resize(size_t(groups_per_pass * kChunkRows));
 
   for (int64_t g0 = 0; g0 < n_groups; g0 += groups_per_pass) {
@@ -214,11 +218,24 @@ void q4k_lanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t
     for (int64_t o0 = o_begin; o0 < o_end; o0 += kChunkRows) {
       const int n = int(std::min<int64_t>(kChunkRows, o_end - o0));
       std::fill(acc.begin(), acc.begin() + gn * kChunkRows, Acc8{_mm256_setzero_ps()});
+      // Each weight row read front to back (the order the hardware prefetchers follow from memory), into
+      // unpacked[k * kChunkRows + r]; then super-block by super-block, every group against the same rows.
+      for (int r = 0; r < n; ++r) {
+        const auto* blocks = reinterpret_cast<const BlockQ4K*>(w.data + uint64_t(o0 + r) * w.row_stride);
+        for (int64_t k = 0; k < n_sb; ++k) unpack_weights(blocks[k], &unpacked[size_t(k * kChunkRows + r)]);
+      }
+      const int64_t next = o0 + kChunkRows;
+      const int n_next = int(std::clamp<int64_t>(o_end - next, 0, kChunkRows));
       for (int64_t k = 0; k < n_sb; ++k) {
-        for (int r = 0; r < n; ++r)
-          unpack_weights(reinterpret_cast<const BlockQ4K*>(w.data + uint64_t(o0 + r) * w.row_stride)[k], &unpacked[size_t(r)]);
+        // The next chunk's block k on its way to the caches while this chunk's block k is computed.
+        for (int r = 0; r < n_next; ++r) {
+          const uint8_t* b = w.data + uint64_t(next + r) * w.row_stride + uint64_t(k) * sizeof(BlockQ4K);
+          _mm_prefetch(reinterpret_cast<const char*>(b), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(b + 64), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(b + 143), _MM_HINT_T0);
+        }
         for (int64_t g = 0; g < gn; ++g)
-          super_block(unpacked.data(), n, lanes[size_t(g * n_sb + k)], &acc[size_t(g * kChunkRows)]);
+          super_block(&unpacked[size_t(k * kChunkRows)], n, lanes[size_t(g * n_sb + k)], &acc[size_t(g * kChunkRows)]);
       }
       for (int64_t g = 0; g < gn; ++g) {
         const int64_t t0 = (g0 + g) * kLanes;

@@ -2,7 +2,7 @@
 // only; docs/kernels.md, "AVX2 lane-per-row Q4_K products").
 //
 //   if (kernels_isa() == Isa::AVX2 && w.type == GgmlType::Q4_K && n_rows >= kQ4kLanesMinRows)
-//     q4k_lanes_matmul_rows(w, xprep, x_stride, n_rows, o_begin, o_end, y);
+//     q4k_lanes_matmul_rows(w, xprep, x_stride, n_rows / 8 * 8, o_begin, o_end, y);   // then the rest
 //
 // Same contract and same bits as matmul_rows over the dot kernels: y[t][o] = dot(w row o, row t) in the
 // canonical order (per super-block the exact integers A and M, then acc = fma(d·y.d, A, acc) and
@@ -16,9 +16,10 @@
 
 namespace essaim {
 
-// Fewer activation rows go to the dot kernels: the weights are unpacked once per call and the activations
-// transposed into lanes, which a single row does not repay.
-inline constexpr int64_t kQ4kLanesMinRows = 5;
+// Products take whole groups of eight activation rows (a partial group would pad its lanes with zeros, which
+// measured slower than the dot kernels for the rest); fewer go to the dot kernels: the weights are unpacked
+// once per call and the activations transposed into lanes, which a few rows do not repay.
+inline constexpr int64_t kQ4kLanesMinRows = 8;
 
 // xprep: n_rows Q8_K activation rows of w.cols values in the AVX2 Q4_K layout (prepare_q8k_q45k_avx2),
 // x_stride bytes apart; w.type must be Q4_K. Requires AVX2, FMA and F16C.
