@@ -82,6 +82,7 @@ bool cpu_has_f16c() {
 }
 
 bool cpu_has(Isa isa) {
+  __builtin_cpu_init();  // idempotent; needed where this runs from a static initialiser (the prefetch default)
   switch (isa) {
     case Isa::SCALAR:
       return true;
@@ -169,7 +170,13 @@ int64_t initial_prefetch_bytes() {
     if (end != env && *end == '\0') return clamp_prefetch_bytes(int64_t(v));
     std::fprintf(stderr, "essaim: ESSAIM_PREFETCH_BYTES=%s is not a number of bytes; using the default\n", env);
   }
-  return cpu_is_intel() ? 1536 : 0;
+  // Hints on every x86 CPU but AMD's with AVX-512 (Zen 4 and later), where one L1 hint measured 0.9-1.0x
+  // of none; AMD Zen 3 (AVX2 only) decodes 1.1-1.3x faster with them (docs/kernels.md).
+#if defined(ESSAIM_KERNELS_X86)
+  return cpu_is_intel() || !isa_supported(Isa::AVX512) ? 1536 : 0;
+#else
+  return 0;
+#endif
 }
 
 Isa initial_isa() {
