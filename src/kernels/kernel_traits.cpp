@@ -158,7 +158,7 @@ bool env_switch(const char* name, const char* what_on) {
 bool initial_amx_wanted() { return env_switch("ESSAIM_AMX", "using the tiles where the CPU has them"); }
 
 std::atomic<bool> g_amx_wanted{initial_amx_wanted()};
-std::atomic<bool> g_q4k_lanes_wanted{env_switch("ESSAIM_Q4K_LANES", "using the lane-per-row products")};
+std::atomic<bool> g_lanes_wanted{env_switch("ESSAIM_LANES", "using the lane-per-row products")};
 
 int64_t clamp_prefetch_bytes(int64_t bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes; }
 
@@ -254,8 +254,8 @@ bool amx_enabled() {
 }
 void set_amx_enabled(bool on) { g_amx_wanted.store(on, std::memory_order_relaxed); }
 
-bool q4k_lanes_enabled() { return g_q4k_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX2; }
-void set_q4k_lanes_enabled(bool on) { g_q4k_lanes_wanted.store(on, std::memory_order_relaxed); }
+bool lanes_enabled() { return g_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX2; }
+void set_lanes_enabled(bool on) { g_lanes_wanted.store(on, std::memory_order_relaxed); }
 
 Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }
 

@@ -57,11 +57,11 @@ bool amx_supported();
 bool amx_enabled();
 void set_amx_enabled(bool on);  // on = use them where supported
 
-// AVX2 lane-per-row products for Q4_K with several activation rows (matmul_q4k_avx2.h; docs/kernels.md):
-// enabled when kernels_isa() is AVX2 and ESSAIM_Q4K_LANES is not 0 (set_q4k_lanes_enabled overrides). Same
+// AVX2 lane-per-row products for Q4_K and Q6_K with several activation rows (matmul_lanes_avx2.h; docs/kernels.md):
+// enabled when kernels_isa() is AVX2 and ESSAIM_LANES is not 0 (set_lanes_enabled overrides). Same
 // exact integers and f32 steps as the dot kernels: speed only, never a bit. Process-wide.
-bool q4k_lanes_enabled();
-void set_q4k_lanes_enabled(bool on);
+bool lanes_enabled();
+void set_lanes_enabled(bool on);
 
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it

@@ -15,7 +15,7 @@
 #include "kernels/kernel_traits.h"
 #if defined(ESSAIM_KERNELS_X86)
 #include "kernels/matmul_amx.h"
-#include "kernels/matmul_q4k_avx2.h"
+#include "kernels/matmul_lanes_avx2.h"
 #endif
 
 namespace essaim {
@@ -97,10 +97,10 @@ bool tiles_take(GgmlType type, int64_t n_rows) {
 #endif
 }
 
-// Whether matmul_rows hands these rows to the AVX2 lane-per-row Q4_K products (matmul_q4k_avx2.h).
+// Whether matmul_rows hands these rows to the AVX2 lane-per-row products (matmul_lanes_avx2.h).
 bool lanes_take(GgmlType type, int64_t n_rows) {
 #if defined(ESSAIM_KERNELS_X86)
-  return type == GgmlType::Q4_K && n_rows >= kQ4kLanesMinRows && q4k_lanes_enabled();
+  return lanes_matmul_type(type) && n_rows >= lanes_min_rows(type) && lanes_enabled();
 #else
   (void)type;
   (void)n_rows;
@@ -126,11 +126,11 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
   if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
-  // Whole groups of eight rows in the AVX2 lanes (matmul_q4k_avx2.h), the rest on the dot kernels.
+  // Whole groups of eight rows in the AVX2 lanes (matmul_lanes_avx2.h), the rest on the dot kernels.
   int64_t t_begin = 0;
   if (lanes_take(w.type, n_rows)) {
-    t_begin = n_rows / kQ4kLanesMinRows * kQ4kLanesMinRows;
-    q4k_lanes_matmul_rows(w, xq, x_stride, t_begin, o_begin, o_end, y);
+    t_begin = n_rows / kLanesGroup * kLanesGroup;
+    lanes_matmul_rows(w, xq, x_stride, t_begin, o_begin, o_end, y);
   }
 #else
   const int64_t t_begin = 0;

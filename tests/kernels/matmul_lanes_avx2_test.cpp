@@ -1,8 +1,8 @@
-// The AVX2 lane-per-row Q4_K products (matmul_q4k_avx2.h) against the dot kernels and the scalar
+// The AVX2 lane-per-row Q4_K and Q6_K products (matmul_lanes_avx2.h) against the dot kernels and the scalar
 // reference, bit for bit: activation-row counts around the eight-row groups and the passes of groups,
-// weight-row ranges that start and end inside a 32-row chunk, the largest integers a block can produce,
-// and activation rows from elsewhere whose bsums are not their values' sums (the reference uses them as
-// given, and so must these products). Skipped where the CPU has no AVX2.
+// weight-row ranges that start and end inside a 16-row chunk, the largest integers a block can produce,
+// and activation rows from elsewhere whose bsums are not their values' sums (Q4_K's reference uses them as
+// given, Q6_K's reads only the values, and so must these products). Skipped where the CPU has no AVX2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,7 @@
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
 #if defined(__x86_64__)
-#include "kernels/matmul_q4k_avx2.h"
+#include "kernels/matmul_lanes_avx2.h"
 #endif
 
 namespace essaim {
@@ -25,10 +25,10 @@ namespace {
 
 class KernelChoiceGuard {
  public:
-  KernelChoiceGuard() : isa_(kernels_isa()), lanes_(q4k_lanes_enabled()) {}
+  KernelChoiceGuard() : isa_(kernels_isa()), lanes_(lanes_enabled()) {}
   ~KernelChoiceGuard() {
     (void)set_kernel_isa(isa_);
-    set_q4k_lanes_enabled(lanes_);
+    set_lanes_enabled(lanes_);
   }
 
  private:
@@ -48,7 +48,7 @@ std::vector<float> rows_product(const WeightMatrix& w, const std::vector<uint8_t
   return y;
 }
 
-// The same entries straight from q4k_lanes_matmul_rows (so a test cannot compare the dot kernels with
+// The same entries straight from lanes_matmul_rows (so a test cannot compare the dot kernels with
 // themselves should matmul_rows stop choosing the lanes).
 std::vector<float> lanes_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
                                  int64_t o_begin, int64_t o_end) {
@@ -58,7 +58,7 @@ std::vector<float> lanes_product(const WeightMatrix& w, const std::vector<uint8_
   const uint8_t* xp = prepare_rows(w.type, xq.data(), n_rows, w.cols, scratch);
   std::vector<float*> y_rows(static_cast<size_t>(n_rows));
   for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y.data() + t * w.rows;
-  q4k_lanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
+  lanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
 #endif
   return y;
 }
@@ -86,26 +86,27 @@ void expect_lanes_give_the_reference(const WeightMatrix& w, const std::vector<ui
 #define SKIP_WITHOUT_AVX2() \
   if (!isa_supported(Isa::AVX2)) GTEST_SKIP() << "this CPU has no AVX2"
 
-TEST(Q4kLanes, EqualsTheDotKernelsAndTheScalarReference) {
+TEST(Lanes, EqualsTheDotKernelsAndTheScalarReference) {
   SKIP_WITHOUT_AVX2();
   KernelChoiceGuard guard;
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
   for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
   for (const int64_t cols : {256, 768, 3072}) {
     const KernelProblem p = kernel_problem_build(
-        KernelCase{.name = "lanes", .type = GgmlType::Q4_K, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+        KernelCase{.name = "lanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 11 : 12));
     // 3072 columns hold seven groups per pass: 63, 100 and 300 rows take several passes.
     for (const int64_t n : {5, 7, 8, 9, 16, 17, 63, 100, 300}) {
       const std::vector<uint8_t> xq = quantised(p, n);
-      for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {31, 33}, {69, 70}}) {
-        SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
+      for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
+        SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
                      std::to_string(o_begin) + ".." + std::to_string(o_end));
         ASSERT_TRUE(set_kernel_isa(Isa::AVX2).is_ok());
         const std::vector<float> lanes = lanes_product(p.weights(), xq, n, o_begin, o_end);
-        set_q4k_lanes_enabled(true);
-        ASSERT_TRUE(q4k_lanes_enabled());
+        set_lanes_enabled(true);
+        ASSERT_TRUE(lanes_enabled());
         ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end)));
-        set_q4k_lanes_enabled(false);
+        set_lanes_enabled(false);
         ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end))) << "against the dot kernels";
         if (cols == 768 && (n == 9 || n == 100)) {  // the scalar reference is slow: two counts suffice
           ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
@@ -118,7 +119,7 @@ TEST(Q4kLanes, EqualsTheDotKernelsAndTheScalarReference) {
 
 // Every nibble 15 and every scale and min 63 against activations of -128 (and 127) with their bsums: the
 // largest 16-bit word sums (8·2·15·128) and the largest |A| and |M| a block can produce, still exact.
-TEST(Q4kLanes, LargestIntegersStayExact) {
+TEST(LanesQ4k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AVX2();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 40, n = 18;
@@ -143,44 +144,75 @@ TEST(Q4kLanes, LargestIntegersStayExact) {
   expect_lanes_give_the_reference(wm, xq, n);
 }
 
-// Activation rows that did not come from essaim's quantiser may carry any bsums (and any bytes); the
-// reference uses them as given, and so do the lanes.
-TEST(Q4kLanes, ForeignBsumsGiveTheReference) {
+// Q6_K: every value 0 (q - 32 = -32) with every scale -128, and every value 63 with every scale 127,
+// against activations of -128 and 127: the largest word sums (2·2·63·128) and the largest |A|.
+TEST(LanesQ6k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AVX2();
   KernelChoiceGuard guard;
-  const KernelProblem p = kernel_problem_build(
-      KernelCase{.name = "q4_k", .type = GgmlType::Q4_K, .cols = 512, .rows = 40, .n_rows = 24}, 97);
-  std::vector<uint8_t> xq = quantised(p, 24);
-  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
-  for (int64_t b = 0; b < 48; b += 5) blocks[b].bsums[b % 16] = int16_t(-32768 + 977 * b);
-  blocks[7].bsums[3] = 32767;
-  blocks[7].bsums[2] = 32767;
-  expect_lanes_give_the_reference(p.weights(), xq, 24);
+  const int64_t cols = 512, rows = 40, n = 18;
+  std::vector<BlockQ6K> w(size_t(rows * cols / kQK_K));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool high = (i / 2) % 2 == 1;  // row by row: all 63 / scale 127, or all 0 / scale -128
+    std::memset(w[i].ql, high ? 0xFF : 0x00, sizeof(w[i].ql));
+    std::memset(w[i].qh, high ? 0xFF : 0x00, sizeof(w[i].qh));
+    std::memset(w[i].scales, high ? 0x7F : 0x80, sizeof(w[i].scales));
+    w[i].d = 0x3c00;
+  }
+  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int8_t v = (i / 2) % 3 ? int8_t(127) : int8_t(-128);
+    x[i].d = 1.0f / 64;
+    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
+    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
+  }
+  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
+  std::memcpy(xq.data(), x.data(), xq.size());
+  const WeightMatrix wm{.type = GgmlType::Q6_K, .cols = cols, .rows = rows,
+                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ6K) * 2};
+  expect_lanes_give_the_reference(wm, xq, n);
 }
 
-TEST(Q4kLanes, EnvChild) {
-  const char* want = std::getenv("ESSAIM_Q4K_LANES_EXPECT");
+// Activation rows that did not come from essaim's quantiser may carry any bsums; Q4_K's reference uses
+// them as given and Q6_K's reads only the values, and so do the lanes.
+TEST(Lanes, ForeignBsumsGiveTheReference) {
+  SKIP_WITHOUT_AVX2();
+  KernelChoiceGuard guard;
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    SCOPED_TRACE(type_name(type));
+    const KernelProblem p =
+        kernel_problem_build(KernelCase{.name = "bsums", .type = type, .cols = 512, .rows = 40, .n_rows = 24}, 97);
+    std::vector<uint8_t> xq = quantised(p, 24);
+    auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
+    for (int64_t b = 0; b < 48; b += 5) blocks[b].bsums[b % 16] = int16_t(-32768 + 977 * b);
+    blocks[7].bsums[3] = 32767;
+    blocks[7].bsums[2] = 32767;
+    expect_lanes_give_the_reference(p.weights(), xq, 24);
+  }
+}
+
+TEST(Lanes, EnvChild) {
+  const char* want = std::getenv("ESSAIM_LANES_EXPECT");
   if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentTurnsThemOff";
-  EXPECT_EQ(q4k_lanes_enabled() ? "1" : "0", std::string(want));
+  EXPECT_EQ(lanes_enabled() ? "1" : "0", std::string(want));
 }
 
-TEST(Q4kLanes, EnvironmentTurnsThemOff) {
+TEST(Lanes, EnvironmentTurnsThemOff) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");  // qemu-aarch64 for the ARM64 build
   const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
   auto run_child = [&](const std::string& env) {
-    const std::string cmd = "env -u ESSAIM_Q4K_LANES -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
-                            "' --gtest_filter=Q4kLanes.EnvChild > /dev/null 2>&1";
+    const std::string cmd = "env -u ESSAIM_LANES -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
+                            "' --gtest_filter=Lanes.EnvChild > /dev/null 2>&1";
     return std::system(cmd.c_str());
   };
   const bool avx2 = isa_supported(Isa::AVX2);
   const std::string on = avx2 ? "1" : "0";
-  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_Q4K_LANES_EXPECT=" + on), 0);
-  EXPECT_NE(run_child("ESSAIM_ISA=avx2 ESSAIM_Q4K_LANES_EXPECT=" + std::string(avx2 ? "0" : "1")), 0)
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES_EXPECT=" + on), 0);
+  EXPECT_NE(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES_EXPECT=" + std::string(avx2 ? "0" : "1")), 0)
       << "the child must be able to fail";
-  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_Q4K_LANES=0 ESSAIM_Q4K_LANES_EXPECT=0"), 0);
-  EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_Q4K_LANES_EXPECT=0"), 0) << "only the AVX2 kernels use them";
-  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_Q4K_LANES=yes ESSAIM_Q4K_LANES_EXPECT=" + on), 0);
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES=0 ESSAIM_LANES_EXPECT=0"), 0);
+  EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_LANES_EXPECT=0"), 0) << "only the AVX2 kernels use them";
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES=yes ESSAIM_LANES_EXPECT=" + on), 0);
 }
 
 }  // namespace

@@ -1,0 +1,342 @@
+// Q4_K and Q6_K products of several activation rows on AVX2, one activation row per 32-bit lane,
+// bit-identical to the dot kernels (matmul_lanes_avx2.h; docs/kernels.md, "AVX2 lane-per-row products").
+//
+// The dot kernels keep one weight row in a vector and reduce each activation row's partial sums across
+// lanes once per super-block (trees of hadd), and decode each weight block once per eight activation rows.
+// Here the roles turn: per super-block, eight activation rows are transposed into lanes and each dword of
+// an unpacked weight row meets all eight at once, so every lane's sums are one row's. The weight row's 32
+// bytes of a chunk are loaded once and shuffled in-lane (dword i of each 128-bit half to all four of its
+// lanes) against two quads of four rows whose lanes hold the matching dwords (LaneBlock). maddubs forms
+// two products per lane and 16-bit word; words of one scale add up while they stay exact for any
+// activation bytes (Q4_K: eight maddubs, |Σ| <= 8·2·15·128 = 30 720; Q6_K: two, 2·2·63·128 = 32 256), and
+// one madd by the scales turns them into int32. Each row's two halves are added once per super-block.
+//
+// The weights are unpacked into the prepared activation order of their format, so dword i of a weight row
+// and dword i of an activation row hold the same four elements:
+//   Q4_K (prepare_q8k_q45k_avx2): sub-blocks 2p and 2p+1 interleaved by 16-bit words, so a dword's low word
+//     belongs to 2p and its high word to 2p+1 — one madd by (sc[2p], sc[2p+1]) scales both; M from the
+//     rows' bsums as given (eight madd), as the reference reads them.
+//   Q6_K (prepare_q8k_pairs16_avx2): the unsigned 6-bit values, each 16-byte half one sub-block of 16, so
+//     the low lanes of a chunk's shuffles meet sub-block 2u and the high lanes 2u+1; the -32 offset is
+//     32·Σ sc·bsums with the bsums the prepare recomputed from qs (the reference reads only qs).
+#include "kernels/matmul_lanes_avx2.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/blocks.h"
+
+namespace essaim {
+namespace {
+
+constexpr int kLanes = 8;         // activation rows per vector
+constexpr int kChunkRows = 16;    // weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
+constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per pass, in L2
+
+// One super-block of eight activation rows in lanes (rows past the end of the batch are zeros), as two
+// quads of four rows: q[u][Q][i] holds, in lane l, dword 8u + i of row 4Q + l and, in lane 4 + l, dword
+// 8u + 4 + i of the same row — what the in-lane dword shuffle i of a weight row's chunk u (bytes 32u ..
+// 32u + 31) meets. Each row's A then sits in lanes l and 4 + l of its quad, added once per super-block.
+struct alignas(32) LaneBlock {
+  __m256i q[8][2][4];
+  __m256i b[8];  // lane j of b[i]: bsums[2i] | bsums[2i+1] << 16 of row j
+  __m256 d;      // lane j: row j's d
+};
+
+// One super-block of a Q4_K weight row, unpacked.
+struct alignas(32) Q4kWeights {
+  uint8_t q[256];    // the values 0..15, in the prepared activation order
+  int32_t scale[4];  // pair p: sc[2p] | sc[2p+1] << 16 (the words of a dword: sub-blocks 2p, 2p+1)
+  int32_t min[8];    // sub-block s: m[s] | m[s] << 16 (against bsums 2s, 2s+1)
+  float d, dmin;
+};
+
+// One super-block of a Q6_K weight row, unpacked.
+struct alignas(32) Q6kWeights {
+  uint8_t q[256];     // the values 0..63 (q + 32 of the reference), in the prepared activation order
+  int32_t scale[16];  // sub-block s: sc[s] | sc[s] << 16, as 16-bit words
+  int32_t pair[8];    // sc[2i] | sc[2i+1] << 16, against bsums 2i, 2i+1
+  float d;
+};
+
+struct alignas(32) Acc8 {  // f32 results of one weight row, lane j: activation row j of the group
+  __m256 v;
+};
+
+// r[j] dword i becomes old r[i] dword j.
+inline __attribute__((always_inline)) void transpose8x8(__m256i r[8]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+  // u_i, 128-bit half h: dword 4h + i of rows 0..3 (u0..u3) or 4..7 (u4..u7).
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+  const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+  const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+  r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+  r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+  r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+  r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+  r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+  r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+  r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+  r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+// Per 128-bit half: r[j] dword i becomes old r[i] dword j (four rows, both halves at once).
+inline __attribute__((always_inline)) void transpose4x4_halves(__m256i r[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+  r[0] = _mm256_unpacklo_epi64(t0, t2);
+  r[1] = _mm256_unpackhi_epi64(t0, t2);
+  r[2] = _mm256_unpacklo_epi64(t1, t3);
+  r[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+void store256(void* p, __m256i v) { _mm256_store_si256(static_cast<__m256i*>(p), v); }
+
+// Super-block k of activation rows rows[0..valid) into lanes (any byte order: dwords are moved whole).
+void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneBlock* out) {
+  const __m256i zero = _mm256_setzero_si256();
+  for (int u = 0; u < 8; ++u)
+    for (int Q = 0; Q < 2; ++Q) {
+      __m256i r[4];
+      for (int l = 0; l < 4; ++l) {
+        const int j = 4 * Q + l;
+        r[l] = j < valid ? load256(rows[j][k].qs + 32 * u) : zero;
+      }
+      transpose4x4_halves(r);
+      for (int i = 0; i < 4; ++i) out->q[u][Q][i] = r[i];
+    }
+  __m256i r[kLanes];
+  alignas(32) float d[kLanes] = {};
+  for (int j = 0; j < kLanes; ++j) {
+    r[j] = j < valid ? load256(rows[j][k].bsums) : zero;
+    if (j < valid) d[j] = rows[j][k].d;
+  }
+  transpose8x8(r);
+  for (int i = 0; i < kLanes; ++i) out->b[i] = r[i];
+  out->d = _mm256_load_ps(d);
+}
+
+void unpack(const BlockQ4K& a, Q4kWeights* o) {
+  uint8_t sc[8], m[8];
+  q4k_unpack_scales(a.scales, sc, m);
+  for (int p = 0; p < 4; ++p) o->scale[p] = int32_t(sc[2 * p]) | int32_t(sc[2 * p + 1]) << 16;
+  for (int s = 0; s < 8; ++s) o->min[s] = int32_t(m[s]) | int32_t(m[s]) << 16;
+  o->d = _cvtsh_ss(a.d);
+  o->dmin = _cvtsh_ss(a.dmin);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int p = 0; p < 4; ++p) {
+    const __m256i raw = load256(a.qs + 32 * p);
+    const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    store256(o->q + 64 * p, _mm256_unpacklo_epi16(lo, hi));
+    store256(o->q + 64 * p + 32, _mm256_unpackhi_epi16(lo, hi));
+  }
+}
+
+// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half (prepare_q8k_pairs16_avx2's order).
+__m256i pairs(__m256i v) {
+  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm256_shuffle_epi8(v, k);
+}
+
+// Element 128h + 32c + i: low (c < 2) or high nibble of ql[64h + 32(c % 2) + i], bits 2c..2c+1 of
+// qh[32h + i] above them — the layout of dot_q6k in dot_quant_avx2.cpp, stored at bytes 128h + 32c.
+void unpack(const BlockQ6K& a, Q6kWeights* o) {
+  for (int s = 0; s < 16; ++s) o->scale[s] = int32_t(uint16_t(int16_t(a.scales[s])) * 0x10001u);
+  for (int i = 0; i < 8; ++i)
+    o->pair[i] = int32_t(uint32_t(uint16_t(int16_t(a.scales[2 * i]))) | uint32_t(uint16_t(int16_t(a.scales[2 * i + 1]))) << 16);
+  o->d = _cvtsh_ss(a.d);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
+    const __m256i qh = pairs(load256(a.qh + 32 * h));
+    uint8_t* q = o->q + 128 * h;
+    store256(q, _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4)));
+    store256(q + 32, _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2)));
+    store256(q + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, _mm256_set1_epi8(0x30))));
+    store256(q + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                     _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0))), 2)));
+  }
+}
+
+// A[2r + Q] = (kFirst) or += the contribution of pair p (chunks 2p, 2p+1) of Q4_K rows w[0..n) against quad
+// Q. Each shuffle of a weight chunk feeds both quads; eight maddubs per quad add up as words, then one
+// madd by the pair's scales.
+template <bool kFirst>
+inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock& L, __m256i* A) {
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* q = w[r].q + 64 * p;
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;  // s[quad][chain]
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
+      const __m256i* x0 = L.q[2 * p + c][0];
+      const __m256i* x1 = L.q[2 * p + c][1];
+      __m256i t = _mm256_shuffle_epi32(wc, 0x00);
+      s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x0[0]));
+      s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x1[0]));
+      t = _mm256_shuffle_epi32(wc, 0x55);
+      s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x0[1]));
+      s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x1[1]));
+      t = _mm256_shuffle_epi32(wc, 0xAA);
+      s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x0[2]));
+      s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x1[2]));
+      t = _mm256_shuffle_epi32(wc, 0xFF);
+      s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x0[3]));
+      s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x1[3]));
+    }
+    const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
+    const __m256i a0 = _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc);
+    const __m256i a1 = _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc);
+    A[2 * r] = kFirst ? a0 : _mm256_add_epi32(A[2 * r], a0);
+    A[2 * r + 1] = kFirst ? a1 : _mm256_add_epi32(A[2 * r + 1], a1);
+  }
+}
+
+// Q6_K chunk u (sub-blocks 2u in the low lanes, 2u+1 in the high lanes): two maddubs add up as words, then
+// a madd by the lanes' scales.
+template <bool kFirst>
+inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n, int u, const LaneBlock& L, __m256i* A) {
+  const int c = u % 4, h = u / 4;
+  const __m256i pick = _mm256_setr_epi32(2 * c, 2 * c, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1);
+  const __m256i* x0 = L.q[u][0];
+  const __m256i* x1 = L.q[u][1];
+  for (int r = 0; r < n; ++r) {
+    const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].q + 32 * u));
+    const __m256i sc = _mm256_permutevar8x32_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].scale + 8 * h)), pick);
+    __m256i t = _mm256_shuffle_epi32(wc, 0x00);
+    __m256i a0 = _mm256_maddubs_epi16(t, x0[0]), b0 = _mm256_maddubs_epi16(t, x1[0]);
+    t = _mm256_shuffle_epi32(wc, 0x55);
+    a0 = _mm256_add_epi16(a0, _mm256_maddubs_epi16(t, x0[1]));
+    b0 = _mm256_add_epi16(b0, _mm256_maddubs_epi16(t, x1[1]));
+    t = _mm256_shuffle_epi32(wc, 0xAA);
+    __m256i a1 = _mm256_maddubs_epi16(t, x0[2]), b1 = _mm256_maddubs_epi16(t, x1[2]);
+    t = _mm256_shuffle_epi32(wc, 0xFF);
+    a1 = _mm256_add_epi16(a1, _mm256_maddubs_epi16(t, x0[3]));
+    b1 = _mm256_add_epi16(b1, _mm256_maddubs_epi16(t, x1[3]));
+    const __m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(a0, sc), _mm256_madd_epi16(a1, sc));
+    const __m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(b0, sc), _mm256_madd_epi16(b1, sc));
+    A[2 * r] = kFirst ? s0 : _mm256_add_epi32(A[2 * r], s0);
+    A[2 * r + 1] = kFirst ? s1 : _mm256_add_epi32(A[2 * r + 1], s1);
+  }
+}
+
+// Row 4Q + l's two halves (lanes l and 4 + l of quad Q) added: lane j is row j's sum.
+inline __m256i fold_quads(__m256i q0, __m256i q1) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+// Σ_i pair_i · b[i]: per lane, Σ_s w_s·bsums[s] for the word pairs (w_2i, w_2i+1) of pair[i].
+inline __m256i against_bsums(const int32_t pair[8], const LaneBlock& L) {
+  __m256i s = _mm256_madd_epi16(L.b[0], _mm256_set1_epi32(pair[0]));
+  for (int i = 1; i < 8; ++i) s = _mm256_add_epi32(s, _mm256_madd_epi16(L.b[i], _mm256_set1_epi32(pair[i])));
+  return s;
+}
+
+// The canonical steps of one super-block for rows w[0..n) against one lane block, in every lane: Q4_K
+// acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc); Q6_K acc = fma(d·y.d, A, acc).
+void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
+  __m256i A[2 * kChunkRows];
+  q4k_pair<true>(w, n, 0, L, A);
+  for (int p = 1; p < 4; ++p) q4k_pair<false>(w, n, p, L, A);
+  for (int r = 0; r < n; ++r) {
+    const __m256i M = against_bsums(w[r].min, L);
+    const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
+    const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d);
+    acc[r].v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[2 * r], A[2 * r + 1])), acc[r].v);
+    acc[r].v = _mm256_fnmadd_ps(my, _mm256_cvtepi32_ps(M), acc[r].v);
+  }
+}
+
+void super_block(const Q6kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
+  __m256i A[2 * kChunkRows];
+  q6k_chunk<true>(w, n, 0, L, A);
+  for (int u = 1; u < 8; ++u) q6k_chunk<false>(w, n, u, L, A);
+  for (int r = 0; r < n; ++r) {
+    // A = Σ sc·Σ q·x − 32·Σ sc·bsums, exact in int32 (|Σ sc·Σ q·x| <= 256·63·128·128).
+    const __m256i a = _mm256_sub_epi32(fold_quads(A[2 * r], A[2 * r + 1]), _mm256_slli_epi32(against_bsums(w[r].pair, L), 5));
+    const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
+    acc[r].v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(a), acc[r].v);
+  }
+}
+
+template <typename Block, typename Weights>
+void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows, int64_t o_begin,
+                int64_t o_end, float* const* y) {
+  const int64_t n_sb = w.cols / kQK_K;
+  const int64_t n_groups = (n_rows + kLanes - 1) / kLanes;
+  // As few passes as the budget allows, of equal size: each pass unpacks every weight row once more.
+  const int64_t max_per_pass =
+      std::clamp<int64_t>(int64_t(kLaneBudget / (uint64_t(n_sb) * sizeof(LaneBlock))), 1, n_groups);
+  const int64_t passes = (n_groups + max_per_pass - 1) / max_per_pass;
+  const int64_t groups_per_pass = (n_groups + passes - 1) / passes;
+  thread_local std::vector<LaneBlock> lanes;
+  thread_local std::vector<Weights> unpacked;
+  thread_local std::vector<Acc8> acc;
+  lanes.resize(size_t(groups_per_pass * n_sb));
+  unpacked.resize(size_t(n_sb * kChunkRows));
+  acc.resize(size_t(groups_per_pass * kChunkRows));
+
+  for (int64_t g0 = 0; g0 < n_groups; g0 += groups_per_pass) {
+    const int64_t gn = std::min(groups_per_pass, n_groups - g0);
+    for (int64_t g = 0; g < gn; ++g) {
+      const int64_t t0 = (g0 + g) * kLanes;
+      const int valid = int(std::min<int64_t>(kLanes, n_rows - t0));
+      const BlockQ8K* rows[kLanes] = {};
+      for (int j = 0; j < valid; ++j) rows[j] = reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t0 + j) * x_stride);
+      for (int64_t k = 0; k < n_sb; ++k) build_lanes(rows, valid, k, &lanes[size_t(g * n_sb + k)]);
+    }
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += kChunkRows) {
+      const int n = int(std::min<int64_t>(kChunkRows, o_end - o0));
+      std::fill(acc.begin(), acc.begin() + gn * kChunkRows, Acc8{_mm256_setzero_ps()});
+      // Each weight row read front to back (the order the hardware prefetchers follow from memory), into
+      // unpacked[k * kChunkRows + r]; then super-block by super-block, every group against the same rows.
+      for (int r = 0; r < n; ++r) {
+        const auto* blocks = reinterpret_cast<const Block*>(w.data + uint64_t(o0 + r) * w.row_stride);
+        for (int64_t k = 0; k < n_sb; ++k) unpack(blocks[k], &unpacked[size_t(k * kChunkRows + r)]);
+      }
+      const int64_t next = o0 + kChunkRows;
+      const int n_next = int(std::clamp<int64_t>(o_end - next, 0, kChunkRows));
+      for (int64_t k = 0; k < n_sb; ++k) {
+        // The next chunk's block k on its way to the caches while this chunk's block k is computed.
+        for (int r = 0; r < n_next; ++r) {
+          const char* b = reinterpret_cast<const char*>(w.data + uint64_t(next + r) * w.row_stride) + k * sizeof(Block);
+          for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
+          _mm_prefetch(b + sizeof(Block) - 1, _MM_HINT_T0);
+        }
+        for (int64_t g = 0; g < gn; ++g)
+          super_block(&unpacked[size_t(k * kChunkRows)], n, lanes[size_t(g * n_sb + k)], &acc[size_t(g * kChunkRows)]);
+      }
+      for (int64_t g = 0; g < gn; ++g) {
+        const int64_t t0 = (g0 + g) * kLanes;
+        const int valid = int(std::min<int64_t>(kLanes, n_rows - t0));
+        for (int r = 0; r < n; ++r) {
+          alignas(32) float out[kLanes];
+          _mm256_store_ps(out, acc[size_t(g * kChunkRows + r)].v);
+          for (int j = 0; j < valid; ++j) y[t0 + j][o0 + r] = out[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void lanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                       int64_t o_begin, int64_t o_end, float* const* y) {
+  ESSAIM_CHECK(lanes_matmul_type(w.type) && w.cols % kQK_K == 0);
+  if (n_rows <= 0 || o_end <= o_begin) return;
+  if (w.type == GgmlType::Q4_K) return lanes_rows<BlockQ4K, Q4kWeights>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
+  lanes_rows<BlockQ6K, Q6kWeights>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
+}
+
+}  // namespace essaim
