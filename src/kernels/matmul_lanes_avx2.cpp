@@ -43,8 +43,10 @@ constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per
 // 32u + 31) meets. Each row's A then sits in lanes l and 4 + l of its quad, added once per super-block.
 struct alignas(32) LaneBlock {
   __m256i q[8][2][4];
-  __m256i b[8];  // lane j of b[i]: bsums[2i] | bsums[2i+1] << 16 of row j
-  __m256 d;      // lane j: row j's d
+  __m256i b[8];   // lane j of b[i]: bsums[2i] | bsums[2i+1] << 16 of row j
+  __m256i bb[4];  // lane j of bb[t]: B[2t] | B[2t+1] << 16, B[s] = bsums[2s] + bsums[2s+1] (when sums_fit)
+  __m256 d;       // lane j: row j's d
+  bool sums_fit;  // every |bsums| <= 16383, so every B is a 16-bit word (true for every row essaim quantises)
 };
 
 // One super-block of a Q4_K weight row, unpacked.
@@ -52,6 +54,7 @@ struct alignas(32) Q4kWeights {
   uint8_t q[256];    // the values 0..15, in the prepared activation order
   int32_t scale[4];  // pair p: sc[2p] | sc[2p+1] << 16 (the words of a dword: sub-blocks 2p, 2p+1)
   int32_t min[8];    // sub-block s: m[s] | m[s] << 16 (against bsums 2s, 2s+1)
+  int32_t min2[4];   // m[2t] | m[2t+1] << 16 (against B[2t], B[2t+1])
   float d, dmin;
 };
 
@@ -121,15 +124,29 @@ void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneB
     if (j < valid) d[j] = rows[j][k].d;
   }
   transpose8x8(r);
-  for (int i = 0; i < kLanes; ++i) out->b[i] = r[i];
+  __m256i big = _mm256_setzero_si256();
+  for (int i = 0; i < kLanes; ++i) {
+    out->b[i] = r[i];
+    big = _mm256_or_si256(big, _mm256_cmpgt_epi16(_mm256_abs_epi16(r[i]), _mm256_set1_epi16(16383)));
+  }
+  out->sums_fit = _mm256_testz_si256(big, big) != 0;
+  const __m256i ones = _mm256_set1_epi16(1), low16 = _mm256_set1_epi32(0xFFFF);
+  for (int t = 0; t < 4; ++t) {
+    const __m256i lo = _mm256_madd_epi16(r[2 * t], ones), hi = _mm256_madd_epi16(r[2 * t + 1], ones);
+    out->bb[t] = _mm256_or_si256(_mm256_and_si256(lo, low16), _mm256_slli_epi32(hi, 16));
+  }
   out->d = _mm256_load_ps(d);
 }
 
 void unpack(const BlockQ4K& a, Q4kWeights* o) {
-  uint8_t sc[8], m[8];
-  q4k_unpack_scales(a.scales, sc, m);
-  for (int p = 0; p < 4; ++p) o->scale[p] = int32_t(sc[2 * p]) | int32_t(sc[2 * p + 1]) << 16;
-  for (int s = 0; s < 8; ++s) o->min[s] = int32_t(m[s]) | int32_t(m[s]) << 16;
+  uint64_t sc64, m64;
+  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+  // The eight scales as words are the four (sc[2p], sc[2p+1]) dwords; the mins as words, each doubled.
+  _mm_store_si128(reinterpret_cast<__m128i*>(o->scale), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+  _mm_store_si128(reinterpret_cast<__m128i*>(o->min2), m16);
+  _mm_store_si128(reinterpret_cast<__m128i*>(o->min), _mm_unpacklo_epi16(m16, m16));
+  _mm_store_si128(reinterpret_cast<__m128i*>(o->min + 4), _mm_unpackhi_epi16(m16, m16));
   o->d = _cvtsh_ss(a.d);
   o->dmin = _cvtsh_ss(a.dmin);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -249,7 +266,14 @@ void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
   q4k_pair<true>(w, n, 0, L, A);
   for (int p = 1; p < 4; ++p) q4k_pair<false>(w, n, p, L, A);
   for (int r = 0; r < n; ++r) {
-    const __m256i M = against_bsums(w[r].min, L);
+    // M = Σ_s m[s]·B[s]: four madd where the pair sums fit in words, else eight against the bsums themselves.
+    __m256i M;
+    if (L.sums_fit) {
+      M = _mm256_madd_epi16(L.bb[0], _mm256_set1_epi32(w[r].min2[0]));
+      for (int t = 1; t < 4; ++t) M = _mm256_add_epi32(M, _mm256_madd_epi16(L.bb[t], _mm256_set1_epi32(w[r].min2[t])));
+    } else {
+      M = against_bsums(w[r].min, L);
+    }
     const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
     const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d);
     acc[r].v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[2 * r], A[2 * r + 1])), acc[r].v);
