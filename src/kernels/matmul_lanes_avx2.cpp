@@ -190,27 +190,38 @@ void unpack(const BlockQ6K& a, Q6kWeights* o) {
 // madd by the pair's scales.
 template <bool kFirst>
 inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock& L, __m256i* A) {
+  const __m256i* x00 = L.q[2 * p][0];  // [chunk][quad]
+  const __m256i* x01 = L.q[2 * p][1];
+  const __m256i* x10 = L.q[2 * p + 1][0];
+  const __m256i* x11 = L.q[2 * p + 1][1];
+#pragma GCC unroll 2
   for (int r = 0; r < n; ++r) {
     const uint8_t* q = w[r].q + 64 * p;
-    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;  // s[quad][chain]
-#pragma GCC unroll 2
-    for (int c = 0; c < 2; ++c) {
-      const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
-      const __m256i* x0 = L.q[2 * p + c][0];
-      const __m256i* x1 = L.q[2 * p + c][1];
-      __m256i t = _mm256_shuffle_epi32(wc, 0x00);
-      s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x0[0]));
-      s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x1[0]));
-      t = _mm256_shuffle_epi32(wc, 0x55);
-      s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x0[1]));
-      s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x1[1]));
-      t = _mm256_shuffle_epi32(wc, 0xAA);
-      s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x0[2]));
-      s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x1[2]));
-      t = _mm256_shuffle_epi32(wc, 0xFF);
-      s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x0[3]));
-      s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x1[3]));
-    }
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
+    // s[quad][chain], each started by its first product.
+    __m256i t = _mm256_shuffle_epi32(w0, 0x00);
+    __m256i s00 = _mm256_maddubs_epi16(t, x00[0]), s10 = _mm256_maddubs_epi16(t, x01[0]);
+    t = _mm256_shuffle_epi32(w0, 0x55);
+    __m256i s01 = _mm256_maddubs_epi16(t, x00[1]), s11 = _mm256_maddubs_epi16(t, x01[1]);
+    t = _mm256_shuffle_epi32(w0, 0xAA);
+    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x00[2]));
+    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x01[2]));
+    t = _mm256_shuffle_epi32(w0, 0xFF);
+    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x00[3]));
+    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x01[3]));
+    t = _mm256_shuffle_epi32(w1, 0x00);
+    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[0]));
+    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[0]));
+    t = _mm256_shuffle_epi32(w1, 0x55);
+    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[1]));
+    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[1]));
+    t = _mm256_shuffle_epi32(w1, 0xAA);
+    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[2]));
+    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[2]));
+    t = _mm256_shuffle_epi32(w1, 0xFF);
+    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[3]));
+    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[3]));
     const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
     const __m256i a0 = _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc);
     const __m256i a1 = _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc);
