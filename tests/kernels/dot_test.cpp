@@ -58,7 +58,7 @@ void check_every_variant_against_the_scalar_reference(const std::vector<Isa>& is
     const VecDotFn ref = s.k->vec_dot[size_t(Isa::SCALAR)];
     std::set<uint32_t> distinct;
     // Each variant reads the activation layout its prepare function makes (a copy for most).
-    std::vector<std::vector<uint8_t>> prepared(size_t(Isa::COUNT));
+    std::vector<std::vector<uint8_t>> prepared(static_cast<size_t>(Isa::COUNT));
     for (Isa isa : isas) {
       prepared[size_t(isa)].resize(s.xq.size());
       prepare_activations(*s.k, isa, s.xq.data(), c.n_rows, c.cols, prepared[size_t(isa)].data());
