@@ -114,7 +114,9 @@ int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 :
 }  // namespace
 
 int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows) {
-  if (tiles_take(w.type, n_rows)) return 256;
+  // The AMX tiles and the AVX2 lanes prepare their weights per 16 rows and transpose the activations once
+  // per call: fewer, larger tasks.
+  if (tiles_take(w.type, n_rows) || lanes_take(w.type, n_rows)) return 256;
   return tile_multiple_of_16(std::clamp<int64_t>(int64_t(kTileBytes / std::max<uint64_t>(w.row_stride, 1)), 4, 512));
 }
 
