@@ -63,6 +63,7 @@ Status run_bench(const BenchArgs& a) {
            {"mlock", a.mlock},           {"no_mmap", a.no_mmap},
            {"prefetch_bytes", weight_prefetch_bytes()},
            {"amx", amx_enabled()},
+           {"lanes", lanes_enabled()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};

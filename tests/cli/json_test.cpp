@@ -77,6 +77,28 @@ TEST(Json, BenchWithMlock) {
   EXPECT_EQ(j["threads"], 1) << j.dump();
 }
 
+// bench --json says whether the Q4_K / Q6_K products of several rows ran on the AVX2 lanes (only under the
+// AVX2 kernels); ESSAIM_LANES=0 turns them off, and the logits of a 12-token prompt (Q4_K products of 12
+// rows: one group of eight in the lanes, four on the dot kernels) are the same bits either way.
+TEST(Json, BenchSaysWhetherTheLanesRanAndTheyChangeNoLogit) {
+  const nlohmann::json off = parse_stdout(run_cli("ESSAIM_ISA=avx2 ESSAIM_LANES=0 essaim bench -m " + tiny_model() +
+                                                  " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  expect_fields(off, {"lanes", "isa"});
+  EXPECT_EQ(off["lanes"], false) << off.dump();
+  const nlohmann::json on = parse_stdout(
+      run_cli("ESSAIM_ISA=avx2 essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  EXPECT_EQ(on["lanes"], on["isa"] == "avx2") << on.dump();
+  const std::string dir = make_temp_dir("json-lanes");
+  const std::string eval = "essaim eval -m " + tiny_model() + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 --logits-out ";
+  const CliRun lanes = run_cli("ESSAIM_ISA=avx2 " + eval + dir + "/lanes.npy");
+  const CliRun dots = run_cli("ESSAIM_ISA=avx2 ESSAIM_LANES=0 " + eval + dir + "/dots.npy");
+  ASSERT_EQ(lanes.code, 0) << lanes.err;
+  ASSERT_EQ(dots.code, 0) << dots.err;
+  const std::string a = read_text(dir + "/lanes.npy"), b = read_text(dir + "/dots.npy");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the lanes must not change a logit (lanes in use: " << on["lanes"] << ")";
+}
+
 // bench --json says whether the Q4_K products of several rows ran on AMX tiles; ESSAIM_AMX=0 turns them off,
 // and the logits of a 12-token prompt (Q4_K products of 12 rows) are the same bits either way.
 TEST(Json, BenchSaysWhetherTheTilesRanAndTheyChangeNoLogit) {
