@@ -14,18 +14,11 @@
 #include <type_traits>
 
 #include "kernels/blocks.h"
+#include "kernels/pairs16_avx2.h"
 #include "kernels/dot_kernels.h"
 
 namespace essaim {
 namespace {
-
-// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half (the pairs16 layout: any
-// byte order shared by both operands gives the same integer sums; this one is kept for Q6_K's table entry).
-__m256i pairs(__m256i v) {
-  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
-                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  return _mm256_shuffle_epi8(v, k);
-}
 
 __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
@@ -64,7 +57,7 @@ void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
       o[k].bsums[g] = int16_t(sum);  // |sum| <= 16·128
     }
     for (int i = 0; i < kQK_K; i += 32)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs(load256(in[k].qs + i)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs16(load256(in[k].qs + i)));
   }
 }
 
@@ -275,8 +268,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + i, c = 0..3
-      const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
-      const __m256i qh = pairs(load256(a.qh + 32 * h));
+      const __m256i ql0 = pairs16(load256(a.ql + 64 * h)), ql1 = pairs16(load256(a.ql + 64 * h + 32));
+      const __m256i qh = pairs16(load256(a.qh + 32 * h));
       // 6-bit values of the four groups: low nibble (c = 0, 1) or high nibble (c = 2, 3) of ql, and bits
       // 2c..2c+1 of qh moved to bits 4..5 (masking first keeps the 16-bit shifts within each byte).
       __m256i g[4];

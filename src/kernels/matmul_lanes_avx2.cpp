@@ -30,6 +30,7 @@
 
 #include "core/status.h"
 #include "kernels/blocks.h"
+#include "kernels/pairs16_avx2.h"
 
 namespace essaim {
 namespace {
@@ -159,13 +160,6 @@ void unpack(const BlockQ4K& a, Q4kWeights* o) {
   }
 }
 
-// Output byte 2i = input byte i, 2i+1 = input byte i+8, in each 128-bit half (prepare_q8k_pairs16_avx2's order).
-__m256i pairs(__m256i v) {
-  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
-                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  return _mm256_shuffle_epi8(v, k);
-}
-
 // Element 128h + 32c + i: low (c < 2) or high nibble of ql[64h + 32(c % 2) + i], bits 2c..2c+1 of
 // qh[32h + i] above them — the layout of dot_q6k in dot_quant_avx2.cpp, stored at bytes 128h + 32c.
 void unpack(const BlockQ6K& a, Q6kWeights* o) {
@@ -175,8 +169,8 @@ void unpack(const BlockQ6K& a, Q6kWeights* o) {
   o->d = _cvtsh_ss(a.d);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int h = 0; h < 2; ++h) {
-    const __m256i ql0 = pairs(load256(a.ql + 64 * h)), ql1 = pairs(load256(a.ql + 64 * h + 32));
-    const __m256i qh = pairs(load256(a.qh + 32 * h));
+    const __m256i ql0 = pairs16(load256(a.ql + 64 * h)), ql1 = pairs16(load256(a.ql + 64 * h + 32));
+    const __m256i qh = pairs16(load256(a.qh + 32 * h));
     uint8_t* q = o->q + 128 * h;
     store256(q, _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4)));
     store256(q + 32, _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2)));
