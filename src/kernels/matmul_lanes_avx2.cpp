@@ -180,6 +180,13 @@ void unpack(const BlockQ6K& a, Q6kWeights* o) {
   }
 }
 
+// An empty asm that claims to change the four word chains, so the compiler keeps them as chains: GCC 12
+// otherwise regroups the sixteen products of a pair into trees and spills them (the kernel measured ~10 %
+// slower on the AMD EPYC, Zen 3). Integer adds, exact in any grouping: no bit changes.
+inline __attribute__((always_inline)) void keep_chains(__m256i& a, __m256i& b, __m256i& c, __m256i& d) {
+  asm("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d));
+}
+
 // A[2r + Q] = (kFirst) or += the contribution of pair p (chunks 2p, 2p+1) of Q4_K rows w[0..n) against quad
 // Q. Each shuffle of a weight chunk feeds both quads; eight maddubs per quad add up as words, then one
 // madd by the pair's scales.
@@ -199,21 +206,27 @@ inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, 
     __m256i s00 = _mm256_maddubs_epi16(t, x00[0]), s10 = _mm256_maddubs_epi16(t, x01[0]);
     t = _mm256_shuffle_epi32(w0, 0x55);
     __m256i s01 = _mm256_maddubs_epi16(t, x00[1]), s11 = _mm256_maddubs_epi16(t, x01[1]);
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w0, 0xAA);
     s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x00[2]));
     s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x01[2]));
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w0, 0xFF);
     s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x00[3]));
     s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x01[3]));
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w1, 0x00);
     s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[0]));
     s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[0]));
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w1, 0x55);
     s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[1]));
     s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[1]));
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w1, 0xAA);
     s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[2]));
     s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[2]));
+    keep_chains(s00, s10, s01, s11);
     t = _mm256_shuffle_epi32(w1, 0xFF);
     s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[3]));
     s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[3]));
