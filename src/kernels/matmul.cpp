@@ -128,10 +128,12 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
   if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
-  // Whole groups of eight rows in the AVX2 lanes (matmul_lanes_avx2.h), the rest on the dot kernels.
+  // Whole groups of eight rows in the AVX2 lanes (matmul_lanes_avx2.h) — and a last group of five to seven
+  // rows padded with zeros (kLanesPadFrom) — the rest on the dot kernels.
   int64_t t_begin = 0;
   if (lanes_take(w.type, n_rows)) {
     t_begin = n_rows / kLanesGroup * kLanesGroup;
+    if (n_rows - t_begin >= kLanesPadFrom) t_begin = n_rows;
     lanes_matmul_rows(w, xq, x_stride, t_begin, o_begin, o_end, y);
   }
 #else

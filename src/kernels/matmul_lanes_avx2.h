@@ -3,6 +3,7 @@
 //
 //   if (lanes_matmul_type(w.type) && n_rows >= lanes_min_rows(w.type) && lanes_enabled())
 //     lanes_matmul_rows(w, xprep, x_stride, n_rows / 8 * 8, o_begin, o_end, y);   // then the rest
+//     (or all n_rows where the last group has kLanesPadFrom rows or more)
 //
 // Same contract and same bits as matmul_rows over the dot kernels: y[t][o] = dot(w row o, row t) in the
 // canonical order (per super-block the exact integer A — and Q4_K's M — then the fused f32 steps). Eight
@@ -19,11 +20,13 @@ namespace essaim {
 
 inline bool lanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
-// Products take whole groups of eight activation rows (a partial group would pad its lanes with zeros, which
-// measured slower than the dot kernels for the rest), from 8 rows for Q4_K and 16 for Q6_K: below that the
-// dot kernels were faster (the weights are unpacked once per call and the activations transposed into
-// lanes, which a few rows do not repay; Q6_K's eight-row dot kernel needs fewer operations than Q4_K's).
+// Products take groups of eight activation rows, from 8 rows for Q4_K and 16 for Q6_K: below that the dot
+// kernels were faster (the weights are unpacked once per call and the activations transposed into lanes,
+// which a few rows do not repay; Q6_K's eight-row dot kernel needs fewer operations than Q4_K's). A last
+// partial group pads its lanes with zeros; matmul_rows gives it to the lanes from five rows on (pp512 1-2 %
+// faster on the AMD EPYC, Zen 3, than the dot kernels for those rows; four or fewer: no gain).
 inline constexpr int64_t kLanesGroup = 8;
+inline constexpr int64_t kLanesPadFrom = 5;
 inline int64_t lanes_min_rows(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 8; }
 
 // xprep: n_rows Q8_K activation rows of w.cols values in w.type's AVX2 layout (prepare_q8k_q45k_avx2,
