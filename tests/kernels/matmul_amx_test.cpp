@@ -7,9 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +14,7 @@
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
+#include "product_test_util.h"
 #if defined(__x86_64__)
 #include "kernels/matmul_amx.h"
 #endif
@@ -24,56 +22,7 @@
 namespace essaim {
 namespace {
 
-// Restores the process-wide kernel choices a test changes.
-class KernelChoiceGuard {
- public:
-  KernelChoiceGuard() : isa_(kernels_isa()), amx_(amx_enabled()) {}
-  ~KernelChoiceGuard() {
-    (void)set_kernel_isa(isa_);
-    set_amx_enabled(amx_);
-  }
-
- private:
-  Isa isa_;
-  bool amx_;
-};
-
-// y[t][o] for o in [o_begin, o_end) through matmul_rows under the current choices; other entries stay NaN.
-std::vector<float> rows_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
-                                int64_t o_begin, int64_t o_end) {
-  std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepare_rows(w.type, xq.data(), n_rows, w.cols, scratch);
-  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
-  std::vector<float*> y_rows(static_cast<size_t>(n_rows));
-  for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y.data() + t * w.rows;
-  matmul_rows(w, xp, n_rows, o_begin, o_end, y_rows.data());
-  return y;
-}
-
-std::vector<uint8_t> quantised(const KernelProblem& p, int64_t n_rows) {
-  std::vector<uint8_t> xq(activation_row_bytes(p.type, p.cols) * uint64_t(n_rows));
-  quantize_activations(p.type, p.x.data(), n_rows, p.cols, xq.data());
-  return xq;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// n activation rows of cols values, every value of super-block i (in row order) -128, or 127 where
-// (i / 2) % period != 0, with consistent bsums: the extremes of a quantised row.
-std::vector<uint8_t> extreme_activations(int64_t n, int64_t cols, int period) {
-  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int8_t v = (i / 2) % size_t(period) ? int8_t(127) : int8_t(-128);
-    x[i].d = 1.0f / 64;
-    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
-    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
-  }
-  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
-  std::memcpy(xq.data(), x.data(), xq.size());
-  return xq;
-}
+using namespace product_test;
 
 // All weight rows of w through the tiles and through the scalar reference: the same bits, and not all zero.
 void expect_tiles_give_the_reference(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n) {
@@ -110,10 +59,9 @@ TEST(Amx, EqualsTheDotKernelsAndTheScalarReference) {
 #if defined(__x86_64__)
         {  // the tiles took these rows (a declined call would compare the dot kernels with themselves)
           std::vector<uint8_t> scratch;
-          const uint8_t* xp = prepare_rows(type, xq.data(), n, cols, scratch);
+          const uint8_t* xp = prepared(p.weights(), xq, n, scratch);
           std::vector<float> y(size_t(n * 70));
-          std::vector<float*> y_rows;
-          for (int64_t t = 0; t < n; ++t) y_rows.push_back(y.data() + t * 70);
+          std::vector<float*> y_rows = row_pointers(y, n, 70);
           ASSERT_TRUE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(type, cols), n, o_begin, o_end,
                                       y_rows.data()));
         }
@@ -136,16 +84,7 @@ TEST(AmxQ4k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AMX();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 20, n = 18;
-  std::vector<BlockQ4K> w(size_t(rows * cols / kQK_K));
-  for (BlockQ4K& b : w) {
-    b.d = 0x3c00;     // 1.0
-    b.dmin = 0x3800;  // 0.5
-    std::memset(b.scales, 0xFF, sizeof(b.scales));
-    std::memset(b.qs, 0xFF, sizeof(b.qs));
-  }
-  const WeightMatrix wm{.type = GgmlType::Q4_K, .cols = cols, .rows = rows,
-                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ4K) * 2};
-  expect_tiles_give_the_reference(wm, extreme_activations(n, cols, 2), n);
+  expect_tiles_give_the_reference(ExtremeWeights(GgmlType::Q4_K, rows, cols).matrix(), extreme_activations(n, cols, 2), n);
 }
 
 // Q6_K: every value 0 (q - 32 = -32) with every scale -128, and every value 63 with every scale 127,
@@ -154,17 +93,7 @@ TEST(AmxQ6k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AMX();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 20, n = 18;
-  std::vector<BlockQ6K> w(size_t(rows * cols / kQK_K));
-  for (size_t i = 0; i < w.size(); ++i) {
-    const bool high = (i / 2) % 2 == 1;  // row by row: all 63 / scale 127, or all 0 / scale -128
-    std::memset(w[i].ql, high ? 0xFF : 0x00, sizeof(w[i].ql));
-    std::memset(w[i].qh, high ? 0xFF : 0x00, sizeof(w[i].qh));
-    std::memset(w[i].scales, high ? 0x7F : 0x80, sizeof(w[i].scales));
-    w[i].d = 0x3c00;
-  }
-  const WeightMatrix wm{.type = GgmlType::Q6_K, .cols = cols, .rows = rows,
-                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ6K) * 2};
-  expect_tiles_give_the_reference(wm, extreme_activations(n, cols, 3), n);
+  expect_tiles_give_the_reference(ExtremeWeights(GgmlType::Q6_K, rows, cols).matrix(), extreme_activations(n, cols, 3), n);
 }
 
 // Q6_K reads no bsums: rows with foreign ones still give the reference's bits through the tiles.
@@ -174,8 +103,7 @@ TEST(AmxQ6k, ForeignBsumsChangeNothing) {
   const KernelProblem p = kernel_problem_build(
       KernelCase{.name = "q6_k", .type = GgmlType::Q6_K, .cols = 512, .rows = 40, .n_rows = 24}, 98);
   std::vector<uint8_t> xq = quantised(p, 24);
-  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
-  for (int64_t b = 0; b < 48; b += 5) blocks[b].bsums[b % 16] = int16_t(-32768 + 977 * b);
+  give_foreign_bsums(xq);
   ASSERT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
   set_amx_enabled(true);
   const std::vector<float> tiles = rows_product(p.weights(), xq, 24, 0, 40);
@@ -199,10 +127,9 @@ TEST(AmxQ4k, ForeignBsumsAreDeclinedAndStillExact) {
   set_amx_enabled(true);
 #if defined(__x86_64__)
   std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepare_rows(GgmlType::Q4_K, xq.data(), 24, 512, scratch);
+  const uint8_t* xp = prepared(p.weights(), xq, 24, scratch);
   std::vector<float> y(size_t(24 * 40), 7.0f);
-  std::vector<float*> y_rows;
-  for (int64_t t = 0; t < 24; ++t) y_rows.push_back(y.data() + t * 40);
+  std::vector<float*> y_rows = row_pointers(y, 24, 40);
   EXPECT_FALSE(amx_matmul_rows(p.weights(), xp, activation_row_bytes(GgmlType::Q4_K, 512), 24, 0, 40,
                                y_rows.data()));
   for (float v : y) ASSERT_EQ(v, 7.0f) << "a declined call writes nothing";
@@ -219,14 +146,7 @@ TEST(Amx, EnvChild) {
 }
 
 TEST(Amx, EnvironmentTurnsTheTilesOff) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");  // qemu-aarch64 for the ARM64 build
-  const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
-  auto run_child = [&](const std::string& env) {
-    const std::string cmd = "env -u ESSAIM_AMX -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
-                            "' --gtest_filter=Amx.EnvChild > /dev/null 2>&1";
-    return std::system(cmd.c_str());
-  };
+  auto run_child = [](const std::string& env) { return run_self("Amx.EnvChild", "ESSAIM_AMX", env); };
   const std::string by_default = amx_supported() && isa_supported(Isa::AVX512) ? "1" : "0";
   EXPECT_EQ(run_child("ESSAIM_AMX_EXPECT=" + by_default), 0);
   EXPECT_NE(run_child(std::string("ESSAIM_AMX_EXPECT=") + (by_default == "1" ? "0" : "1")), 0)

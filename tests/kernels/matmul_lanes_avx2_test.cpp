@@ -7,8 +7,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
+#include "product_test_util.h"
 #if defined(__x86_64__)
 #include "kernels/matmul_lanes_avx2.h"
 #endif
@@ -23,30 +22,8 @@
 namespace essaim {
 namespace {
 
-class KernelChoiceGuard {
- public:
-  KernelChoiceGuard() : isa_(kernels_isa()), lanes_(lanes_enabled()) {}
-  ~KernelChoiceGuard() {
-    (void)set_kernel_isa(isa_);
-    set_lanes_enabled(lanes_);
-  }
+using namespace product_test;
 
- private:
-  Isa isa_;
-  bool lanes_;
-};
-
-// y[t][o] for o in [o_begin, o_end) through matmul_rows under the current choices; other entries stay NaN.
-std::vector<float> rows_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
-                                int64_t o_begin, int64_t o_end) {
-  std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepare_rows(w.type, xq.data(), n_rows, w.cols, scratch);
-  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
-  std::vector<float*> y_rows(static_cast<size_t>(n_rows));
-  for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y.data() + t * w.rows;
-  matmul_rows(w, xp, n_rows, o_begin, o_end, y_rows.data());
-  return y;
-}
 
 // The same entries straight from lanes_matmul_rows (so a test cannot compare the dot kernels with
 // themselves should matmul_rows stop choosing the lanes).
@@ -55,22 +32,11 @@ std::vector<float> lanes_product(const WeightMatrix& w, const std::vector<uint8_
   std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
 #if defined(__x86_64__)
   std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepare_rows(w.type, xq.data(), n_rows, w.cols, scratch);
-  std::vector<float*> y_rows(static_cast<size_t>(n_rows));
-  for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y.data() + t * w.rows;
+  const uint8_t* xp = prepared(w, xq, n_rows, scratch);
+  std::vector<float*> y_rows = row_pointers(y, n_rows, w.rows);
   lanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
 #endif
   return y;
-}
-
-std::vector<uint8_t> quantised(const KernelProblem& p, int64_t n_rows) {
-  std::vector<uint8_t> xq(activation_row_bytes(p.type, p.cols) * uint64_t(n_rows));
-  quantize_activations(p.type, p.x.data(), n_rows, p.cols, xq.data());
-  return xq;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The lanes (AVX2 layout) and the scalar reference over all of w: the same bits, and not all zero.
@@ -123,25 +89,7 @@ TEST(LanesQ4k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AVX2();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 40, n = 18;
-  std::vector<BlockQ4K> w(size_t(rows * cols / kQK_K));
-  for (BlockQ4K& b : w) {
-    b.d = 0x3c00;     // 1.0
-    b.dmin = 0x3800;  // 0.5
-    std::memset(b.scales, 0xFF, sizeof(b.scales));
-    std::memset(b.qs, 0xFF, sizeof(b.qs));
-  }
-  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int8_t v = (i / 2) % 2 ? int8_t(127) : int8_t(-128);
-    x[i].d = 1.0f / 64;
-    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
-    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
-  }
-  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
-  std::memcpy(xq.data(), x.data(), xq.size());
-  const WeightMatrix wm{.type = GgmlType::Q4_K, .cols = cols, .rows = rows,
-                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ4K) * 2};
-  expect_lanes_give_the_reference(wm, xq, n);
+  expect_lanes_give_the_reference(ExtremeWeights(GgmlType::Q4_K, rows, cols).matrix(), extreme_activations(n, cols, 2), n);
 }
 
 // Q6_K: every value 0 (q - 32 = -32) with every scale -128, and every value 63 with every scale 127,
@@ -150,26 +98,7 @@ TEST(LanesQ6k, LargestIntegersStayExact) {
   SKIP_WITHOUT_AVX2();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 40, n = 18;
-  std::vector<BlockQ6K> w(size_t(rows * cols / kQK_K));
-  for (size_t i = 0; i < w.size(); ++i) {
-    const bool high = (i / 2) % 2 == 1;  // row by row: all 63 / scale 127, or all 0 / scale -128
-    std::memset(w[i].ql, high ? 0xFF : 0x00, sizeof(w[i].ql));
-    std::memset(w[i].qh, high ? 0xFF : 0x00, sizeof(w[i].qh));
-    std::memset(w[i].scales, high ? 0x7F : 0x80, sizeof(w[i].scales));
-    w[i].d = 0x3c00;
-  }
-  std::vector<BlockQ8K> x(size_t(n * cols / kQK_K));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int8_t v = (i / 2) % 3 ? int8_t(127) : int8_t(-128);
-    x[i].d = 1.0f / 64;
-    std::memset(x[i].qs, uint8_t(v), sizeof(x[i].qs));
-    for (int16_t& s : x[i].bsums) s = int16_t(16 * v);
-  }
-  std::vector<uint8_t> xq(x.size() * sizeof(BlockQ8K));
-  std::memcpy(xq.data(), x.data(), xq.size());
-  const WeightMatrix wm{.type = GgmlType::Q6_K, .cols = cols, .rows = rows,
-                        .data = reinterpret_cast<const uint8_t*>(w.data()), .row_stride = sizeof(BlockQ6K) * 2};
-  expect_lanes_give_the_reference(wm, xq, n);
+  expect_lanes_give_the_reference(ExtremeWeights(GgmlType::Q6_K, rows, cols).matrix(), extreme_activations(n, cols, 3), n);
 }
 
 // Activation rows that did not come from essaim's quantiser may carry any bsums; Q4_K's reference uses
@@ -182,8 +111,8 @@ TEST(Lanes, ForeignBsumsGiveTheReference) {
     const KernelProblem p =
         kernel_problem_build(KernelCase{.name = "bsums", .type = type, .cols = 512, .rows = 40, .n_rows = 24}, 97);
     std::vector<uint8_t> xq = quantised(p, 24);
+    give_foreign_bsums(xq);
     auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
-    for (int64_t b = 0; b < 48; b += 5) blocks[b].bsums[b % 16] = int16_t(-32768 + 977 * b);
     blocks[7].bsums[3] = 32767;
     blocks[7].bsums[2] = 32767;
     expect_lanes_give_the_reference(p.weights(), xq, 24);
@@ -197,14 +126,7 @@ TEST(Lanes, EnvChild) {
 }
 
 TEST(Lanes, EnvironmentTurnsThemOff) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const char* emulator = std::getenv("ESSAIM_TEST_EMULATOR");  // qemu-aarch64 for the ARM64 build
-  const std::string prefix = emulator != nullptr && *emulator != '\0' ? std::string(emulator) + " " : "";
-  auto run_child = [&](const std::string& env) {
-    const std::string cmd = "env -u ESSAIM_LANES -u ESSAIM_ISA " + env + " " + prefix + "'" + self +
-                            "' --gtest_filter=Lanes.EnvChild > /dev/null 2>&1";
-    return std::system(cmd.c_str());
-  };
+  auto run_child = [](const std::string& env) { return run_self("Lanes.EnvChild", "ESSAIM_LANES", env); };
   const bool avx2 = isa_supported(Isa::AVX2);
   const std::string on = avx2 ? "1" : "0";
   EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES_EXPECT=" + on), 0);
