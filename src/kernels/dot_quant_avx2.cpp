@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "kernels/blocks.h"
-#include "kernels/pairs16_avx2.h"
+#include "kernels/kquant_unpack_avx2.h"
 #include "kernels/dot_kernels.h"
 
 namespace essaim {
@@ -121,10 +121,8 @@ struct Q45kDecoder {
   // Pair p (call in increasing p: Q5_K's high bits are brought down by a running shift).
   template <typename Block>
   void pair(const Block* a, int p, __m256i* w_lo, __m256i* w_hi, __m256i* scale) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i raw = load256(a->qs + 32 * p);
-    __m256i q_lo = _mm256_and_si256(raw, low4);
-    __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    __m256i q_lo, q_hi;
+    q4k_nibbles(a->qs + 32 * p, &q_lo, &q_hi);
     if constexpr (kQ5) {  // bit 2p / 2p+1 of qh, brought down to bits 0 / 1 by the running shift
       const __m256i bit4 = _mm256_set1_epi8(0x10);
       q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
@@ -132,8 +130,7 @@ struct Q45kDecoder {
       hb = _mm256_srli_epi16(hb, 2);
     }
     *scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
-    *w_lo = _mm256_unpacklo_epi16(q_lo, q_hi);
-    *w_hi = _mm256_unpackhi_epi16(q_lo, q_hi);
+    q45k_interleave(q_lo, q_hi, w_lo, w_hi);
   }
 };
 
@@ -253,7 +250,6 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   static_assert(NX >= 1 && NX <= 8);
   constexpr int kGroups = (NX + 3) / 4;
   const auto* blocks = static_cast<const BlockQ6K*>(w);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc8 = _mm256_setzero_ps();  // row j in element j
   __m128 acc4 = _mm_setzero_ps();
   float acc1 = 0.0f;
@@ -268,16 +264,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     alignas(32) float yd_rows[8] = {};
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + i, c = 0..3
-      const __m256i ql0 = pairs16(load256(a.ql + 64 * h)), ql1 = pairs16(load256(a.ql + 64 * h + 32));
-      const __m256i qh = pairs16(load256(a.qh + 32 * h));
-      // 6-bit values of the four groups: low nibble (c = 0, 1) or high nibble (c = 2, 3) of ql, and bits
-      // 2c..2c+1 of qh moved to bits 4..5 (masking first keeps the 16-bit shifts within each byte).
-      __m256i g[4];
-      g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
-      g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2));
-      g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
-      g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                             _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0))), 2));
+      __m256i g[4];  // the 6-bit values of the four groups of 32
+      q6k_half_values(a.ql, a.qh, h, g);
       // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1: their scale words, one byte shuffle
       // each from the eight scales of this half (words, in both 128-bit halves).
       const __m256i sc_h = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_unpackhi_epi64(sc8, sc8)));

@@ -30,7 +30,7 @@
 
 #include "core/status.h"
 #include "kernels/blocks.h"
-#include "kernels/pairs16_avx2.h"
+#include "kernels/kquant_unpack_avx2.h"
 
 namespace essaim {
 namespace {
@@ -151,32 +151,25 @@ void unpack(const BlockQ4K& a, Q4kWeights* o) {
   _mm_store_si128(reinterpret_cast<__m128i*>(o->min + 4), _mm_unpackhi_epi16(m16, m16));
   o->d = _cvtsh_ss(a.d);
   o->dmin = _cvtsh_ss(a.dmin);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int p = 0; p < 4; ++p) {
-    const __m256i raw = load256(a.qs + 32 * p);
-    const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    store256(o->q + 64 * p, _mm256_unpacklo_epi16(lo, hi));
-    store256(o->q + 64 * p + 32, _mm256_unpackhi_epi16(lo, hi));
+    __m256i lo, hi, w_lo, w_hi;
+    q4k_nibbles(a.qs + 32 * p, &lo, &hi);
+    q45k_interleave(lo, hi, &w_lo, &w_hi);
+    store256(o->q + 64 * p, w_lo);
+    store256(o->q + 64 * p + 32, w_hi);
   }
 }
 
-// Element 128h + 32c + i: low (c < 2) or high nibble of ql[64h + 32(c % 2) + i], bits 2c..2c+1 of
-// qh[32h + i] above them — the layout of dot_q6k in dot_quant_avx2.cpp, stored at bytes 128h + 32c.
+// Element 128h + 32c + i of q6k_half_values (the values dot_q6k reads), stored at bytes 128h + 32c.
 void unpack(const BlockQ6K& a, Q6kWeights* o) {
   for (int s = 0; s < 16; ++s) o->scale[s] = int32_t(uint16_t(int16_t(a.scales[s])) * 0x10001u);
   for (int i = 0; i < 8; ++i)
     o->pair[i] = int32_t(uint32_t(uint16_t(int16_t(a.scales[2 * i]))) | uint32_t(uint16_t(int16_t(a.scales[2 * i + 1]))) << 16);
   o->d = _cvtsh_ss(a.d);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int h = 0; h < 2; ++h) {
-    const __m256i ql0 = pairs16(load256(a.ql + 64 * h)), ql1 = pairs16(load256(a.ql + 64 * h + 32));
-    const __m256i qh = pairs16(load256(a.qh + 32 * h));
-    uint8_t* q = o->q + 128 * h;
-    store256(q, _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4)));
-    store256(q + 32, _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2)));
-    store256(q + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, _mm256_set1_epi8(0x30))));
-    store256(q + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                     _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(char(0xC0))), 2)));
+    __m256i g[4];
+    q6k_half_values(a.ql, a.qh, h, g);
+    for (int c = 0; c < 4; ++c) store256(o->q + 128 * h + 32 * c, g[c]);
   }
 }
 

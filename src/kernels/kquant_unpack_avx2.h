@@ -1,0 +1,50 @@
+// The bit assembly of the AVX2 K-quant layouts, shared by the files compiled for AVX2 only (dot_quant_avx2.cpp,
+// matmul_lanes_avx2.cpp), so the dot kernels and the lanes decode weights the same way.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace essaim {
+
+// The pairs16 byte order of the AVX2 Q6_K layout: output byte 2i = input byte i, 2i+1 = input byte i+8, in
+// each 128-bit half. Any byte order shared by both operands gives the same integer sums.
+static inline __m256i pairs16(__m256i v) {
+  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm256_shuffle_epi8(v, k);
+}
+
+// Q4_K / Q5_K: the low and high nibbles of 32 bytes of qs (sub-blocks 2p and 2p+1 of pair p), as bytes.
+static inline void q4k_nibbles(const uint8_t* qs32, __m256i* lo, __m256i* hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32));
+  *lo = _mm256_and_si256(raw, low4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+}
+
+// The prepared Q4_K / Q5_K order of a pair (prepare_q8k_q45k_avx2): the two sub-blocks' values interleaved
+// by 16-bit words, so a dword's low word is sub-block 2p's and its high word 2p+1's.
+static inline void q45k_interleave(__m256i lo, __m256i hi, __m256i* w_lo, __m256i* w_hi) {
+  *w_lo = _mm256_unpacklo_epi16(lo, hi);
+  *w_hi = _mm256_unpackhi_epi16(lo, hi);
+}
+
+// Q6_K half h (elements 128h .. 128h + 127) as its unsigned 6-bit values (0..63, the reference's q + 32) in
+// the pairs16 order: g[c] holds elements 128h + 32c + i, the low nibble (c = 0, 1) or high nibble (c = 2, 3)
+// of ql[64h + 32(c % 2) + i] with bits 2c..2c+1 of qh[32h + i] above them (masking first keeps the 16-bit
+// shifts within each byte). Each 16-byte half of g[c] is one sub-block of 16: 8h + 2c, then 8h + 2c + 1.
+static inline void q6k_half_values(const uint8_t* ql, const uint8_t* qh, int h, __m256i g[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  auto load = [](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  const __m256i ql0 = pairs16(load(ql + 64 * h)), ql1 = pairs16(load(ql + 64 * h + 32));
+  const __m256i bits = pairs16(load(qh + 32 * h));
+  g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x03)), 4));
+  g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x0C)), 2));
+  g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
+  g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                         _mm256_srli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(char(0xC0))), 2));
+}
+
+}  // namespace essaim
