@@ -55,9 +55,14 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
       const int32_t je = std::min(j1, a.pos[t] + 1);
       const float* q = a.q + head_offset(t);  // [G][D]
       if (je <= j0) continue;
-      for (int32_t hh = 0; hh < G; ++hh) {
+      // Heads two at a time, each key row loaded once for both; an odd last head alone.
+      int32_t hh = 0;
+      for (; hh + 2 <= G; hh += 2)
+        dot_f32_rows2(q + size_t(hh) * size_t(D), q + size_t(hh + 1) * size_t(D), block.data(), D, je - j0, D,
+                      scores_of(t, hh) + j0, scores_of(t, hh + 1) + j0);
+      if (hh < G) dot_f32_rows(q + size_t(hh) * size_t(D), block.data(), D, je - j0, D, scores_of(t, hh) + j0);
+      for (hh = 0; hh < G; ++hh) {
         float* s = scores_of(t, hh);
-        dot_f32_rows(q + size_t(hh) * size_t(D), block.data(), D, je - j0, D, s + j0);
         for (int32_t j = j0; j < je; ++j) s[j] = s[j] * a.scale;
       }
     }
@@ -73,8 +78,11 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
       const int32_t je = std::min(j1, a.pos[t] + 1);
       float* o = a.out + head_offset(t);  // [G][D]
       if (je <= j0) continue;
-      for (int32_t hh = 0; hh < G; ++hh)
-        axpy_f32_rows(scores_of(t, hh) + j0, block.data(), D, je - j0, o + size_t(hh) * size_t(D), D);
+      int32_t hh = 0;
+      for (; hh + 2 <= G; hh += 2)
+        axpy_f32_rows2(scores_of(t, hh) + j0, scores_of(t, hh + 1) + j0, block.data(), D, je - j0,
+                       o + size_t(hh) * size_t(D), o + size_t(hh + 1) * size_t(D), D);
+      if (hh < G) axpy_f32_rows(scores_of(t, hh) + j0, block.data(), D, je - j0, o + size_t(hh) * size_t(D), D);
     }
   }
 }

@@ -50,6 +50,15 @@ void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, i
 // registers across the rows (attention's o += p_j · v_j over a block of values).
 void axpy_f32_rows(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n);
 
+// dot_f32_rows for two queries against the same rows (out0 from a0, out1 from a1), bit for bit: each
+// row's load serves both (attention's query heads that share a KV head).
+void dot_f32_rows2(const float* a0, const float* a1, const float* b, int64_t stride, int64_t n_b, int64_t n,
+                   float* out0, float* out1);
+
+// axpy_f32_rows for two outputs over the same rows (y0 with s0, y1 with s1), bit for bit.
+void axpy_f32_rows2(const float* s0, const float* s1, const float* x, int64_t stride, int64_t n_x, float* y0,
+                    float* y1, int64_t n);
+
 // y[i] = y[i] + x[i]: residual additions.
 void add_f32(float* y, const float* x, int64_t n);
 

@@ -254,5 +254,48 @@ TEST(Ops, AxpyF32RowsEqualsOneAxpyPerRowInOrder) {
     }
 }
 
+// The two-query forms: each query's results bit for bit the one-query form's (which the tests above pin to
+// the documented order), for row counts around the four-row bodies and lengths with and without a tail.
+TEST(Ops, DotF32Rows2EqualsOneQueryAtATime) {
+  std::mt19937 rng(29);
+  for (int64_t n : {1, 7, 8, 9, 64, 131, 256})
+    for (int64_t n_b : {1, 3, 4, 5, 8, 13, 64}) {
+      const int64_t stride = n + 3;
+      const std::vector<float> a0 = gaussian(size_t(n), rng), a1 = gaussian(size_t(n), rng);
+      const std::vector<float> b = gaussian(size_t(stride * n_b), rng);
+      std::vector<float> want0(static_cast<size_t>(n_b)), want1 = want0, got0 = want0, got1 = want0;
+      dot_f32_rows(a0.data(), b.data(), stride, n_b, n, want0.data());
+      dot_f32_rows(a1.data(), b.data(), stride, n_b, n, want1.data());
+      dot_f32_rows2(a0.data(), a1.data(), b.data(), stride, n_b, n, got0.data(), got1.data());
+      for (int64_t r = 0; r < n_b; ++r) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(got0[size_t(r)]), std::bit_cast<uint32_t>(want0[size_t(r)]))
+            << "n " << n << " rows " << n_b << " row " << r;
+        EXPECT_EQ(std::bit_cast<uint32_t>(got1[size_t(r)]), std::bit_cast<uint32_t>(want1[size_t(r)]))
+            << "n " << n << " rows " << n_b << " row " << r;
+      }
+    }
+}
+
+TEST(Ops, AxpyF32Rows2EqualsOneOutputAtATime) {
+  std::mt19937 rng(30);
+  for (int64_t n : {1, 7, 8, 9, 32, 40, 64, 72, 131, 256})
+    for (int64_t n_x : {0, 1, 2, 5, 64}) {
+      const int64_t stride = n + 5;
+      const std::vector<float> s0 = gaussian(size_t(n_x), rng), s1 = gaussian(size_t(n_x), rng);
+      const std::vector<float> x = gaussian(size_t(stride * n_x), rng);
+      std::vector<float> want0 = gaussian(size_t(n), rng), want1 = gaussian(size_t(n), rng);
+      std::vector<float> got0 = want0, got1 = want1;
+      axpy_f32_rows(s0.data(), x.data(), stride, n_x, want0.data(), n);
+      axpy_f32_rows(s1.data(), x.data(), stride, n_x, want1.data(), n);
+      axpy_f32_rows2(s0.data(), s1.data(), x.data(), stride, n_x, got0.data(), got1.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(got0[size_t(i)]), std::bit_cast<uint32_t>(want0[size_t(i)]))
+            << "n " << n << " rows " << n_x << " element " << i;
+        EXPECT_EQ(std::bit_cast<uint32_t>(got1[size_t(i)]), std::bit_cast<uint32_t>(want1[size_t(i)]))
+            << "n " << n << " rows " << n_x << " element " << i;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace essaim
