@@ -112,8 +112,8 @@ struct Q45kDecoder {
   explicit Q45kDecoder(const Block* a) {
     uint64_t sc64, m64;
     q4k_unpack_scales_u64(a->scales, &sc64, &m64);
-    // i32 element p of sc16 is the (sc[2p], sc[2p+1]) pair one madd needs.
-    sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
+    // i32 element p of each 128-bit half of sc16 is the (sc[2p], sc[2p+1]) pair one madd needs.
+    sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
     const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
     mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
     if constexpr (kQ5) hb = load256(a->qh);
@@ -129,7 +129,13 @@ struct Q45kDecoder {
       q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
       hb = _mm256_srli_epi16(hb, 2);
     }
-    *scale = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p));
+    // An in-lane dword broadcast (the callers unroll p, so the immediate is known).
+    switch (p) {
+      case 0: *scale = _mm256_shuffle_epi32(sc16, 0x00); break;
+      case 1: *scale = _mm256_shuffle_epi32(sc16, 0x55); break;
+      case 2: *scale = _mm256_shuffle_epi32(sc16, 0xAA); break;
+      default: *scale = _mm256_shuffle_epi32(sc16, 0xFF); break;
+    }
     q45k_interleave(q_lo, q_hi, w_lo, w_hi);
   }
 };
