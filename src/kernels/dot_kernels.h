@@ -48,6 +48,11 @@ void vec_dot_q8_0_q8_0_dotprod(int64_t n, const void* w, const void* x, size_t x
 void vec_dot_q4k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 void vec_dot_q5k_q8k_dotprod(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* y);
 
+// Four consecutive weight rows (w_stride bytes apart) against one prepared activation row (decode), AVX2
+// Q4_K / Q5_K (q45k_avx2 layout): y[r] bit for bit vec_dot's one-row result for row r.
+void dot_q4k_w4_avx2(int64_t n, const void* w, size_t w_stride, const void* x, float* y);
+void dot_q5k_w4_avx2(int64_t n, const void* w, size_t w_stride, const void* x, float* y);
+
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
 //   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15, bsums recomputed from qs (AVX2 Q6_K);
 //   q45k_avx512: per super-block the 8x8 matrix of 4-byte groups transposed: group i (elements 4i..4i+3)

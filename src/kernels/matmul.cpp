@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "kernels/kernel_traits.h"
 #if defined(ESSAIM_KERNELS_X86)
+#include "kernels/dot_kernels.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/matmul_lanes_avx2.h"
 #endif
@@ -108,6 +109,21 @@ bool lanes_take(GgmlType type, int64_t n_rows) {
 #endif
 }
 
+// The four-weight-row kernel for one activation row (decode) of w's type under the current ISA; null where
+// there is none (dot_kernels.h: AVX2 Q4_K and Q5_K).
+using DotW4Fn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, float* y);
+DotW4Fn one_row_by_four(GgmlType type) {
+#if defined(ESSAIM_KERNELS_X86)
+  if (kernels_isa() == Isa::AVX2) {
+    if (type == GgmlType::Q4_K) return dot_q4k_w4_avx2;
+    if (type == GgmlType::Q5_K) return dot_q5k_w4_avx2;
+  }
+#else
+  (void)type;
+#endif
+  return nullptr;
+}
+
 // Whole 16-row blocks where there is room for one: the AMX path computes 16 weight rows per tile pass.
 int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 : rows; }
 
@@ -139,10 +155,19 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #else
   const int64_t t_begin = 0;
 #endif
+  const DotW4Fn by_four = one_row_by_four(w.type);
   for (int64_t t = t_begin; t < n_rows; t += kDotMaxRows) {
     const int nx = int(std::min<int64_t>(kDotMaxRows, n_rows - t));
     const uint8_t* x_rows = xq + uint64_t(t) * x_stride;
-    for (int64_t o = o_begin; o < o_end; ++o) {
+    int64_t o = o_begin;
+    // One activation row: four weight rows per call where a kernel takes them (same bits as one by one).
+    if (nx == 1 && by_four != nullptr)
+      for (; o + 4 <= o_end; o += 4) {
+        float out[4];
+        by_four(w.cols, w.data + uint64_t(o) * w.row_stride, w.row_stride, x_rows, out);
+        for (int r = 0; r < 4; ++r) y[t][o + r] = out[r];
+      }
+    for (; o < o_end; ++o) {
       // No prefetch here: the one-row kernels hint their own stream ahead where that measured faster
       // (weight_prefetch_bytes, docs/kernels.md); prefetching whole rows 4 ahead from this loop cost 10-40 %
       // of the cold one-row rate on the AMD EPYC measured and ~12 % of tg64.

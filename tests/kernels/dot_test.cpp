@@ -117,6 +117,63 @@ TEST(Dot, PrefetchDistanceDoesNotChangeBits) {
 }
 
 #if defined(__x86_64__)
+// The AVX2 four-weight-row Q4_K/Q5_K decode kernels (dot_q4k_w4_avx2, dot_q5k_w4_avx2) straight, against
+// the scalar reference row by row: random bits and quantised weights, one to twelve super-blocks, weights
+// at their extremes (every nibble 15, every scale and min 63), and prefetch distances from none to far past
+// the rows. Then matmul_rows on one activation row over weight-row ranges that are not multiples of four
+// (the four-row calls and the one-row rest) under AVX2 against the scalar ISA.
+TEST(Dot, Avx2Q45kFourWeightRowsEqualTheReference) {
+  if (!isa_supported(Isa::AVX2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  const int64_t before = weight_prefetch_bytes();
+  const Isa isa_before = kernels_isa();
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K})
+    for (WeightFill fill : {WeightFill::RANDOM_BITS, WeightFill::QUANTIZED})
+      for (int64_t blocks : {1, 2, 5, 12}) {
+        const KernelCase c = {.name = "w4", .type = type, .cols = blocks * kQK_K, .rows = 11, .n_rows = 2, .fill = fill};
+        Prepared s = prepare(c, 91 + uint64_t(blocks));
+        if (blocks == 5 && type == GgmlType::Q4_K) {  // rows 0..3 at the extremes
+          auto* b = reinterpret_cast<BlockQ4K*>(s.p.w.data());
+          for (int64_t i = 0; i < 4 * blocks; ++i) {
+            b[i].d = 0x3c00;
+            b[i].dmin = 0x3800;
+            std::memset(b[i].scales, 0xFF, sizeof(b[i].scales));
+            std::memset(b[i].qs, 0xFF, sizeof(b[i].qs));
+          }
+        }
+        std::vector<uint8_t> xp(s.xq.size());
+        prepare_activations(*s.k, Isa::AVX2, s.xq.data(), c.n_rows, c.cols, xp.data());
+        const auto w4 = type == GgmlType::Q4_K ? dot_q4k_w4_avx2 : dot_q5k_w4_avx2;
+        for (int64_t ahead : {int64_t(0), int64_t(1536), int64_t(65536)}) {
+          set_weight_prefetch_bytes(ahead);
+          for (int64_t t = 0; t < c.n_rows; ++t)
+            for (int64_t r0 = 0; r0 + 4 <= c.rows; r0 += 3) {
+              float got[4];
+              w4(c.cols, s.w(r0), s.w_row, xp.data() + uint64_t(t) * s.x_row, got);
+              for (int j = 0; j < 4; ++j) {
+                float want = 0;
+                s.k->vec_dot[size_t(Isa::SCALAR)](c.cols, s.w(r0 + j), s.x(t), s.x_row, 1, &want);
+                ASSERT_EQ(bits(got[j]), bits(want)) << type_name(type) << " blocks " << blocks << " row " << r0 + j
+                                                    << " act " << t << " ahead " << ahead;
+              }
+            }
+        }
+        set_weight_prefetch_bytes(before);
+        const WeightMatrix w{.type = type, .cols = c.cols, .rows = c.rows, .data = s.p.w.data(), .row_stride = s.w_row};
+        for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 11}, {1, 10}, {2, 7}, {3, 4}}) {
+          float y_avx2[11], y_ref[11];
+          float* rows_avx2[1] = {y_avx2};
+          float* rows_ref[1] = {y_ref};
+          ASSERT_TRUE(set_kernel_isa(Isa::AVX2).is_ok());
+          matmul_rows(w, xp.data(), 1, o_begin, o_end, rows_avx2);
+          ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+          matmul_rows(w, s.xq.data(), 1, o_begin, o_end, rows_ref);
+          for (int64_t o = o_begin; o < o_end; ++o)
+            ASSERT_EQ(bits(y_avx2[o]), bits(y_ref[o])) << type_name(type) << " blocks " << blocks << " row " << o;
+        }
+        ASSERT_TRUE(set_kernel_isa(isa_before).is_ok());
+      }
+}
+
 // The AVX-512 Q4_K/Q5_K one-row kernel reduces up to eight super-blocks at once (dot_q45k_avx512.cpp):
 // every group size 1..8, and more than one group, against the reference, on rows of random bits.
 TEST(Dot, Avx512Q45kOneRowEveryBlockCount) {
