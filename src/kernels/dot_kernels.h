@@ -34,7 +34,8 @@ extern std::atomic<int64_t> g_weight_prefetch_bytes;
 // [p + ahead, p + ahead + bytes) into L1 and those of [p + 4·ahead, p + 4·ahead + bytes) into L2 (the far
 // hints keep more misses in flight than the near ones alone; docs/kernels.md). The addresses are formed
 // as integers, since they may lie past the buffer, where a hint is harmless.
-inline void prefetch_weights_ahead(const void* p, size_t bytes, int64_t ahead) {
+// (always_inline: a call GCC judges free of side effects, which prefetches are to it, can be dropped.)
+__attribute__((always_inline)) inline void prefetch_weights_ahead(const void* p, size_t bytes, int64_t ahead) {
   const uintptr_t near = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead), far = near + 3 * uintptr_t(ahead);
   for (uintptr_t o = 0; o < bytes; o += 64) {
     __builtin_prefetch(reinterpret_cast<const void*>(near + o), 0, 3);

@@ -202,6 +202,23 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   }
 }
 
+// The four-weight-row decode kernel's hints at super-block k. The four rows are one stream of
+// 4·sizeof(Block) bytes per super-block (they are adjacent, and matmul asks for the next four next): the
+// hints sweep it at that pace, twice the one-row distance ahead into L1 and eight times into L2 (qwen3moe
+// tg64 on the AMD EPYC, Zen 3: 3 KB / 12 KB at the default 1536 measured 0.74-0.77 of the read bandwidth,
+// 6 KB / 24 KB no better than the one-row kernel, hints that jump to the same row of the next four 0.48).
+// always_inline: as an ordinary inline function GCC 12 found it free of side effects (prefetches do not
+// count) and dropped its calls; the hints vanished and the decode ran at 0.45 of the read bandwidth.
+template <typename Block>
+__attribute__((always_inline)) inline void hint_four_rows(const uint8_t* w, int64_t k, int64_t ahead) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(w) + uintptr_t(k) * 4 * sizeof(Block);
+  const uintptr_t near = at + 2 * uintptr_t(ahead), far = at + 8 * uintptr_t(ahead);
+  for (uintptr_t o = 0; o < 4 * sizeof(Block); o += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(near + o), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(far + o), 0, 2);
+  }
+}
+
 // Four weight rows against one activation row (decode): each row's super-block gives the integer A and M
 // of dot_q45k<Block, 1>, the four rows share one horizontal-add tree, and the f32 steps run in the four
 // lanes of one vector — lane r row r's chain acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc),
@@ -210,28 +227,10 @@ template <typename Block>
 void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x, float* y) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   const int64_t ahead = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
-  // The four rows are one stream of 4·sizeof(Block) bytes per super-block: the hints sweep it (and past
-  // it, into the next four rows, which matmul asks for next) at that pace, twice the one-row distance
-  // ahead into L1 and eight times into L2 (qwen3moe tg64 on the AMD EPYC, Zen 3: 3 KB / 12 KB at the
-  // default 1536 measured 0.74-0.77 of the read bandwidth, 6 KB / 24 KB no better than the one-row kernel,
-  // hints into the same row of the next four rows 0.48).
-  auto hint = [&](uint64_t linear, int locality) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(w) + linear;
-    for (uint64_t o = 0; o < 4 * sizeof(Block); o += 64) {
-      if (locality == 3)
-        __builtin_prefetch(reinterpret_cast<const void*>(p + o), 0, 3);
-      else
-        __builtin_prefetch(reinterpret_cast<const void*>(p + o), 0, 2);
-    }
-  };
   __m128 acc = _mm_setzero_ps();  // lane r: weight row r
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ8K& b = x[k];
-    if (ahead > 0) {
-      const uint64_t at = uint64_t(k) * 4 * sizeof(Block);
-      hint(at + 2 * uint64_t(ahead), 3);
-      hint(at + 8 * uint64_t(ahead), 2);
-    }
+    if (ahead > 0) hint_four_rows<Block>(w, k, ahead);
     __m256i A[4], M[4];
     alignas(16) uint16_t dh[8];  // f16 d of rows 0..3, then their dmin
 #pragma GCC unroll 4

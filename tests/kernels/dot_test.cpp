@@ -122,7 +122,7 @@ TEST(Dot, PrefetchDistanceDoesNotChangeBits) {
 // at their extremes (every nibble 15, every scale and min 63), and prefetch distances from none to far past
 // the rows. Then matmul_rows on one activation row over weight-row ranges that are not multiples of four
 // (the four-row calls and the one-row rest) under AVX2 against the scalar ISA.
-TEST(Dot, Avx2Q45kFourWeightRowsEqualTheReference) {
+TEST(Dot, Avx2FourWeightRowsEqualTheReference) {
   if (!isa_supported(Isa::AVX2)) GTEST_SKIP() << "no AVX2 on this CPU";
   const int64_t before = weight_prefetch_bytes();
   const Isa isa_before = kernels_isa();
