@@ -110,12 +110,15 @@ struct Q45kDecoder {
   __m256i sc16, mins, hb;
   template <typename Block>
   explicit Q45kDecoder(const Block* a) {
-    uint64_t sc64, m64;
-    q4k_unpack_scales_u64(a->scales, &sc64, &m64);
+    // Bytes 0..7 the scales, 8..15 the mins, in both 128-bit halves; each widened to words by one shuffle.
+    const __m256i sm = _mm256_broadcastsi128_si256(q4k_scales_mins(a->scales));
     // i32 element p of each 128-bit half of sc16 is the (sc[2p], sc[2p+1]) pair one madd needs.
-    sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
-    mins = _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+    constexpr char z = char(0x80);  // a zero byte
+    sc16 = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(0, z, 1, z, 2, z, 3, z, 4, z, 5, z, 6, z, 7, z,  //
+                                                    0, z, 1, z, 2, z, 3, z, 4, z, 5, z, 6, z, 7, z));
+    // Word 2s and 2s+1 of mins are m[s] (against bsums 2s and 2s+1).
+    mins = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(8, z, 8, z, 9, z, 9, z, 10, z, 10, z, 11, z, 11, z,  //
+                                                    12, z, 12, z, 13, z, 13, z, 14, z, 14, z, 15, z, 15, z));
     if constexpr (kQ5) hb = load256(a->qh);
   }
   // Pair p (call in increasing p: Q5_K's high bits are brought down by a running shift).

@@ -16,6 +16,21 @@ static inline __m256i pairs16(__m256i v) {
   return _mm256_shuffle_epi8(v, k);
 }
 
+// Q4_K / Q5_K: the eight 6-bit scales (bytes 0..7) and the eight 6-bit mins (bytes 8..15) of a super-block
+// from its 12 packed bytes (docs/reference.md 2.5; what q4k_unpack_scales_u64 computes in scalar code):
+// with u0, u1, u2 the three little-endian dwords, scales 0..3 = u0 & 0x3F, mins 0..3 = u1 & 0x3F,
+// scales 4..7 = (u2 & 0x0F) | ((u0 >> 2) & 0x30), mins 4..7 = ((u2 >> 4) & 0x0F) | ((u1 >> 2) & 0x30),
+// bytewise. Reads 16 bytes from scales12 (the last four belong to the block's next field).
+static inline __m128i q4k_scales_mins(const uint8_t* scales12) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales12));  // [u0 u1 u2 -]
+  const __m128i low = _mm_and_si128(v, _mm_set1_epi8(0x3F));                     // [sc 0..3, m 0..3]
+  // [u2, u2 >> 4] & 0x0F | [u0 >> 2, u1 >> 2] & 0x30 (bits 4..5 of each byte): [sc 4..7, m 4..7]
+  const __m128i u22 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+  const __m128i high = _mm_or_si128(_mm_and_si128(u22, _mm_set1_epi8(0x0F)),
+                                    _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30)));
+  return _mm_unpacklo_epi32(low, high);  // [sc 0..3, sc 4..7, m 0..3, m 4..7]
+}
+
 // Q4_K / Q5_K: the low and high nibbles of 32 bytes of qs (sub-blocks 2p and 2p+1 of pair p), as bytes.
 static inline void q4k_nibbles(const uint8_t* qs32, __m256i* lo, __m256i* hi) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);

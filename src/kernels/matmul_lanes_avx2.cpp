@@ -141,11 +141,10 @@ void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneB
 }
 
 void unpack(const BlockQ4K& a, Q4kWeights* o) {
-  uint64_t sc64, m64;
-  q4k_unpack_scales_u64(a.scales, &sc64, &m64);
+  const __m128i sm = q4k_scales_mins(a.scales);  // bytes 0..7 the scales, 8..15 the mins
   // The eight scales as words are the four (sc[2p], sc[2p+1]) dwords; the mins as words, each doubled.
-  _mm_store_si128(reinterpret_cast<__m128i*>(o->scale), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc64))));
-  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m64)));
+  _mm_store_si128(reinterpret_cast<__m128i*>(o->scale), _mm_cvtepu8_epi16(sm));
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
   _mm_store_si128(reinterpret_cast<__m128i*>(o->min2), m16);
   _mm_store_si128(reinterpret_cast<__m128i*>(o->min), _mm_unpacklo_epi16(m16, m16));
   _mm_store_si128(reinterpret_cast<__m128i*>(o->min + 4), _mm_unpackhi_epi16(m16, m16));
