@@ -216,6 +216,7 @@ template <typename Block>
 __attribute__((always_inline)) inline void hint_four_rows(const uint8_t* w, int64_t k, int64_t ahead) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(w) + uintptr_t(k) * 4 * sizeof(Block);
   const uintptr_t near = at + 2 * uintptr_t(ahead), far = at + 8 * uintptr_t(ahead);
+#pragma GCC unroll 16
   for (uintptr_t o = 0; o < 4 * sizeof(Block); o += 64) {
     __builtin_prefetch(reinterpret_cast<const void*>(near + o), 0, 3);
     __builtin_prefetch(reinterpret_cast<const void*>(far + o), 0, 2);
@@ -229,32 +230,47 @@ __attribute__((always_inline)) inline void hint_four_rows(const uint8_t* w, int6
 template <typename Block>
 void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x, float* y) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  static_assert(offsetof(Block, d) == 0 && offsetof(Block, dmin) == 2);
   const int64_t ahead = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
+  // One row's integer A and M of super-block k, as dot_q45k<Block, 1> forms them.
+  auto row_sums = [&](const Block* a, const BlockQ8K& b, __m256i* A, __m256i* M) {
+    Q45kDecoder<kQ5> dec(a);
+    __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      __m256i w_lo, w_hi, scale;
+      dec.pair(a, p, &w_lo, &w_hi, &scale);
+      sum = _mm256_add_epi32(sum, q45k_pair_sum(w_lo, w_hi, scale, b.qs + 64 * p));
+    }
+    *A = sum;
+    *M = _mm256_madd_epi16(load256(b.bsums), dec.mins);
+  };
   __m128 acc = _mm_setzero_ps();  // lane r: weight row r
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ8K& b = x[k];
     if (ahead > 0) hint_four_rows<Block>(w, k, ahead);
-    __m256i A[4], M[4];
-    alignas(16) uint16_t dh[8];  // f16 d of rows 0..3, then their dmin
+    const Block* a[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const Block* a = reinterpret_cast<const Block*>(w + size_t(r) * w_stride) + k;
-      Q45kDecoder<kQ5> dec(a);
-      __m256i sum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        __m256i w_lo, w_hi, scale;
-        dec.pair(a, p, &w_lo, &w_hi, &scale);
-        sum = _mm256_add_epi32(sum, q45k_pair_sum(w_lo, w_hi, scale, b.qs + 64 * p));
-      }
-      A[r] = sum;
-      M[r] = _mm256_madd_epi16(load256(b.bsums), dec.mins);
-      dh[r] = a->d;
-      dh[4 + r] = a->dmin;
+    for (int r = 0; r < 4; ++r) a[r] = reinterpret_cast<const Block*>(w + size_t(r) * w_stride) + k;
+    // tree4's first level per pair of rows as soon as the pair is done (fewer live registers).
+    __m256i hA[2], hM[2];
+#pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) {
+      __m256i A0, M0, A1, M1;
+      row_sums(a[2 * q], b, &A0, &M0);
+      row_sums(a[2 * q + 1], b, &A1, &M1);
+      hA[q] = _mm256_hadd_epi32(A0, A1);
+      hM[q] = _mm256_hadd_epi32(M0, M1);
     }
     // Elements 0..3: A of rows 0..3; 4..7: their M.
-    const __m256 f = _mm256_cvtepi32_ps(fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(M[0], M[1], M[2], M[3])));
-    const __m256 dd = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m256 f = _mm256_cvtepi32_ps(fold_tree8(_mm256_hadd_epi32(hA[0], hA[1]), _mm256_hadd_epi32(hM[0], hM[1])));
+    // Each block starts with d, dmin (f16): the four dwords, words reordered to d0..d3, dmin0..dmin3.
+    int32_t ddm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) std::memcpy(&ddm[r], a[r], 4);
+    const __m128i halves = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ddm)),
+                                            _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    const __m256 dd = _mm256_cvtph_ps(halves);
     const __m128 yd = _mm_set1_ps(b.d);
     acc = _mm_fmadd_ps(_mm_mul_ps(_mm256_castps256_ps128(dd), yd), _mm256_castps256_ps128(f), acc);
     acc = _mm_fnmadd_ps(_mm_mul_ps(_mm256_extractf128_ps(dd, 1), yd), _mm256_extractf128_ps(f, 1), acc);
