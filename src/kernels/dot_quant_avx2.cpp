@@ -246,6 +246,7 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
     *M = _mm256_madd_epi16(load256(b.bsums), dec.mins);
   };
   __m128 acc = _mm_setzero_ps();  // lane r: weight row r
+  __m256 pend_f = _mm256_setzero_ps(), pend_dy = _mm256_setzero_ps();  // the previous super-block's A, M and factors
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ8K& b = x[k];
     if (ahead > 0) hint_four_rows<Block>(w, k, ahead);
@@ -262,18 +263,26 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
       hA[q] = _mm256_hadd_epi32(A0, A1);
       hM[q] = _mm256_hadd_epi32(M0, M1);
     }
+    // The f32 steps of the previous super-block (kept in order: it comes before this one's), then this
+    // one's tree and factors for the next round, so the tree's latency overlaps the next block's work.
+    if (k > 0) {
+      acc = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy), _mm256_castps256_ps128(pend_f), acc);
+      acc = _mm_fnmadd_ps(_mm256_extractf128_ps(pend_dy, 1), _mm256_extractf128_ps(pend_f, 1), acc);
+    }
     // Elements 0..3: A of rows 0..3; 4..7: their M.
-    const __m256 f = _mm256_cvtepi32_ps(fold_tree8(_mm256_hadd_epi32(hA[0], hA[1]), _mm256_hadd_epi32(hM[0], hM[1])));
+    pend_f = _mm256_cvtepi32_ps(fold_tree8(_mm256_hadd_epi32(hA[0], hA[1]), _mm256_hadd_epi32(hM[0], hM[1])));
     // Each block starts with d, dmin (f16): the four dwords, words reordered to d0..d3, dmin0..dmin3.
     int32_t ddm[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) std::memcpy(&ddm[r], a[r], 4);
     const __m128i halves = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ddm)),
                                             _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-    const __m256 dd = _mm256_cvtph_ps(halves);
-    const __m128 yd = _mm_set1_ps(b.d);
-    acc = _mm_fmadd_ps(_mm_mul_ps(_mm256_castps256_ps128(dd), yd), _mm256_castps256_ps128(f), acc);
-    acc = _mm_fnmadd_ps(_mm_mul_ps(_mm256_extractf128_ps(dd, 1), yd), _mm256_extractf128_ps(f, 1), acc);
+    // [d·y.d of rows 0..3, dmin·y.d of rows 0..3]
+    pend_dy = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_set1_ps(b.d));
+  }
+  if (n >= kQK_K) {
+    acc = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy), _mm256_castps256_ps128(pend_f), acc);
+    acc = _mm_fnmadd_ps(_mm256_extractf128_ps(pend_dy, 1), _mm256_extractf128_ps(pend_f, 1), acc);
   }
   _mm_storeu_ps(y, acc);
 }
