@@ -344,6 +344,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   __m256 acc8 = _mm256_setzero_ps();  // row j in element j
   __m128 acc4 = _mm_setzero_ps();
   float acc1 = 0.0f;
+  __m256i pend_A = _mm256_setzero_si256();  // NX == 1: the previous super-block's A and d·y.d
+  float pend_dy = 0.0f;
   const int64_t ahead = NX == 1 ? g_weight_prefetch_bytes.load(std::memory_order_relaxed) : 0;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
@@ -393,7 +395,11 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     }
     const float d = _cvtsh_ss(a.d);
     if constexpr (NX == 1) {
-      acc1 = __builtin_fmaf(d * yd_rows[0], float(hsum_i32(A1)), acc1);
+      // The previous super-block's step first (the same order), then this one's is kept for the next
+      // round, so the horizontal sum's latency overlaps the next block's work.
+      if (k > 0) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
+      pend_A = A1;
+      pend_dy = d * yd_rows[0];
     } else if constexpr (kGroups == 1) {
       const __m128 fa = _mm_cvtepi32_ps(fold_tree4(T[0]));
       acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_load_ps(yd_rows)), fa, acc4);
@@ -402,6 +408,8 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows)), fa, acc8);
     }
   }
+  if constexpr (NX == 1)
+    if (n >= kQK_K) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
   alignas(32) float out[8];
   if constexpr (NX == 1) out[0] = acc1;
   else if constexpr (kGroups == 1) _mm_store_ps(out, acc4);
