@@ -159,6 +159,22 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
   const auto* blocks = static_cast<const Block*>(w);
   __m128 acc = _mm_setzero_ps();  // row j in element j (NX > 1)
   float acc1 = 0.0f;              // NX == 1
+  // The previous super-block's integer sums and factors, and its f32 steps: NX == 1 acc1 = fma(d·y.d, A,
+  // acc1), acc1 = fma(-(dmin·y.d), M, acc1); else the same in the lanes of acc.
+  __m256i pend_A = _mm256_setzero_si256(), pend_M = _mm256_setzero_si256(), pend_am = _mm256_setzero_si256();
+  float pend_dy = 0.0f, pend_my = 0.0f;
+  __m128 pend_dyv = _mm_setzero_ps(), pend_myv = _mm_setzero_ps();
+  auto steps = [&] {
+    if constexpr (NX == 1) {
+      const __m128 am = _mm_cvtepi32_ps(hsum2_i32(pend_A, pend_M));  // [A, M, A, M]
+      acc1 = __builtin_fmaf(pend_dy, _mm_cvtss_f32(am), acc1);
+      acc1 = __builtin_fmaf(pend_my, _mm_cvtss_f32(_mm_movehdup_ps(am)), acc1);
+    } else {
+      const __m256 f = _mm256_cvtepi32_ps(pend_am);
+      acc = _mm_fmadd_ps(pend_dyv, _mm256_castps256_ps128(f), acc);
+      acc = _mm_fnmadd_ps(pend_myv, _mm256_extractf128_ps(f, 1), acc);
+    }
+  };
   const int64_t ahead = NX == 1 ? g_weight_prefetch_bytes.load(std::memory_order_relaxed) : 0;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const Block* a = &blocks[k];
@@ -182,19 +198,23 @@ void dot_q45k(int64_t n, const void* w, const void* x, size_t x_stride, float* y
       yd_rows[j] = b.d;
     }
     const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
+    // The previous super-block's f32 steps first (the same order), then this block's are kept for the
+    // next round, so the horizontal sums' latency overlaps the next block's work.
+    if (k > 0) steps();
     if constexpr (NX == 1) {
-      const __m128 am = _mm_cvtepi32_ps(hsum2_i32(A[0], M[0]));  // [A, M, A, M]
-      acc1 = __builtin_fmaf(d * yd_rows[0], _mm_cvtss_f32(am), acc1);
-      acc1 = __builtin_fmaf(-(dmin * yd_rows[0]), _mm_cvtss_f32(_mm_movehdup_ps(am)), acc1);
+      pend_A = A[0];
+      pend_M = M[0];
+      pend_dy = d * yd_rows[0];
+      pend_my = -(dmin * yd_rows[0]);
     } else {
       // One tree for the A and M of all rows: elements 0..3 of the fold are A_j, 4..7 M_j.
-      const __m256i am = fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(M[0], M[1], M[2], M[3]));
-      const __m256 f = _mm256_cvtepi32_ps(am);
+      pend_am = fold_tree8(tree4(A[0], A[1], A[2], A[3]), tree4(M[0], M[1], M[2], M[3]));
       const __m128 yd = _mm_load_ps(yd_rows);
-      acc = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), yd), _mm256_castps256_ps128(f), acc);
-      acc = _mm_fnmadd_ps(_mm_mul_ps(_mm_set1_ps(dmin), yd), _mm256_extractf128_ps(f, 1), acc);
+      pend_dyv = _mm_mul_ps(_mm_set1_ps(d), yd);
+      pend_myv = _mm_mul_ps(_mm_set1_ps(dmin), yd);
     }
   }
+  if (n >= kQK_K) steps();
   if constexpr (NX == 1) {
     y[0] = acc1;
   } else {
