@@ -366,6 +366,18 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   float acc1 = 0.0f;
   __m256i pend_A = _mm256_setzero_si256();  // NX == 1: the previous super-block's A and d·y.d
   float pend_dy = 0.0f;
+  // NX > 1: the previous super-block's trees and d·y.d per row, and its step.
+  __m256i pend_T0 = _mm256_setzero_si256(), pend_T1 = _mm256_setzero_si256();
+  __m256 pend_dy8 = _mm256_setzero_ps();
+  auto steps = [&] {
+    if constexpr (kGroups == 1) {
+      const __m128 fa = _mm_cvtepi32_ps(fold_tree4(pend_T0));
+      acc4 = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy8), fa, acc4);
+    } else {
+      const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(pend_T0, pend_T1));
+      acc8 = _mm256_fmadd_ps(pend_dy8, fa, acc8);
+    }
+  };
   const int64_t ahead = NX == 1 ? g_weight_prefetch_bytes.load(std::memory_order_relaxed) : 0;
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ6K& a = blocks[k];
@@ -420,14 +432,16 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       if (k > 0) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
       pend_A = A1;
       pend_dy = d * yd_rows[0];
-    } else if constexpr (kGroups == 1) {
-      const __m128 fa = _mm_cvtepi32_ps(fold_tree4(T[0]));
-      acc4 = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_load_ps(yd_rows)), fa, acc4);
     } else {
-      const __m256 fa = _mm256_cvtepi32_ps(fold_tree8(T[0], T[1]));
-      acc8 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows)), fa, acc8);
+      // As for one row: the previous block's step first, this block's tree and factors for the next round.
+      if (k > 0) steps();
+      pend_T0 = T[0];
+      pend_T1 = T[1];
+      pend_dy8 = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows));
     }
   }
+  if constexpr (NX > 1)
+    if (n >= kQK_K) steps();
   if constexpr (NX == 1)
     if (n >= kQK_K) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
   alignas(32) float out[8];
