@@ -208,6 +208,7 @@ template <int kTag>
 __attribute__((always_inline)) static inline void axpy_f32_rows2_all(const float* s0, const float* s1, const float* x,
                                                                      int64_t stride, int64_t n_x, float* y0, float* y1,
                                                                      int64_t n) {
+  if (n_x <= 0) return;  // no rows: y0 and y1 stay (and x may be null)
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) axpy_f32_rows2_chunk<kTag, 4>(s0, s1, x + i, stride, n_x, y0 + i, y1 + i);
   for (; i + 8 <= n; i += 8) axpy_f32_rows2_chunk<kTag, 1>(s0, s1, x + i, stride, n_x, y0 + i, y1 + i);
@@ -225,6 +226,7 @@ __attribute__((always_inline)) static inline void axpy_f32_rows2_all(const float
 template <int kTag>
 __attribute__((always_inline)) static inline void axpy_f32_rows_all(const float* s, const float* x, int64_t stride,
                                                                     int64_t n_x, float* y, int64_t n) {
+  if (n_x <= 0) return;  // no rows: y stays (and x may be null)
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) axpy_f32_rows_chunk<kTag, 8>(s, x + i, stride, n_x, y + i);
   for (; i + 8 <= n; i += 8) axpy_f32_rows_chunk<kTag, 1>(s, x + i, stride, n_x, y + i);
