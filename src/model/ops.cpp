@@ -66,194 +66,124 @@ void rope_neox(float* x, int32_t n_rot, const float* cs) {
 // compiled for AVX2 does each in one. Both clones perform the same IEEE operations on the same lanes in the
 // same order (multiply, then add: -ffp-contract=off holds for every clone, and "avx2" alone enables no
 // FMA), so they return the same bits; the choice is made once from the CPU.
-// kRows dots at once, the a-load shared: each row's lanes, tail and fold as dot_f32's contract says.
-template <int kTag, int kRows>
-__attribute__((always_inline)) static inline void dot_f32_rows_body(const float* a, const float* b, int64_t stride,
-                                                                    int64_t n, float* out) {
-  v8f acc[kRows];
+// kQ queries a[q] against kRows rows of b at once: each b-load feeds every query and each a-load every row
+// (attention's query heads of one KV head meet the same keys). Each (query, row) dot keeps dot_f32's lanes,
+// tail and fold.
+template <int kTag, int kQ, int kRows>
+__attribute__((always_inline)) static inline void dot_rows_body(const float* const* a, const float* b, int64_t stride,
+                                                                int64_t n, float* const* out, int64_t r0) {
+  const float* aq[kQ];  // local copies: the compiler need not reload them after each store
+  v8f acc[kQ][kRows];
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) acc[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  for (int q = 0; q < kQ; ++q) {
+    aq[q] = a[q];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) acc[q][r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  }
+  b += r0 * stride;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    v8f va;
-    __builtin_memcpy(&va, a + i, sizeof(va));
+    v8f va[kQ];
+#pragma GCC unroll 8
+    for (int q = 0; q < kQ; ++q) __builtin_memcpy(&va[q], aq[q] + i, sizeof(v8f));
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       v8f vb;
       __builtin_memcpy(&vb, b + r * stride + i, sizeof(vb));
-      acc[r] = acc[r] + va * vb;
-    }
-  }
-  if constexpr (kRows % 4 == 0) {
-    if (i == n) {
-      for (int r = 0; r < kRows; r += 4) fold4(acc + r, out + r);
-      return;
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    float lane[8];
-    __builtin_memcpy(lane, &acc[r], sizeof(lane));
-    const float* br = b + r * stride;
-    for (int64_t k = i, l = 0; k < n; ++k, ++l) lane[l] = lane[l] + a[k] * br[k];
-    out[r] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  }
-}
-
-// Two queries against the same kRows rows: each b-load feeds both (attention's query heads of one KV head
-// share every key). Each of the 2·kRows dots runs exactly as dot_f32_rows_body's.
-template <int kTag, int kRows>
-__attribute__((always_inline)) static inline void dot_f32_rows2_body(const float* a0, const float* a1, const float* b,
-                                                                     int64_t stride, int64_t n, float* out0,
-                                                                     float* out1) {
-  v8f acc0[kRows], acc1[kRows];
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8f va0, va1;
-    __builtin_memcpy(&va0, a0 + i, sizeof(va0));
-    __builtin_memcpy(&va1, a1 + i, sizeof(va1));
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      v8f vb;
-      __builtin_memcpy(&vb, b + r * stride + i, sizeof(vb));
-      acc0[r] = acc0[r] + va0 * vb;
-      acc1[r] = acc1[r] + va1 * vb;
+      for (int q = 0; q < kQ; ++q) acc[q][r] = acc[q][r] + va[q] * vb;
     }
   }
   if constexpr (kRows % 4 == 0) {
     if (i == n) {  // no tail: the folds four rows at a time
-      for (int r = 0; r < kRows; r += 4) {
-        fold4(acc0 + r, out0 + r);
-        fold4(acc1 + r, out1 + r);
-      }
+#pragma GCC unroll 8
+      for (int q = 0; q < kQ; ++q)
+        for (int r = 0; r < kRows; r += 4) fold4(acc[q] + r, out[q] + r0 + r);
       return;
     }
   }
-  for (int r = 0; r < kRows; ++r) {
-    float l0[8], l1[8];
-    __builtin_memcpy(l0, &acc0[r], sizeof(l0));
-    __builtin_memcpy(l1, &acc1[r], sizeof(l1));
-    const float* br = b + r * stride;
-    for (int64_t k = i, l = 0; k < n; ++k, ++l) {
-      l0[l] = l0[l] + a0[k] * br[k];
-      l1[l] = l1[l] + a1[k] * br[k];
+  for (int q = 0; q < kQ; ++q)
+    for (int r = 0; r < kRows; ++r) {
+      float lane[8];
+      __builtin_memcpy(lane, &acc[q][r], sizeof(lane));
+      const float* br = b + r * stride;
+      for (int64_t k = i, l = 0; k < n; ++k, ++l) lane[l] = lane[l] + aq[q][k] * br[k];
+      out[q][r0 + r] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     }
-    out0[r] = ((l0[0] + l0[1]) + (l0[2] + l0[3])) + ((l0[4] + l0[5]) + (l0[6] + l0[7]));
-    out1[r] = ((l1[0] + l1[1]) + (l1[2] + l1[3])) + ((l1[4] + l1[5]) + (l1[6] + l1[7]));
+}
+
+// All n_b rows: eight at a time for one query, four for two (the accumulators that fit in registers).
+template <int kTag, int kQ>
+__attribute__((always_inline)) static inline void dot_rows_all(const float* const* a, const float* b, int64_t stride,
+                                                               int64_t n_b, int64_t n, float* const* out) {
+  int64_t r = 0;
+  if constexpr (kQ == 1)
+    for (; r + 8 <= n_b; r += 8) dot_rows_body<kTag, kQ, 8>(a, b, stride, n, out, r);
+  for (; r + 4 <= n_b; r += 4) dot_rows_body<kTag, kQ, 4>(a, b, stride, n, out, r);
+  for (; r < n_b; ++r) dot_rows_body<kTag, kQ, 1>(a, b, stride, n, out, r);
+}
+
+// kQ outputs y[q] in registers, chunk by chunk, over the same rows (each x-load feeds every output); every
+// element takes y + s_r · x_r for r ascending, as axpy_f32.
+template <int kTag, int kQ, int kVecs>
+__attribute__((always_inline)) static inline void axpy_rows_chunk(const float* const* s, const float* x, int64_t stride,
+                                                                  int64_t n_x, float* const* y, int64_t i0) {
+  const float* sq[kQ];  // local copies: the compiler need not reload them after each store
+  v8f acc[kQ][kVecs];
+#pragma GCC unroll 8
+  for (int q = 0; q < kQ; ++q) {
+    sq[q] = s[q];
+    __builtin_memcpy(acc[q], y[q] + i0, sizeof(acc[q]));
   }
-}
-
-template <int kTag>
-__attribute__((always_inline)) static inline void dot_f32_rows2_all(const float* a0, const float* a1, const float* b,
-                                                                    int64_t stride, int64_t n_b, int64_t n, float* out0,
-                                                                    float* out1) {
-  int64_t r = 0;
-  for (; r + 4 <= n_b; r += 4) dot_f32_rows2_body<kTag, 4>(a0, a1, b + r * stride, stride, n, out0 + r, out1 + r);
-  for (; r < n_b; ++r) dot_f32_rows2_body<kTag, 1>(a0, a1, b + r * stride, stride, n, out0 + r, out1 + r);
-}
-
-template <int kTag>
-__attribute__((always_inline)) static inline void dot_f32_rows_all(const float* a, const float* b, int64_t stride,
-                                                                   int64_t n_b, int64_t n, float* out) {
-  int64_t r = 0;
-  for (; r + 8 <= n_b; r += 8) dot_f32_rows_body<kTag, 8>(a, b + r * stride, stride, n, out + r);
-  for (; r + 4 <= n_b; r += 4) dot_f32_rows_body<kTag, 4>(a, b + r * stride, stride, n, out + r);
-  for (; r < n_b; ++r) dot_f32_rows_body<kTag, 1>(a, b + r * stride, stride, n, out + r);
-}
-
-// y in registers, chunk by chunk; every element takes y + s_r · x_r for r ascending, as axpy_f32.
-template <int kTag, int kVecs>
-__attribute__((always_inline)) static inline void axpy_f32_rows_chunk(const float* s, const float* x, int64_t stride,
-                                                                      int64_t n_x, float* y) {
-  v8f acc[kVecs];
-  __builtin_memcpy(acc, y, sizeof(acc));
+  x += i0;
   for (int64_t r = 0; r < n_x; ++r) {
-    const v8f vs = {s[r], s[r], s[r], s[r], s[r], s[r], s[r], s[r]};
 #pragma GCC unroll 8
     for (int c = 0; c < kVecs; ++c) {
       v8f vx;
       __builtin_memcpy(&vx, x + r * stride + 8 * c, sizeof(vx));
-      acc[c] = acc[c] + vs * vx;
-    }
-  }
-  __builtin_memcpy(y, acc, sizeof(acc));
-}
-
-// Two outputs over the same rows (each x-load feeds both), chunk by chunk; every element of y0 and y1 as
-// axpy_f32_rows_chunk's.
-template <int kTag, int kVecs>
-__attribute__((always_inline)) static inline void axpy_f32_rows2_chunk(const float* s0, const float* s1, const float* x,
-                                                                       int64_t stride, int64_t n_x, float* y0,
-                                                                       float* y1) {
-  v8f acc0[kVecs], acc1[kVecs];
-  __builtin_memcpy(acc0, y0, sizeof(acc0));
-  __builtin_memcpy(acc1, y1, sizeof(acc1));
-  for (int64_t r = 0; r < n_x; ++r) {
-    const v8f vs0 = {s0[r], s0[r], s0[r], s0[r], s0[r], s0[r], s0[r], s0[r]};
-    const v8f vs1 = {s1[r], s1[r], s1[r], s1[r], s1[r], s1[r], s1[r], s1[r]};
 #pragma GCC unroll 8
-    for (int c = 0; c < kVecs; ++c) {
-      v8f vx;
-      __builtin_memcpy(&vx, x + r * stride + 8 * c, sizeof(vx));
-      acc0[c] = acc0[c] + vs0 * vx;
-      acc1[c] = acc1[c] + vs1 * vx;
+      for (int q = 0; q < kQ; ++q) acc[q][c] = acc[q][c] + sq[q][r] * vx;  // s_r broadcast to the lanes
     }
   }
-  __builtin_memcpy(y0, acc0, sizeof(acc0));
-  __builtin_memcpy(y1, acc1, sizeof(acc1));
+#pragma GCC unroll 8
+  for (int q = 0; q < kQ; ++q) __builtin_memcpy(y[q] + i0, acc[q], sizeof(acc[q]));
 }
 
-template <int kTag>
-__attribute__((always_inline)) static inline void axpy_f32_rows2_all(const float* s0, const float* s1, const float* x,
-                                                                     int64_t stride, int64_t n_x, float* y0, float* y1,
-                                                                     int64_t n) {
-  if (n_x <= 0) return;  // no rows: y0 and y1 stay (and x may be null)
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) axpy_f32_rows2_chunk<kTag, 4>(s0, s1, x + i, stride, n_x, y0 + i, y1 + i);
-  for (; i + 8 <= n; i += 8) axpy_f32_rows2_chunk<kTag, 1>(s0, s1, x + i, stride, n_x, y0 + i, y1 + i);
-  for (; i < n; ++i) {
-    float v0 = y0[i], v1 = y1[i];
-    for (int64_t r = 0; r < n_x; ++r) {
-      v0 = v0 + s0[r] * x[r * stride + i];
-      v1 = v1 + s1[r] * x[r * stride + i];
-    }
-    y0[i] = v0;
-    y1[i] = v1;
-  }
-}
-
-template <int kTag>
-__attribute__((always_inline)) static inline void axpy_f32_rows_all(const float* s, const float* x, int64_t stride,
-                                                                    int64_t n_x, float* y, int64_t n) {
+// All n elements: 64 at a time for one output, 32 for two, then 8, then one by one.
+template <int kTag, int kQ>
+__attribute__((always_inline)) static inline void axpy_rows_all(const float* const* s, const float* x, int64_t stride,
+                                                                int64_t n_x, float* const* y, int64_t n) {
   if (n_x <= 0) return;  // no rows: y stays (and x may be null)
+  constexpr int kWide = kQ == 1 ? 8 : 4;
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64) axpy_f32_rows_chunk<kTag, 8>(s, x + i, stride, n_x, y + i);
-  for (; i + 8 <= n; i += 8) axpy_f32_rows_chunk<kTag, 1>(s, x + i, stride, n_x, y + i);
-  for (; i < n; ++i) {
-    float v = y[i];
-    for (int64_t r = 0; r < n_x; ++r) v = v + s[r] * x[r * stride + i];
-    y[i] = v;
-  }
+  for (; i + 8 * kWide <= n; i += 8 * kWide) axpy_rows_chunk<kTag, kQ, kWide>(s, x, stride, n_x, y, i);
+  for (; i + 8 <= n; i += 8) axpy_rows_chunk<kTag, kQ, 1>(s, x, stride, n_x, y, i);
+  for (; i < n; ++i)
+    for (int q = 0; q < kQ; ++q) {
+      float v = y[q][i];
+      for (int64_t r = 0; r < n_x; ++r) v = v + s[q][r] * x[r * stride + i];
+      y[q][i] = v;
+    }
 }
 
 namespace {
+// The AVX2 clones of the forms attention calls: one and two queries (outputs).
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b,
-                                                       int64_t n, float* out) {
-  dot_f32_rows_all<1>(a, b, stride, n_b, n, out);
+__attribute__((target("avx2"))) void dot_rows1_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
+                                                    int64_t n, float* const* out) {
+  dot_rows_all<1, 1>(a, b, stride, n_b, n, out);
 }
-__attribute__((target("avx2"))) void axpy_f32_rows_avx2(const float* s, const float* x, int64_t stride, int64_t n_x,
-                                                        float* y, int64_t n) {
-  axpy_f32_rows_all<1>(s, x, stride, n_x, y, n);
+__attribute__((target("avx2"))) void dot_rows2_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
+                                                    int64_t n, float* const* out) {
+  dot_rows_all<1, 2>(a, b, stride, n_b, n, out);
 }
-__attribute__((target("avx2"))) void dot_f32_rows2_avx2(const float* a0, const float* a1, const float* b, int64_t stride,
-                                                        int64_t n_b, int64_t n, float* out0, float* out1) {
-  dot_f32_rows2_all<1>(a0, a1, b, stride, n_b, n, out0, out1);
+__attribute__((target("avx2"))) void axpy_rows1_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
+                                                     float* const* y, int64_t n) {
+  axpy_rows_all<1, 1>(s, x, stride, n_x, y, n);
 }
-__attribute__((target("avx2"))) void axpy_f32_rows2_avx2(const float* s0, const float* s1, const float* x, int64_t stride,
-                                                         int64_t n_x, float* y0, float* y1, int64_t n) {
-  axpy_f32_rows2_all<1>(s0, s1, x, stride, n_x, y0, y1, n);
+__attribute__((target("avx2"))) void axpy_rows2_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
+                                                     float* const* y, int64_t n) {
+  axpy_rows_all<1, 2>(s, x, stride, n_x, y, n);
 }
 bool cpu_has_avx2() {
   __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
@@ -262,19 +192,18 @@ bool cpu_has_avx2() {
 const bool kHaveAvx2 = cpu_has_avx2();
 #else
 const bool kHaveAvx2 = false;
-void dot_f32_rows2_avx2(const float* a0, const float* a1, const float* b, int64_t stride, int64_t n_b, int64_t n,
-                        float* out0, float* out1) {
-  dot_f32_rows2_all<0>(a0, a1, b, stride, n_b, n, out0, out1);
+// Not called (kHaveAvx2 is false); the baseline forms, so the dispatch below compiles everywhere.
+void dot_rows1_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
+  dot_rows_all<0, 1>(a, b, stride, n_b, n, out);
 }
-void axpy_f32_rows2_avx2(const float* s0, const float* s1, const float* x, int64_t stride, int64_t n_x, float* y0,
-                         float* y1, int64_t n) {
-  axpy_f32_rows2_all<0>(s0, s1, x, stride, n_x, y0, y1, n);
+void dot_rows2_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
+  dot_rows_all<0, 2>(a, b, stride, n_b, n, out);
 }
-void dot_f32_rows_avx2(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
-  dot_f32_rows_all<0>(a, b, stride, n_b, n, out);
+void axpy_rows1_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
+  axpy_rows_all<0, 1>(s, x, stride, n_x, y, n);
 }
-void axpy_f32_rows_avx2(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n) {
-  axpy_f32_rows_all<0>(s, x, stride, n_x, y, n);
+void axpy_rows2_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
+  axpy_rows_all<0, 2>(s, x, stride, n_x, y, n);
 }
 #endif
 }  // namespace
@@ -291,33 +220,41 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 }
 
 void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
+  const float* const as[1] = {a};
+  float* const outs[1] = {out};
   if (kHaveAvx2)
-    dot_f32_rows_avx2(a, b, stride, n_b, n, out);
+    dot_rows1_avx2(as, b, stride, n_b, n, outs);
   else
-    dot_f32_rows_all<0>(a, b, stride, n_b, n, out);
+    dot_rows_all<0, 1>(as, b, stride, n_b, n, outs);
 }
 
 void axpy_f32_rows(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n) {
+  const float* const ss[1] = {s};
+  float* const ys[1] = {y};
   if (kHaveAvx2)
-    axpy_f32_rows_avx2(s, x, stride, n_x, y, n);
+    axpy_rows1_avx2(ss, x, stride, n_x, ys, n);
   else
-    axpy_f32_rows_all<0>(s, x, stride, n_x, y, n);
+    axpy_rows_all<0, 1>(ss, x, stride, n_x, ys, n);
 }
 
 void dot_f32_rows2(const float* a0, const float* a1, const float* b, int64_t stride, int64_t n_b, int64_t n,
                    float* out0, float* out1) {
+  const float* const as[2] = {a0, a1};
+  float* const outs[2] = {out0, out1};
   if (kHaveAvx2)
-    dot_f32_rows2_avx2(a0, a1, b, stride, n_b, n, out0, out1);
+    dot_rows2_avx2(as, b, stride, n_b, n, outs);
   else
-    dot_f32_rows2_all<0>(a0, a1, b, stride, n_b, n, out0, out1);
+    dot_rows_all<0, 2>(as, b, stride, n_b, n, outs);
 }
 
 void axpy_f32_rows2(const float* s0, const float* s1, const float* x, int64_t stride, int64_t n_x, float* y0,
                     float* y1, int64_t n) {
+  const float* const ss[2] = {s0, s1};
+  float* const ys[2] = {y0, y1};
   if (kHaveAvx2)
-    axpy_f32_rows2_avx2(s0, s1, x, stride, n_x, y0, y1, n);
+    axpy_rows2_avx2(ss, x, stride, n_x, ys, n);
   else
-    axpy_f32_rows2_all<0>(s0, s1, x, stride, n_x, y0, y1, n);
+    axpy_rows_all<0, 2>(ss, x, stride, n_x, ys, n);
 }
 
 void add_f32(float* y, const float* x, int64_t n) {
