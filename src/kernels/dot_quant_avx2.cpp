@@ -267,6 +267,10 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
   };
   __m128 acc = _mm_setzero_ps();  // lane r: weight row r
   __m256 pend_f = _mm256_setzero_ps(), pend_dy = _mm256_setzero_ps();  // the previous super-block's A, M and factors
+  auto steps = [&] {
+    acc = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy), _mm256_castps256_ps128(pend_f), acc);
+    acc = _mm_fnmadd_ps(_mm256_extractf128_ps(pend_dy, 1), _mm256_extractf128_ps(pend_f, 1), acc);
+  };
   for (int64_t k = 0; k < n / kQK_K; ++k) {
     const BlockQ8K& b = x[k];
     if (ahead > 0) hint_four_rows<Block>(w, k, ahead);
@@ -285,10 +289,7 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
     }
     // The f32 steps of the previous super-block (kept in order: it comes before this one's), then this
     // one's tree and factors for the next round, so the tree's latency overlaps the next block's work.
-    if (k > 0) {
-      acc = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy), _mm256_castps256_ps128(pend_f), acc);
-      acc = _mm_fnmadd_ps(_mm256_extractf128_ps(pend_dy, 1), _mm256_extractf128_ps(pend_f, 1), acc);
-    }
+    if (k > 0) steps();
     // Elements 0..3: A of rows 0..3; 4..7: their M.
     pend_f = _mm256_cvtepi32_ps(fold_tree8(_mm256_hadd_epi32(hA[0], hA[1]), _mm256_hadd_epi32(hM[0], hM[1])));
     // Each block starts with d, dmin (f16): the four dwords, words reordered to d0..d3, dmin0..dmin3.
@@ -300,10 +301,7 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
     // [d·y.d of rows 0..3, dmin·y.d of rows 0..3]
     pend_dy = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_set1_ps(b.d));
   }
-  if (n >= kQK_K) {
-    acc = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy), _mm256_castps256_ps128(pend_f), acc);
-    acc = _mm_fnmadd_ps(_mm256_extractf128_ps(pend_dy, 1), _mm256_extractf128_ps(pend_f, 1), acc);
-  }
+  if (n >= kQK_K) steps();
   _mm_storeu_ps(y, acc);
 }
 
@@ -364,13 +362,14 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
   __m256 acc8 = _mm256_setzero_ps();  // row j in element j
   __m128 acc4 = _mm_setzero_ps();
   float acc1 = 0.0f;
-  __m256i pend_A = _mm256_setzero_si256();  // NX == 1: the previous super-block's A and d·y.d
+  // The previous super-block's integer sums (NX == 1: A; else the trees) and d·y.d per row, and its step.
+  __m256i pend_A = _mm256_setzero_si256(), pend_T0 = _mm256_setzero_si256(), pend_T1 = _mm256_setzero_si256();
   float pend_dy = 0.0f;
-  // NX > 1: the previous super-block's trees and d·y.d per row, and its step.
-  __m256i pend_T0 = _mm256_setzero_si256(), pend_T1 = _mm256_setzero_si256();
   __m256 pend_dy8 = _mm256_setzero_ps();
   auto steps = [&] {
-    if constexpr (kGroups == 1) {
+    if constexpr (NX == 1) {
+      acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
+    } else if constexpr (kGroups == 1) {
       const __m128 fa = _mm_cvtepi32_ps(fold_tree4(pend_T0));
       acc4 = _mm_fmadd_ps(_mm256_castps256_ps128(pend_dy8), fa, acc4);
     } else {
@@ -426,24 +425,19 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
       }
     }
     const float d = _cvtsh_ss(a.d);
+    // The previous super-block's step first (the same order), then this block's sums and factors are kept
+    // for the next round, so the horizontal sums' latency overlaps the next block's work.
+    if (k > 0) steps();
     if constexpr (NX == 1) {
-      // The previous super-block's step first (the same order), then this one's is kept for the next
-      // round, so the horizontal sum's latency overlaps the next block's work.
-      if (k > 0) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
       pend_A = A1;
       pend_dy = d * yd_rows[0];
     } else {
-      // As for one row: the previous block's step first, this block's tree and factors for the next round.
-      if (k > 0) steps();
       pend_T0 = T[0];
       pend_T1 = T[1];
       pend_dy8 = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_load_ps(yd_rows));
     }
   }
-  if constexpr (NX > 1)
-    if (n >= kQK_K) steps();
-  if constexpr (NX == 1)
-    if (n >= kQK_K) acc1 = __builtin_fmaf(pend_dy, float(hsum_i32(pend_A)), acc1);
+  if (n >= kQK_K) steps();
   alignas(32) float out[8];
   if constexpr (NX == 1) out[0] = acc1;
   else if constexpr (kGroups == 1) _mm_store_ps(out, acc4);
