@@ -55,8 +55,7 @@ struct alignas(32) LaneBlock {
 struct alignas(32) Q4kWeights {
   uint8_t q[256];    // the values 0..15, in the prepared activation order
   int32_t scale[4];  // pair p: sc[2p] | sc[2p+1] << 16 (the words of a dword: sub-blocks 2p, 2p+1)
-  int32_t min[8];    // sub-block s: m[s] | m[s] << 16 (against bsums 2s, 2s+1)
-  int32_t min2[4];   // m[2t] | m[2t+1] << 16 (against B[2t], B[2t+1])
+  int32_t min2[4];   // m[2t] | m[2t+1] << 16 (against B[2t], B[2t+1]; m[s] alone where the pair sums overflow)
   float d, dmin;
 };
 
@@ -142,12 +141,11 @@ void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneB
 
 void unpack(const BlockQ4K& a, Q4kWeights* o) {
   const __m128i sm = q4k_scales_mins(a.scales);  // bytes 0..7 the scales, 8..15 the mins
-  // The eight scales as words are the four (sc[2p], sc[2p+1]) dwords; the mins as words, each doubled.
+  // The eight scales as words are the four (sc[2p], sc[2p+1]) dwords, the mins as words the four (m[2t],
+  // m[2t+1]) dwords.
   _mm_store_si128(reinterpret_cast<__m128i*>(o->scale), _mm_cvtepu8_epi16(sm));
   const __m128i m16 = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
   _mm_store_si128(reinterpret_cast<__m128i*>(o->min2), m16);
-  _mm_store_si128(reinterpret_cast<__m128i*>(o->min), _mm_unpacklo_epi16(m16, m16));
-  _mm_store_si128(reinterpret_cast<__m128i*>(o->min + 4), _mm_unpackhi_epi16(m16, m16));
   o->d = _cvtsh_ss(a.d);
   o->dmin = _cvtsh_ss(a.dmin);
   for (int p = 0; p < 4; ++p) {
@@ -291,7 +289,10 @@ void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
       M = _mm256_madd_epi16(L.bb[0], _mm256_set1_epi32(w[r].min2[0]));
       for (int t = 1; t < 4; ++t) M = _mm256_add_epi32(M, _mm256_madd_epi16(L.bb[t], _mm256_set1_epi32(w[r].min2[t])));
     } else {
-      M = against_bsums(w[r].min, L);
+      // Rare (no row essaim quantises): each min doubled, (m[s], m[s]) against (bsums[2s], bsums[2s+1]).
+      int32_t min[8];
+      for (int i = 0; i < 8; ++i) min[i] = int32_t((uint32_t(w[r].min2[i / 2]) >> (16 * (i % 2)) & 0xFFFFu) * 0x10001u);
+      M = against_bsums(min, L);
     }
     const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
     const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d);
