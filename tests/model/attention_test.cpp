@@ -106,6 +106,31 @@ TEST(Attention, F16CacheRoundsKAndV) {
   EXPECT_GT(d32, 1e-5);
 }
 
+TEST(KvCache, F16ReadsBackEveryStorablePatternAsTheSoftwareConversion) {
+  // Every f16 pattern f32_to_f16 can produce (all non-NaN ones, and its quiet NaN of either sign), stored and
+  // read back through whichever conversion this CPU uses (F16C or the table): the bits of f16_to_f32.
+  constexpr int32_t D = 200;  // not a multiple of 8: the row tail takes the other path
+  std::vector<float> values;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const bool nan = (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0;
+    if (!nan) values.push_back(f16_to_f32(uint16_t(h)));
+  }
+  values.push_back(std::bit_cast<float>(0x7FC00001u));
+  values.push_back(std::bit_cast<float>(0xFF800001u));
+  while (values.size() % D != 0) values.push_back(0.0f);
+  KvCache kv(KvType::F16, 1, D);
+  const int32_t n = int32_t(values.size() / D);
+  for (int32_t j = 0; j < n; ++j) kv.store(j, values.data() + size_t(j) * D, values.data() + size_t(j) * D);
+  std::vector<float> k(values.size()), v(values.size());
+  kv.load_k(0, 0, n, k.data());
+  kv.load_v(0, 1, n, v.data());  // an offset start
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t want = std::bit_cast<uint32_t>(f16_to_f32(f32_to_f16(values[i])));
+    ASSERT_EQ(std::bit_cast<uint32_t>(k[i]), want) << "value " << i;
+    if (i >= size_t(D)) ASSERT_EQ(std::bit_cast<uint32_t>(v[i - D]), want) << "value " << i;
+  }
+}
+
 TEST(Attention, BatchSplitAndThreadsAreBitIdentical) {
   std::mt19937 rng(23);
   const Problem p(rng);
