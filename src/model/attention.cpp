@@ -61,9 +61,10 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
         dot_f32_rows2(q + size_t(hh) * size_t(D), q + size_t(hh + 1) * size_t(D), block.data(), D, je - j0, D,
                       scores_of(t, hh) + j0, scores_of(t, hh + 1) + j0);
       if (hh < G) dot_f32_rows(q + size_t(hh) * size_t(D), block.data(), D, je - j0, D, scores_of(t, hh) + j0);
+      const float scale = a.scale;  // a local: the stores below cannot change it, so the loop can vectorise
       for (hh = 0; hh < G; ++hh) {
         float* s = scores_of(t, hh);
-        for (int32_t j = j0; j < je; ++j) s[j] = s[j] * a.scale;
+        for (int32_t j = j0; j < je; ++j) s[j] = s[j] * scale;
       }
     }
   }
