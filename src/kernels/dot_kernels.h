@@ -71,6 +71,9 @@ void prepare_q8k_q6k_avx512(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx2(const void* x, void* out, int64_t n);
 void prepare_q8_0_group8(const void* x, void* out, int64_t n);
 
+// quantize_row_q8k on AVX2 (quant_q8k_avx2.cpp): the same bytes for every input.
+void quantize_row_q8k_avx2(const float* src, void* dst, int64_t n);
+
 // Body of an exported kernel: runs template fn<args..., NX> for the nx it was given, so each row count
 // gets its own register allocation. ESSAIM_DISPATCH_NX serves kernels whose widest form takes 4 rows:
 // 5..kDotMaxRows rows run as the first four, then the rest (each row is computed exactly as alone, so the

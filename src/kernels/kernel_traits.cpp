@@ -22,6 +22,15 @@
 namespace essaim {
 namespace {
 
+// The Q8_K activation quantiser of the current ISA: the AVX2 form wherever the kernels run SIMD on x86
+// (same bytes; ESSAIM_ISA=scalar keeps the reference loop).
+void quantize_row_q8k_for_isa(const float* src, void* dst, int64_t n) {
+#if defined(ESSAIM_KERNELS_X86)
+  if (kernels_isa() != Isa::SCALAR) return quantize_row_q8k_avx2(src, dst, n);
+#endif
+  quantize_row_q8k(src, dst, n);
+}
+
 // Columns: scalar, AVX2, AVX-512, NEON, NEON + dotprod (Isa order). ESSAIM_DOTS_DP names a type that has
 // a dotprod kernel of its own; ESSAIM_PREPARE gives the activation layouts (avx2, avx512, dotprod).
 #if defined(ESSAIM_KERNELS_X86)
@@ -67,7 +76,7 @@ const KernelTraits kTable[] = {
      .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q6k_avx512, nullptr)},
     {.type = GgmlType::Q8_K, .block_size = kQK_K, .type_size = sizeof(BlockQ8K), .alignment = alignof(BlockQ8K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q8k, .quantize_ref = quantize_row_q8k,
-     .from_float = quantize_row_q8k},
+     .from_float = quantize_row_q8k_for_isa},
 };
 
 #undef ESSAIM_DOTS

@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "core/fp16.h"
 #include "kernels/blocks.h"
+#include "kernels/dot_kernels.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/quantize.h"
 
@@ -88,6 +91,42 @@ TEST(Q8K, BsumsAreGroupSumsAndValuesStayInRange) {
   }
   EXPECT_GT(distinct_d, 40) << "inputs must vary";
 }
+
+#if defined(__x86_64__)
+TEST(Q8K, Avx2QuantiserGivesTheReferenceBytesForEveryKindOfInput) {
+  if (!isa_supported(Isa::AVX2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f, -0.0f, inf, -inf, nan, -nan, 1e-40f, -1e-45f, 3.0e38f, -3.0e38f, 0.5f, -0.5f};
+  std::uniform_int_distribution<int> pick(0, int(std::size(specials)) - 1), where(0, kQK_K - 1);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int blocks = 1 + trial % 3;
+    std::vector<float> x(size_t(blocks) * kQK_K);
+    const float scale = std::ldexp(1.0f, trial % 40 - 20);
+    for (float& v : x) v = nd(rng) * scale;
+    const int kind = trial % 8;
+    for (int b = 0; b < blocks; ++b) {
+      float* blk = x.data() + size_t(b) * kQK_K;
+      if (kind == 1) for (int i = 0; i < 5; ++i) blk[where(rng)] = specials[size_t(pick(rng))];  // specials
+      if (kind == 2) {  // ties of the largest magnitude, either sign, the later ones first in the vector scan
+        const float big = 8.0f * scale;
+        blk[where(rng)] = big;
+        blk[where(rng)] = -big;
+        blk[where(rng)] = big;
+      }
+      if (kind == 3) std::fill(blk, blk + kQK_K, 0.0f);                      // the zero block
+      if (kind == 4) std::fill(blk, blk + kQK_K, nan);                       // all NaN: the zero block too
+      if (kind == 5) for (int i = 0; i < kQK_K; ++i) blk[i] = float(i % 7) - 3.0f;  // exact halves of steps
+      if (kind == 6) blk[where(rng)] = b % 2 ? inf : -inf;
+    }
+    std::vector<uint8_t> want(size_t(blocks) * sizeof(BlockQ8K), 0xAB), got(want.size(), 0xCD);
+    quantize_row_q8k(x.data(), want.data(), int64_t(x.size()));
+    quantize_row_q8k_avx2(x.data(), got.data(), int64_t(x.size()));
+    ASSERT_EQ(want, got) << "trial " << trial << " kind " << kind;
+  }
+}
+#endif
 
 TEST(FloatFormats, F16AndBf16RoundToNearestEven) {
   const float in[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f,
