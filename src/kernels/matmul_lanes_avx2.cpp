@@ -37,7 +37,7 @@ namespace essaim {
 namespace {
 
 constexpr int kLanes = 8;         // activation rows per vector
-constexpr int kChunkRows = 16;    // most weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
+constexpr int kMaxChunkRows = 16;  // most weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
 constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per pass, in L2
 
 // One super-block of eight activation rows in lanes (rows past the end of the batch are zeros), as two
@@ -280,7 +280,7 @@ inline __m256i against_bsums(const int32_t pair[8], const LaneBlock& L) {
 // The canonical steps of one super-block for rows w[0..n) against one lane block, in every lane: Q4_K
 // acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc); Q6_K acc = fma(d·y.d, A, acc).
 void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
-  __m256i A[2 * kChunkRows];
+  __m256i A[2 * kMaxChunkRows];
   q4k_pair<true>(w, n, 0, L, A);
   for (int p = 1; p < 4; ++p) q4k_pair<false>(w, n, p, L, A);
   for (int r = 0; r < n; ++r) {
@@ -303,7 +303,7 @@ void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
 }
 
 void super_block(const Q6kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
-  __m256i A[2 * kChunkRows];
+  __m256i A[2 * kMaxChunkRows];
   q6k_chunk<true>(w, n, 0, L, A);
   for (int u = 1; u < 8; ++u) q6k_chunk<false>(w, n, u, L, A);
   for (int r = 0; r < n; ++r) {
@@ -320,7 +320,7 @@ void super_block(const Q6kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
 // runs in one process: Q6_K products of 16-64 rows 5-12 % faster with 8 than with 16 (dropping the prefetch
 // instead gained less); Q4_K unchanged at 8 or 12, slower at 32.
 template <typename Weights>
-constexpr int kChunkRowsOf = std::is_same_v<Weights, Q6kWeights> ? 8 : kChunkRows;
+constexpr int kChunkRowsOf = std::is_same_v<Weights, Q6kWeights> ? 8 : kMaxChunkRows;
 // The prefetch hint of those next-chunk bytes: Q6_K's as non-temporal (its products of 16-64 rows another
 // 2-8 % faster, the same paired runs), Q4_K's to all levels (non-temporal measured ~5 % slower there).
 template <typename Weights>
@@ -329,8 +329,8 @@ constexpr _mm_hint kPrefetchHintOf = std::is_same_v<Weights, Q6kWeights> ? _MM_H
 template <typename Block, typename Weights>
 void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows, int64_t o_begin,
                 int64_t o_end, float* const* y) {
-  constexpr int kChunkRows = kChunkRowsOf<Weights>;  // within the super_block arrays' bound
-  static_assert(kChunkRows <= essaim::kChunkRows);
+  constexpr int kChunkRows = kChunkRowsOf<Weights>;
+  static_assert(kChunkRows <= kMaxChunkRows);  // the bound of super_block's arrays
   const int64_t n_sb = w.cols / kQK_K;
   const int64_t n_groups = (n_rows + kLanes - 1) / kLanes;
   // As few passes as the budget allows, of equal size: each pass unpacks every weight row once more.

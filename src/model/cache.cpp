@@ -30,20 +30,21 @@ const float* f16_table() {
 // every value the cache can hold: it stores only f32_to_f16 results, whose one NaN is the quiet 0x7E00 | sign,
 // and f16 -> f32 is exact otherwise (tests/model/attention_test.cpp compares the two on every such pattern).
 // The table lookups were ~18 % of a 512-token attention at head_dim 256; vcvtph2ps makes them ~free.
+// (The kernels' dequantize_row_f16 stays the software conversion: weights from a file may hold signalling
+// NaNs, which the instruction quiets.)
+void f16_row_table(const uint16_t* src, float* dst, size_t n) {
+  const float* table = f16_table();
+  for (size_t i = 0; i < n; ++i) dst[i] = table[src[i]];
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx,f16c"))) void f16_row_f16c(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  const float* table = f16_table();
-  for (; i < n; ++i) dst[i] = table[src[i]];
+  f16_row_table(src + i, dst + i, n - i);
 }
 #endif
-
-void f16_row_table(const uint16_t* src, float* dst, size_t n) {
-  const float* table = f16_table();
-  for (size_t i = 0; i < n; ++i) dst[i] = table[src[i]];
-}
 
 using F16RowFn = void (*)(const uint16_t*, float*, size_t);
 
