@@ -324,7 +324,7 @@ constexpr int kChunkRowsOf = std::is_same_v<Weights, Q6kWeights> ? 8 : kMaxChunk
 // The prefetch hint of those next-chunk bytes: Q6_K's as non-temporal (its products of 16-64 rows another
 // 2-8 % faster, the same paired runs), Q4_K's to all levels (non-temporal measured ~5 % slower there).
 template <typename Weights>
-constexpr _mm_hint kPrefetchHintOf = std::is_same_v<Weights, Q6kWeights> ? _MM_HINT_NTA : _MM_HINT_T0;
+constexpr auto kPrefetchHintOf = std::is_same_v<Weights, Q6kWeights> ? _MM_HINT_NTA : _MM_HINT_T0;
 
 template <typename Block, typename Weights>
 void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows, int64_t o_begin,
