@@ -265,7 +265,9 @@ bool amx_enabled() {
 void set_amx_enabled(bool on) { g_amx_wanted.store(on, std::memory_order_relaxed); }
 
 bool lanes_enabled() { return g_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX2; }
+bool rowlanes_enabled() { return g_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX512; }
 void set_lanes_enabled(bool on) { g_lanes_wanted.store(on, std::memory_order_relaxed); }
+bool lanes_switch() { return g_lanes_wanted.load(std::memory_order_relaxed); }
 
 Isa kernels_isa() { return Isa(current_isa().load(std::memory_order_relaxed)); }
 

@@ -62,6 +62,11 @@ void set_amx_enabled(bool on);  // on = use them where supported
 // exact integers and f32 steps as the dot kernels: speed only, never a bit. Process-wide.
 bool lanes_enabled();
 void set_lanes_enabled(bool on);
+bool lanes_switch();  // the switch itself, whatever the ISA (what set_lanes_enabled last set)
+// AVX-512 row-lane products for Q4_K with several activation rows (matmul_rowlanes_avx512.h; docs/kernels.md):
+// enabled when kernels_isa() is AVX512 and the same switch (ESSAIM_LANES, set_lanes_enabled) is on. Same
+// exact integers and f32 steps as the dot kernels: speed only, never a bit.
+bool rowlanes_enabled();
 
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it

@@ -17,6 +17,7 @@
 #include "kernels/dot_kernels.h"
 #include "kernels/matmul_amx.h"
 #include "kernels/matmul_lanes_avx2.h"
+#include "kernels/matmul_rowlanes_avx512.h"
 #endif
 
 namespace essaim {
@@ -109,6 +110,17 @@ bool lanes_take(GgmlType type, int64_t n_rows) {
 #endif
 }
 
+// Whether matmul_rows hands these rows to the AVX-512 row-lane products (matmul_rowlanes_avx512.h).
+bool rowlanes_take(GgmlType type, int64_t n_rows) {
+#if defined(ESSAIM_KERNELS_X86)
+  return rowlanes_matmul_type(type) && n_rows >= kRowLanesMinRows && rowlanes_enabled();
+#else
+  (void)type;
+  (void)n_rows;
+  return false;
+#endif
+}
+
 // The four-weight-row kernel for one activation row (decode) of w's type under the current ISA; null where
 // there is none (dot_kernels.h: AVX2 Q4_K and Q5_K).
 using DotW4Fn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, float* y);
@@ -144,6 +156,8 @@ void matmul_rows(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, int64
 #if defined(ESSAIM_KERNELS_X86)
   // Same bits from the tiles (matmul_amx.h); Q4_K's decline rows whose bsums are not their values' sums.
   if (tiles_take(w.type, n_rows) && amx_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y)) return;
+  // Every row at once in the AVX-512 row lanes (matmul_rowlanes_avx512.h): no group size to pad to.
+  if (rowlanes_take(w.type, n_rows)) return rowlanes_matmul_rows(w, xq, x_stride, n_rows, o_begin, o_end, y);
   // Whole groups of eight rows in the AVX2 lanes (matmul_lanes_avx2.h) — and a last group of five to seven
   // rows padded with zeros (kLanesPadFrom) — the rest on the dot kernels.
   int64_t t_begin = 0;

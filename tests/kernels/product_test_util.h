@@ -1,4 +1,4 @@
-// What the tests of the multi-row product paths (AMX tiles, AVX2 lanes) share: a guard that restores the
+// What the tests of the multi-row product paths (AMX tiles, AVX2 lanes, AVX-512 row lanes) share: a guard that restores the
 // process-wide kernel choices, products through matmul_rows, activation rows at their extremes, weights
 // at theirs, rows with bsums from elsewhere, and a child run of the test binary under an environment.
 #pragma once
@@ -18,10 +18,11 @@
 
 namespace essaim::product_test {
 
-// Restores the kernel ISA and the AMX and lanes switches a test changes.
+// Restores the kernel ISA and the AMX and lanes switches a test changes (the lanes switch itself: it serves
+// the AVX2 lanes and the AVX-512 row lanes, so lanes_enabled() under one ISA does not say what it was).
 class KernelChoiceGuard {
  public:
-  KernelChoiceGuard() : isa_(kernels_isa()), amx_(amx_enabled()), lanes_(lanes_enabled()) {}
+  KernelChoiceGuard() : isa_(kernels_isa()), amx_(amx_enabled()), lanes_(lanes_switch()) {}
   ~KernelChoiceGuard() {
     (void)set_kernel_isa(isa_);
     set_amx_enabled(amx_);

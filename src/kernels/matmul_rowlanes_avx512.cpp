@@ -1,0 +1,240 @@
+// Q4_K products of several activation rows on AVX-512 VNNI, one weight row per 32-bit lane, bit-identical
+// to the dot kernels (matmul_rowlanes_avx512.h; docs/kernels.md, "AVX-512 row-lane products").
+//
+// The eight-row dot kernels keep one weight row in a vector: each activation row's sums lie across its
+// lanes and need a reduction tree per super-block, and the weight block is arranged anew for every eight
+// activation rows. Here sixteen weight rows are transposed into the sixteen lanes once per call
+// (RowLaneBlock, per super-block), and every prepared activation dword is broadcast from memory straight
+// into a vpdpbusd against all sixteen, so lane r only ever holds row r's sums:
+//   S_lo, S_hi  = the two 16-element halves of sub-block s: four vpdpbusd each, |S| <= 16·15·128 < 2^15;
+//   A          += S_lo·sc[s] + S_hi·sc[s]: vpdpwssd against (sc[s], 0) words — S fits the low word exactly;
+//   M           = Σ_i (bsums[2i] + bsums[2i+1])·m[i]: vpdpwssd of the rows' bsums pairs, as given, against
+//                 (m[i], m[i]) words (the reference reads the bsums, not the values);
+//   acc         = fma(d·y.d, f32(A), acc), then fma(-(dmin·y.d), f32(M), acc): the canonical steps, per lane.
+// The activation rows need no padding: each one is a run of broadcasts, and its sixteen results are one
+// masked store.
+#include "kernels/matmul_rowlanes_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/blocks.h"
+
+namespace essaim {
+namespace {
+
+constexpr int kLaneRows = 16;                 // weight rows per vector
+constexpr int kGroupRows = 4;                 // activation rows sharing each load of the weight vectors
+constexpr uint64_t kPassBytes = 192 * 1024;   // prepared activation bytes per pass over the weights (L2)
+
+// One super-block of sixteen weight rows; lane r of every vector is row r's.
+struct alignas(64) RowLaneBlock {
+  __m512i q[8][8];  // [s][i]: the values 0..15 of group i (elements 4i..4i+3) of sub-block s
+  __m512i sc[8];    // [s]: sc[s] as a dword (high word 0)
+  __m512i mins[8];  // [i]: m[i] | m[i] << 16
+  __m512 d, dmin;
+};
+
+struct alignas(64) Acc16 {  // f32 results of one activation row, lane r: weight row r of the vector
+  __m512 v;
+};
+
+// r[j] dword i becomes old r[i] dword j (a 16 x 16 dword transpose).
+inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int p = 0; p < 8; ++p) {
+    t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+    t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+  }
+  // u[4q + c], 128-bit part L: dword 4L + c of rows 4q .. 4q + 3.
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  // Dword 4L + c of all rows: part L of u[c], u[4 + c], u[8 + c], u[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    r[c] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// Super-block k of the sixteen weight rows at rows[r] (rows past the range repeat the last one) into P.
+// offsets: lane r = byte offset of row r's block from rows[0]'s (for the gathers of d, dmin and scales).
+void prepare_block(const uint8_t* const rows[kLaneRows], __m512i offsets, RowLaneBlock* P) {
+  const uint8_t* base = rows[0];
+  // [d | dmin] and the three dwords of packed scales of every row, one lane each.
+  const __m512i dd = _mm512_i32gather_epi32(offsets, base, 1);
+  const __m512i u0 = _mm512_i32gather_epi32(offsets, base + 4, 1);
+  const __m512i u1 = _mm512_i32gather_epi32(offsets, base + 8, 1);
+  const __m512i u2 = _mm512_i32gather_epi32(offsets, base + 12, 1);
+  P->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+  P->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+  // q4k_unpack_scales_u64 with one row per lane: bytes of W[0] are sc 0..3, W[1] sc 4..7, W[2] m 0..3,
+  // W[3] m 4..7.
+  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F),
+                m30 = _mm512_set1_epi32(0x30303030);
+  const __m512i W[4] = {
+      _mm512_and_si512(u0, m3f),
+      _mm512_or_si512(_mm512_and_si512(u2, m0f), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30)),
+      _mm512_and_si512(u1, m3f),
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30)),
+  };
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  for (int s = 0; s < 8; ++s) {
+    P->sc[s] = _mm512_and_si512(_mm512_srli_epi32(W[s / 4], 8 * (s % 4)), byte);
+    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(W[2 + s / 4], 8 * (s % 4)), byte);
+    P->mins[s] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  }
+  // The 128 bytes of qs as two 16 x 16 dword matrices, transposed; dword j of qs bytes 0..63 is group j % 8
+  // of sub-blocks 0 (low nibbles) and 1 (high) for j < 8, of 2 and 3 for j >= 8; bytes 64..127 likewise
+  // for sub-blocks 4..7.
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int half = 0; half < 2; ++half) {
+    __m512i r[kLaneRows];
+    for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
+    transpose16(r);
+    for (int j = 0; j < kLaneRows; ++j) {
+      const int s = 4 * half + 2 * (j / 8), i = j % 8;
+      P->q[s][i] = _mm512_and_si512(r[j], low4);
+      P->q[s + 1][i] = _mm512_and_si512(_mm512_srli_epi16(r[j], 4), low4);
+    }
+  }
+}
+
+// acc + vpdpbusd / vpdpwssd (w, the dword at p broadcast), with the broadcast inside the instruction
+// ({1to16}): GCC 12 makes a separate vpbroadcastd of every _mm512_set1_epi32 operand, one more instruction
+// per product.
+// The sixteen rows' blocks `ahead` bytes on (the next super-block, or the next vector's first), requested
+// while this one is computed: the rows are sixteen streams apart, more than the hardware prefetchers
+// follow, and with few activation rows per call the weights arrive cold. Formed as integers, since they
+// may lie past the matrix, where a prefetch is harmless. (always_inline: GCC drops calls of a function
+// that only prefetches.)
+inline __attribute__((always_inline)) void prefetch_next(const uint8_t* const rows[kLaneRows], uintptr_t ahead) {
+  for (int r = 0; r < kLaneRows; ++r) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(rows[r]) + ahead;
+    for (uintptr_t o = 0; o < sizeof(BlockQ4K); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + sizeof(BlockQ4K) - 1), _MM_HINT_T0);
+  }
+}
+
+inline __attribute__((always_inline)) __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+inline __attribute__((always_inline)) __m512i dpwssd_bcast(__m512i acc, __m512i w, const void* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// Super-block P against NX activation rows (their block k, prepared layout: group i of sub-block s at bytes
+// 32i + 4s); acc[j] (lane r: weight row r against row j) takes the canonical f32 steps.
+template <int NX>
+inline __attribute__((always_inline)) void rows_block(const RowLaneBlock& P, const BlockQ8K* const x[NX],
+                                                      Acc16* acc) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i A[NX], M[NX];
+  for (int j = 0; j < NX; ++j) A[j] = M[j] = zero;
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m512i sc = P.sc[s];
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; ++j) {
+      const int8_t* q = x[j]->qs + 4 * s;
+      __m512i lo = dpbusd_bcast(zero, P.q[s][0], q);
+      __m512i hi = dpbusd_bcast(zero, P.q[s][4], q + 128);
+      lo = dpbusd_bcast(lo, P.q[s][1], q + 32);
+      hi = dpbusd_bcast(hi, P.q[s][5], q + 160);
+      lo = dpbusd_bcast(lo, P.q[s][2], q + 64);
+      hi = dpbusd_bcast(hi, P.q[s][6], q + 192);
+      lo = dpbusd_bcast(lo, P.q[s][3], q + 96);
+      hi = dpbusd_bcast(hi, P.q[s][7], q + 224);
+      A[j] = _mm512_dpwssd_epi32(A[j], lo, sc);
+      A[j] = _mm512_dpwssd_epi32(A[j], hi, sc);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; ++j) M[j] = dpwssd_bcast(M[j], P.mins[i], &x[j]->bsums[2 * i]);
+#pragma GCC unroll 4
+  for (int j = 0; j < NX; ++j) {
+    const __m512 dx = _mm512_set1_ps(x[j]->d);
+    acc[j].v = _mm512_fmadd_ps(_mm512_mul_ps(P.d, dx), _mm512_cvtepi32_ps(A[j]), acc[j].v);
+    acc[j].v = _mm512_fnmadd_ps(_mm512_mul_ps(P.dmin, dx), _mm512_cvtepi32_ps(M[j]), acc[j].v);
+  }
+}
+
+const BlockQ8K* q8k_block(const uint8_t* xprep, uint64_t x_stride, int64_t t, int64_t k) {
+  return reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t) * x_stride) + k;
+}
+
+}  // namespace
+
+void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                          int64_t o_begin, int64_t o_end, float* const* y) {
+  ESSAIM_CHECK(w.type == GgmlType::Q4_K && w.cols % kQK_K == 0);
+  if (n_rows <= 0 || o_end <= o_begin) return;
+  // The gathers take 32-bit offsets between the sixteen rows of a vector.
+  ESSAIM_CHECK(w.row_stride * (kLaneRows - 1) <= uint64_t(INT32_MAX));
+  const int64_t n_sb = w.cols / kQK_K;
+  // As few passes over the weights as keep one pass's activation rows in L2, of equal size.
+  const int64_t max_per_pass = std::clamp<int64_t>(int64_t(kPassBytes / x_stride), kGroupRows, n_rows);
+  const int64_t passes = (n_rows + max_per_pass - 1) / max_per_pass;
+  const int64_t per_pass = (n_rows + passes - 1) / passes;
+  std::vector<Acc16> acc(static_cast<size_t>(per_pass));
+  RowLaneBlock P;
+
+  for (int64_t t0 = 0; t0 < n_rows; t0 += per_pass) {
+    const int64_t t1 = std::min(n_rows, t0 + per_pass);
+    for (int64_t o = o_begin; o < o_end; o += kLaneRows) {
+      const int valid = int(std::min<int64_t>(kLaneRows, o_end - o));
+      const uint8_t* first = w.data + uint64_t(o) * w.row_stride;
+      alignas(64) int32_t off[kLaneRows];
+      const uint8_t* rows[kLaneRows];
+      for (int r = 0; r < kLaneRows; ++r) {
+        off[r] = int32_t(uint64_t(std::min(r, valid - 1)) * w.row_stride);
+        rows[r] = first + off[r];
+      }
+      const __m512i offsets = _mm512_load_si512(off);
+      std::fill(acc.begin(), acc.end(), Acc16{_mm512_setzero_ps()});
+      for (int64_t k = 0; k < n_sb; ++k) {
+        const uint8_t* block_rows[kLaneRows];
+        for (int r = 0; r < kLaneRows; ++r) block_rows[r] = rows[r] + uint64_t(k) * sizeof(BlockQ4K);
+        prefetch_next(block_rows, k + 1 < n_sb ? sizeof(BlockQ4K) : uintptr_t(kLaneRows) * w.row_stride -
+                                                                         uintptr_t(k) * sizeof(BlockQ4K));
+        prepare_block(block_rows, offsets, &P);
+        int64_t t = t0;
+        for (; t + kGroupRows <= t1; t += kGroupRows) {
+          const BlockQ8K* x[kGroupRows];
+          for (int j = 0; j < kGroupRows; ++j) x[j] = q8k_block(xprep, x_stride, t + j, k);
+          rows_block<kGroupRows>(P, x, &acc[size_t(t - t0)]);
+        }
+        const BlockQ8K* x[kGroupRows];
+        for (int j = 0; j < int(t1 - t); ++j) x[j] = q8k_block(xprep, x_stride, t + j, k);
+        switch (t1 - t) {
+          case 3: rows_block<3>(P, x, &acc[size_t(t - t0)]); break;
+          case 2: rows_block<2>(P, x, &acc[size_t(t - t0)]); break;
+          case 1: rows_block<1>(P, x, &acc[size_t(t - t0)]); break;
+          default: break;
+        }
+      }
+      const __mmask16 keep = __mmask16((1u << valid) - 1u);
+      for (int64_t t = t0; t < t1; ++t) _mm512_mask_storeu_ps(y[t] + o, keep, acc[size_t(t - t0)].v);
+    }
+  }
+}
+
+}  // namespace essaim

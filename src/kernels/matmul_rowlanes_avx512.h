@@ -1,0 +1,33 @@
+// Q4_K products of several activation rows on AVX-512 VNNI with one WEIGHT row per 32-bit lane (x86 builds
+// only; docs/kernels.md, "AVX-512 row-lane products").
+//
+//   if (rowlanes_matmul_type(w.type) && n_rows >= kRowLanesMinRows && rowlanes_enabled())
+//     rowlanes_matmul_rows(w, xprep, x_stride, n_rows, o_begin, o_end, y);
+//
+// Same contract and same bits as matmul_rows over the dot kernels: y[t][o] = dot(w row o, row t) in the
+// canonical order (per super-block the exact integers A and M, then the two fused f32 steps). Sixteen
+// weight rows are transposed into the sixteen lanes of a vector once per call, and every activation dword
+// is broadcast against all of them, so each lane's sums are one weight row's: no horizontal reduction, no
+// padding of the activation rows (any count runs at full width), and each activation row's sixteen results
+// are one contiguous store.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ggml_type.h"
+#include "kernels/matmul.h"
+
+namespace essaim {
+
+inline bool rowlanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K; }
+
+// Products take the row lanes from this many activation rows on: below it the transposition of the weights,
+// once per call, costs more than the eight-row dot kernels lose (docs/kernels.md has the measurement).
+inline constexpr int64_t kRowLanesMinRows = 6;
+
+// xprep: n_rows Q8_K activation rows of w.cols values in the AVX-512 Q4_K layout (prepare_q8k_q45k_avx512),
+// x_stride bytes apart; rowlanes_matmul_type(w.type). Requires AVX-512 F/BW/VL/VNNI and F16C.
+void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                          int64_t o_begin, int64_t o_end, float* const* y);
+
+}  // namespace essaim

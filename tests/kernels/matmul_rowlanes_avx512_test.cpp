@@ -1,0 +1,154 @@
+// The AVX-512 row-lane Q4_K products (matmul_rowlanes_avx512.h) against the dot kernels and the scalar
+// reference, bit for bit: activation-row counts from one row to several passes, weight-row ranges that
+// start and end inside a sixteen-row vector, the largest integers a block can produce, and activation rows
+// from elsewhere whose bsums are not their values' sums (the reference uses them as given, and so must
+// these products). Skipped where the CPU has no AVX-512 VNNI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/blocks.h"
+#include "kernels/kernel_cases.h"
+#include "kernels/kernel_traits.h"
+#include "kernels/matmul.h"
+#include "product_test_util.h"
+#if defined(__x86_64__)
+#include "kernels/matmul_rowlanes_avx512.h"
+#endif
+
+namespace essaim {
+namespace {
+
+using namespace product_test;
+
+// The entries straight from rowlanes_matmul_rows (so a test cannot compare the dot kernels with themselves
+// should matmul_rows stop choosing the row lanes); activations prepared for the AVX-512 kernels.
+std::vector<float> rowlanes_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
+                                    int64_t o_begin, int64_t o_end) {
+  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
+#if defined(__x86_64__)
+  EXPECT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
+  std::vector<uint8_t> scratch;
+  const uint8_t* xp = prepared(w, xq, n_rows, scratch);
+  std::vector<float*> y_rows = row_pointers(y, n_rows, w.rows);
+  rowlanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
+#endif
+  return y;
+}
+
+// The row lanes and the scalar reference over all of w: the same bits, and not all zero.
+void expect_rowlanes_give_the_reference(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n) {
+  const std::vector<float> lanes = rowlanes_product(w, xq, n, 0, w.rows);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  const std::vector<float> ref = rows_product(w, xq, n, 0, w.rows);
+  ASSERT_TRUE(same_bits(lanes, ref));
+  EXPECT_NE(ref[0], 0.0f);
+}
+
+#define SKIP_WITHOUT_AVX512() \
+  if (!isa_supported(Isa::AVX512)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI"
+
+TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
+  SKIP_WITHOUT_AVX512();
+  KernelChoiceGuard guard;
+  set_amx_enabled(false);  // the tiles would take these rows first where the CPU has them
+  for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
+  for (const int64_t cols : {256, 768, 3072}) {
+    const KernelProblem p = kernel_problem_build(
+        KernelCase{.name = "rowlanes", .type = GgmlType::Q4_K, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+        uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 21 : 22));
+    // 3072 columns keep 56 rows per pass: 63, 100 and 300 rows take several passes.
+    for (const int64_t n : {1, 2, 3, 4, 5, 6, 7, 9, 16, 17, 63, 100, 300}) {
+      const std::vector<uint8_t> xq = quantised(p, n);
+      for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
+        SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
+                     std::to_string(o_begin) + ".." + std::to_string(o_end));
+        const std::vector<float> lanes = rowlanes_product(p.weights(), xq, n, o_begin, o_end);
+        set_lanes_enabled(true);
+        ASSERT_EQ(rowlanes_enabled(), true);
+        ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end)));
+        set_lanes_enabled(false);
+        ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end))) << "against the dot kernels";
+        if (cols == 768 && (n == 9 || n == 100)) {  // the scalar reference is slow: two counts suffice
+          ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+          ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end)));
+        }
+      }
+    }
+  }
+}
+
+// Every nibble 15 and every scale and min 63 against activations of -128 (and 127) with their bsums: the
+// largest half sub-block sums (16·15·128, which must fit the low word vpdpwssd reads) and the largest |A|
+// and |M| a block can produce, still exact.
+TEST(RowLanes, LargestIntegersStayExact) {
+  SKIP_WITHOUT_AVX512();
+  KernelChoiceGuard guard;
+  const int64_t cols = 512, rows = 40, n = 18;
+  for (const int period : {1, 2, 3}) {
+    SCOPED_TRACE("period " + std::to_string(period));
+    expect_rowlanes_give_the_reference(ExtremeWeights(GgmlType::Q4_K, rows, cols).matrix(),
+                                       extreme_activations(n, cols, period), n);
+  }
+}
+
+// Activation rows that did not come from essaim's quantiser may carry any bsums, down to -32768 and up to
+// 32767 side by side; the reference uses them as given, and so do the row lanes.
+TEST(RowLanes, ForeignBsumsGiveTheReference) {
+  SKIP_WITHOUT_AVX512();
+  KernelChoiceGuard guard;
+  const KernelProblem p =
+      kernel_problem_build(KernelCase{.name = "bsums", .type = GgmlType::Q4_K, .cols = 512, .rows = 40, .n_rows = 24}, 97);
+  std::vector<uint8_t> xq = quantised(p, 24);
+  give_foreign_bsums(xq);
+  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
+  blocks[7].bsums[3] = 32767;
+  blocks[7].bsums[2] = 32767;
+  blocks[9].bsums[0] = -32768;
+  blocks[9].bsums[1] = -32768;
+  expect_rowlanes_give_the_reference(p.weights(), xq, 24);
+}
+
+// The weight rows of a matrix inside a larger buffer, with a row stride beyond their bytes (as a fused
+// gate_up view or an expert stride presents them): rows are read at o·row_stride, never past them.
+TEST(RowLanes, RowStrideWiderThanTheRow) {
+  SKIP_WITHOUT_AVX512();
+  KernelChoiceGuard guard;
+  const KernelProblem p =
+      kernel_problem_build(KernelCase{.name = "stride", .type = GgmlType::Q4_K, .cols = 512, .rows = 33, .n_rows = 11}, 5);
+  const WeightMatrix tight = p.weights();
+  const uint64_t stride = tight.row_stride + 2 * sizeof(BlockQ4K);
+  std::vector<uint8_t> wide(stride * uint64_t(tight.rows), 0xA5);
+  for (int64_t o = 0; o < tight.rows; ++o)
+    std::memcpy(wide.data() + uint64_t(o) * stride, tight.data + uint64_t(o) * tight.row_stride, tight.row_stride);
+  WeightMatrix w = tight;
+  w.data = wide.data();
+  w.row_stride = stride;
+  const std::vector<uint8_t> xq = quantised(p, 11);
+  ASSERT_TRUE(same_bits(rowlanes_product(w, xq, 11, 0, 33), rowlanes_product(tight, xq, 11, 0, 33)));
+  expect_rowlanes_give_the_reference(w, xq, 11);
+}
+
+TEST(RowLanes, EnvChild) {
+  const char* want = std::getenv("ESSAIM_LANES_EXPECT");
+  if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentTurnsThemOff";
+  EXPECT_EQ(rowlanes_enabled() ? "1" : "0", std::string(want));
+}
+
+TEST(RowLanes, EnvironmentTurnsThemOff) {
+  auto run_child = [](const std::string& env) { return run_self("RowLanes.EnvChild", "ESSAIM_LANES", env); };
+  const bool avx512 = isa_supported(Isa::AVX512);
+  const std::string on = avx512 ? "1" : "0";
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx512 ESSAIM_LANES_EXPECT=" + on), 0);
+  EXPECT_NE(run_child("ESSAIM_ISA=avx512 ESSAIM_LANES_EXPECT=" + std::string(avx512 ? "0" : "1")), 0)
+      << "the child must be able to fail";
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx512 ESSAIM_LANES=0 ESSAIM_LANES_EXPECT=0"), 0);
+  EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_LANES_EXPECT=0"), 0) << "only the AVX-512 kernels use them";
+}
+
+}  // namespace
+}  // namespace essaim
