@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   try {
     ThreadPool pool(static_cast<size_t>(threads));
     json doc{{"benchmark", "expert_ffn"}, {"cpu", cpu_model_name()}, {"isa", std::string(isa_name(kernels_isa()))},
-             {"amx", amx_enabled()}, {"lanes", lanes_enabled()},
+             {"amx", amx_enabled()}, {"lanes", lanes_enabled()}, {"row_lanes", rowlanes_enabled()},
              {"threads", pool.size()}, {"reps", reps}, {"experts_per_call", kExpertsPerCall}};
     doc["int8_peak"] = int8_peak(&pool);
     const Bandwidth bw = measure_bandwidth({.bytes = 512 << 20, .reps = 5, .copy = false}, &pool);

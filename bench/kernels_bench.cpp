@@ -204,7 +204,7 @@ int run(const Options& opt) {
                     {"best_isa", isa_name(best_isa())},
                     {"threads", threads},
                     {"prefetch_bytes", weight_prefetch_bytes()},
-                    {"amx", amx_enabled()}, {"lanes", lanes_enabled()},
+                    {"amx", amx_enabled()}, {"lanes", lanes_enabled()}, {"row_lanes", rowlanes_enabled()},
                     {"llc_bytes", llc}};
   doc["reps"] = opt.reps;
   doc["weight_pool_bytes"] = pool_bytes;

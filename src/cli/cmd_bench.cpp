@@ -64,6 +64,7 @@ Status run_bench(const BenchArgs& a) {
            {"prefetch_bytes", weight_prefetch_bytes()},
            {"amx", amx_enabled()},
            {"lanes", lanes_enabled()},
+           {"row_lanes", rowlanes_enabled()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};

@@ -99,6 +99,29 @@ TEST(Json, BenchSaysWhetherTheLanesRanAndTheyChangeNoLogit) {
   EXPECT_TRUE(a == b) << "the lanes must not change a logit (lanes in use: " << on["lanes"] << ")";
 }
 
+// bench --json says whether the Q4_K products of several rows ran on the AVX-512 row lanes (only under the
+// AVX-512 kernels); ESSAIM_LANES=0 turns them off, and the logits of a 12-token prompt (Q4_K products of 12
+// rows, all in the row lanes) are the same bits either way. The tiles are off: they would take the rows first.
+TEST(Json, BenchSaysWhetherTheRowLanesRanAndTheyChangeNoLogit) {
+  const std::string env = "ESSAIM_ISA=avx512 ESSAIM_AMX=0 ";
+  const nlohmann::json off = parse_stdout(run_cli(env + "ESSAIM_LANES=0 essaim bench -m " + tiny_model() +
+                                                  " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  expect_fields(off, {"row_lanes", "isa"});
+  EXPECT_EQ(off["row_lanes"], false) << off.dump();
+  const nlohmann::json on = parse_stdout(
+      run_cli(env + "essaim bench -m " + tiny_model() + " -p 8 -n 2 -r 1 -t 1 --bandwidth-mb 16 --json"));
+  EXPECT_EQ(on["row_lanes"], on["isa"] == "avx512") << on.dump();
+  const std::string dir = make_temp_dir("json-rowlanes");
+  const std::string eval = "essaim eval -m " + tiny_model() + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 --logits-out ";
+  const CliRun lanes = run_cli(env + eval + dir + "/lanes.npy");
+  const CliRun dots = run_cli(env + "ESSAIM_LANES=0 " + eval + dir + "/dots.npy");
+  ASSERT_EQ(lanes.code, 0) << lanes.err;
+  ASSERT_EQ(dots.code, 0) << dots.err;
+  const std::string a = read_text(dir + "/lanes.npy"), b = read_text(dir + "/dots.npy");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the row lanes must not change a logit (in use: " << on["row_lanes"] << ")";
+}
+
 // bench --json says whether the Q4_K products of several rows ran on AMX tiles; ESSAIM_AMX=0 turns them off,
 // and the logits of a 12-token prompt (Q4_K products of 12 rows) are the same bits either way.
 TEST(Json, BenchSaysWhetherTheTilesRanAndTheyChangeNoLogit) {
