@@ -47,11 +47,13 @@ struct alignas(64) Acc16 {  // f32 results of one activation row, lane r: weight
 // r[j] dword i becomes old r[i] dword j (a 16 x 16 dword transpose).
 inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
   __m512i t[16], u[16];
+#pragma GCC unroll 8
   for (int p = 0; p < 8; ++p) {
     t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
     t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
   }
   // u[4q + c], 128-bit part L: dword 4L + c of rows 4q .. 4q + 3.
+#pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
     u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
     u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
@@ -59,6 +61,7 @@ inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
     u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
   }
   // Dword 4L + c of all rows: part L of u[c], u[4 + c], u[8 + c], u[12 + c].
+#pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
     const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
     const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
@@ -78,12 +81,14 @@ inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
 inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows[kLaneRows], __m512i f[4]) {
   auto load128 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
   __m512i z[4];
+#pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
     z[q] = _mm512_castsi128_si512(load128(rows[4 * q]));
     z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 1]), 1);
     z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 2]), 2);
     z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 3]), 3);
   }
+#pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
     const __m512i idx = _mm512_setr_epi32(t, 4 + t, 8 + t, 12 + t, 16 + t, 20 + t, 24 + t, 28 + t,  //
                                           t, 4 + t, 8 + t, 12 + t, 16 + t, 20 + t, 24 + t, 28 + t);
@@ -93,7 +98,7 @@ inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows
 }
 
 // Super-block k of the sixteen weight rows at rows[r] (rows past the range repeat the last one) into P.
-void prepare_block(const uint8_t* const rows[kLaneRows], RowLaneBlock* P) {
+__attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows], RowLaneBlock* P) {
   __m512i head[4];
   block_heads(rows, head);
   const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
@@ -110,6 +115,7 @@ void prepare_block(const uint8_t* const rows[kLaneRows], RowLaneBlock* P) {
       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30)),
   };
   const __m512i byte = _mm512_set1_epi32(0xFF);
+#pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
     P->sc[s] = _mm512_and_si512(_mm512_srli_epi32(W[s / 4], 8 * (s % 4)), byte);
     const __m512i m = _mm512_and_si512(_mm512_srli_epi32(W[2 + s / 4], 8 * (s % 4)), byte);
@@ -119,10 +125,13 @@ void prepare_block(const uint8_t* const rows[kLaneRows], RowLaneBlock* P) {
   // of sub-blocks 0 (low nibbles) and 1 (high) for j < 8, of 2 and 3 for j >= 8; bytes 64..127 likewise
   // for sub-blocks 4..7.
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
     __m512i r[kLaneRows];
+#pragma GCC unroll 16
     for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
     transpose16(r);
+#pragma GCC unroll 16
     for (int j = 0; j < kLaneRows; ++j) {
       const int s = 4 * half + 2 * (j / 8), i = j % 8;
       P->q[s][i] = _mm512_and_si512(r[j], low4);
