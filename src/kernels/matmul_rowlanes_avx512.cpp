@@ -29,7 +29,7 @@ namespace essaim {
 namespace {
 
 constexpr int kLaneRows = 16;                 // weight rows per vector
-constexpr int kGroupRows = 4;                 // activation rows sharing each load of the weight vectors
+constexpr int kGroupRows = 4;   // (3 measured the same, 2 and 6-8 slower: 8 spills)                // activation rows sharing each load of the weight vectors
 constexpr uint64_t kPassBytes = 192 * 1024;   // prepared activation bytes per pass over the weights (L2)
 
 // One super-block of sixteen weight rows; lane r of every vector is row r's.
@@ -203,6 +203,15 @@ inline __attribute__((always_inline)) void rows_block(const RowLaneBlock& P, con
   }
 }
 
+// The last 1..NX rows of a pass (fewer than a group), each count with its own register allocation.
+template <int NX>
+inline void rows_tail(int n, const RowLaneBlock& P, const BlockQ8K* const x[], Acc16* acc) {
+  if constexpr (NX >= 1) {
+    if (n == NX) return rows_block<NX>(P, x, acc);
+    rows_tail<NX - 1>(n, P, x, acc);
+  }
+}
+
 const BlockQ8K* q8k_block(const uint8_t* xprep, uint64_t x_stride, int64_t t, int64_t k) {
   return reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t) * x_stride) + k;
 }
@@ -243,12 +252,7 @@ void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t 
         }
         const BlockQ8K* x[kGroupRows];
         for (int j = 0; j < int(t1 - t); ++j) x[j] = q8k_block(xprep, x_stride, t + j, k);
-        switch (t1 - t) {
-          case 3: rows_block<3>(P, x, &acc[size_t(t - t0)]); break;
-          case 2: rows_block<2>(P, x, &acc[size_t(t - t0)]); break;
-          case 1: rows_block<1>(P, x, &acc[size_t(t - t0)]); break;
-          default: break;
-        }
+        rows_tail<kGroupRows - 1>(int(t1 - t), P, x, &acc[size_t(t - t0)]);
       }
       const __mmask16 keep = __mmask16((1u << valid) - 1u);
       for (int64_t t = t0; t < t1; ++t) _mm512_mask_storeu_ps(y[t] + o, keep, acc[size_t(t - t0)].v);

@@ -21,9 +21,10 @@ namespace essaim {
 
 inline bool rowlanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K; }
 
-// Products take the row lanes from this many activation rows on: below it the transposition of the weights,
-// once per call, costs more than the eight-row dot kernels lose (docs/kernels.md has the measurement).
-inline constexpr int64_t kRowLanesMinRows = 6;
+// Products take the row lanes from this many activation rows on: with fewer, the transposition of the weights
+// (once per call) and the dot kernels' cheaper streams of cold weights leave them level (2-8 rows: 0.92-1.05x
+// of the dot kernels' time on the AMD EPYC, Zen 5, paired; 12 rows and up: 1.3x faster; docs/kernels.md).
+inline constexpr int64_t kRowLanesMinRows = 8;
 
 // xprep: n_rows Q8_K activation rows of w.cols values in the AVX-512 Q4_K layout (prepare_q8k_q45k_avx512),
 // x_stride bytes apart; rowlanes_matmul_type(w.type). Requires AVX-512 F/BW/VL/VNNI and F16C.
