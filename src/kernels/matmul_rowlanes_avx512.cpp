@@ -29,7 +29,8 @@ namespace essaim {
 namespace {
 
 constexpr int kLaneRows = 16;                 // weight rows per vector
-constexpr int kGroupRows = 4;   // (3 measured the same, 2 and 6-8 slower: 8 spills)                // activation rows sharing each load of the weight vectors
+constexpr int kGroupRows = 4;                 // activation rows sharing each load of the weight vectors (3 measured
+                                              // the same, 2 and 6-8 slower)
 constexpr uint64_t kPassBytes = 192 * 1024;   // prepared activation bytes per pass over the weights (L2)
 
 // One super-block of sixteen weight rows; lane r of every vector is row r's.
