@@ -1,10 +1,10 @@
-// Q4_K products of several activation rows on AVX-512 VNNI, one weight row per 32-bit lane, bit-identical
-// to the dot kernels (matmul_rowlanes_avx512.h; docs/kernels.md, "AVX-512 row-lane products").
+// Q4_K and Q6_K products of several activation rows on AVX-512 VNNI, one weight row per 32-bit lane,
+// bit-identical to the dot kernels (matmul_rowlanes_avx512.h; docs/kernels.md, "AVX-512 row-lane products").
 //
 // The eight-row dot kernels keep one weight row in a vector: each activation row's sums lie across its
 // lanes and need a reduction tree per super-block, and the weight block is arranged anew for every eight
 // activation rows. Here sixteen weight rows are transposed into the sixteen lanes once per call
-// (RowLaneBlock, per super-block), and every prepared activation dword is broadcast from memory straight
+// (RowLanesQ4k, per super-block), and every prepared activation dword is broadcast from memory straight
 // into a vpdpbusd against all sixteen, so lane r only ever holds row r's sums:
 //   S_lo, S_hi  = the two 16-element halves of sub-block s: four vpdpbusd each, |S| <= 16·15·128 < 2^15;
 //   A          += S_lo·sc[s] + S_hi·sc[s]: vpdpwssd against (sc[s], 0) words — S fits the low word exactly;
@@ -20,10 +20,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/status.h"
 #include "kernels/blocks.h"
+#include "kernels/q6k_arrange_avx512.h"
 
 namespace essaim {
 namespace {
@@ -34,11 +36,21 @@ constexpr int kGroupRows = 4;                 // activation rows sharing each lo
 constexpr uint64_t kPassBytes = 192 * 1024;   // prepared activation bytes per pass over the weights (L2)
 
 // One super-block of sixteen weight rows; lane r of every vector is row r's.
-struct alignas(64) RowLaneBlock {
+struct alignas(64) RowLanesQ4k {
   __m512i q[8][8];  // [s][i]: the values 0..15 of group i (elements 4i..4i+3) of sub-block s
   __m512i sc[8];    // [s]: sc[s] as a dword (high word 0)
   __m512i mins[8];  // [i]: m[i] | m[i] << 16
   __m512 d, dmin;
+};
+
+// The same for Q6_K. q[m][d], lane r: dword d of row r's values 64m .. 64m + 63 in element order (elements
+// 64m + 4d .. + 3, group d % 4 of sub-block 4m + d / 4), the unsigned 6-bit values 0..63.
+struct alignas(64) RowLanesQ6k {
+  __m512i q[4][16];
+  __m512i sc[16];   // [s]: sc[s], sign-extended
+  __m512i pair[8];  // [j]: sc[s(2j)] | sc[s(2j+1)] << 16 as words, s(p) = 4(p % 4) + p / 4: against the
+                    // prepared bsums' dword j (bsums[p] = -Σ of sub-block s(p), dot_kernels.h)
+  __m512 d;
 };
 
 struct alignas(64) Acc16 {  // f32 results of one activation row, lane r: weight row r of the vector
@@ -75,12 +87,12 @@ inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
   }
 }
 
-// The first 16 bytes of each row's block — [d | dmin] and the three dwords of packed scales — one row per
-// lane: f[t] lane r = dword t of row r. Four vectors of four rows (z[q] dword 4L + t: dword t of row
+// Sixteen bytes at `offset` in each row's block — Q4_K: [d | dmin] and the three dwords of packed scales;
+// Q6_K: the sixteen scales — one row per lane: f[t] lane r = dword t of row r. Four vectors of four rows (z[q] dword 4L + t: dword t of row
 // 4q + L), then a 16 x 4 dword transpose (four vpgatherdd measured 5-9 % slower on the AMD EPYC, Zen 5, at
 // 8 activation rows).
-inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows[kLaneRows], __m512i f[4]) {
-  auto load128 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows[kLaneRows], size_t offset, __m512i f[4]) {
+  auto load128 = [offset](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offset)); };
   __m512i z[4];
 #pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
@@ -99,9 +111,9 @@ inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows
 }
 
 // Super-block k of the sixteen weight rows at rows[r] (rows past the range repeat the last one) into P.
-__attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows], RowLaneBlock* P) {
+__attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows], RowLanesQ4k* P) {
   __m512i head[4];
-  block_heads(rows, head);
+  block_heads(rows, 0, head);
   const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
   P->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
   P->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
@@ -141,22 +153,49 @@ __attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows
   }
 }
 
-// acc + vpdpbusd / vpdpwssd (w, the dword at p broadcast), with the broadcast inside the instruction
-// ({1to16}): GCC 12 makes a separate vpbroadcastd of every _mm512_set1_epi32 operand, one more instruction
-// per product.
+// The same for Q6_K rows.
+__attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows], RowLanesQ6k* P) {
+  __m512i sc4[4];  // byte b of dword t, lane r: sc[4t + b] of row r
+  block_heads(rows, offsetof(BlockQ6K, scales), sc4);
+#pragma GCC unroll 16
+  for (int s = 0; s < 16; ++s) P->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(sc4[s / 4], 24 - 8 * (s % 4)), 24);
+  auto sub_block = [](int p) { return 4 * (p % 4) + p / 4; };
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j)
+    P->pair[j] = _mm512_or_si512(_mm512_and_si512(P->sc[sub_block(2 * j)], low16),
+                                 _mm512_slli_epi32(P->sc[sub_block(2 * j + 1)], 16));
+  alignas(32) uint16_t d[kLaneRows];
+  for (int r = 0; r < kLaneRows; ++r) std::memcpy(&d[r], rows[r] + offsetof(BlockQ6K, d), 2);
+  P->d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    __m512i r[kLaneRows];
+#pragma GCC unroll 16
+    for (int j = 0; j < kLaneRows; ++j) r[j] = q6k_values64(*reinterpret_cast<const BlockQ6K*>(rows[j]), m);
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int d4 = 0; d4 < kLaneRows; ++d4) P->q[m][d4] = r[d4];
+  }
+}
+
 // The sixteen rows' blocks `ahead` bytes on (the next super-block, or the next vector's first), requested
 // while this one is computed: the rows are sixteen streams apart, more than the hardware prefetchers
 // follow, and with few activation rows per call the weights arrive cold. Formed as integers, since they
 // may lie past the matrix, where a prefetch is harmless. (always_inline: GCC drops calls of a function
 // that only prefetches.)
+template <typename Block>
 inline __attribute__((always_inline)) void prefetch_next(const uint8_t* const rows[kLaneRows], uintptr_t ahead) {
   for (int r = 0; r < kLaneRows; ++r) {
     const uintptr_t p = reinterpret_cast<uintptr_t>(rows[r]) + ahead;
-    for (uintptr_t o = 0; o < sizeof(BlockQ4K); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + sizeof(BlockQ4K) - 1), _MM_HINT_T0);
+    for (uintptr_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + sizeof(Block) - 1), _MM_HINT_T0);
   }
 }
 
+// acc + vpdpbusd / vpdpwssd (w, the dword at p broadcast), with the broadcast inside the instruction
+// ({1to16}): GCC 12 makes a separate vpbroadcastd of every _mm512_set1_epi32 operand, one more instruction
+// per product.
 inline __attribute__((always_inline)) __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
   return acc;
@@ -169,7 +208,7 @@ inline __attribute__((always_inline)) __m512i dpwssd_bcast(__m512i acc, __m512i 
 // Super-block P against NX activation rows (their block k, prepared layout: group i of sub-block s at bytes
 // 32i + 4s); acc[j] (lane r: weight row r against row j) takes the canonical f32 steps.
 template <int NX>
-inline __attribute__((always_inline)) void rows_block(const RowLaneBlock& P, const BlockQ8K* const x[NX],
+inline __attribute__((always_inline)) void rows_block(const RowLanesQ4k& P, const BlockQ8K* const x[NX],
                                                       Acc16* acc) {
   const __m512i zero = _mm512_setzero_si512();
   __m512i A[NX], M[NX];
@@ -204,9 +243,47 @@ inline __attribute__((always_inline)) void rows_block(const RowLaneBlock& P, con
   }
 }
 
-// The last 1..NX rows of a pass (fewer than a group), each count with its own register allocation.
+// Q6_K super-block P against NX activation rows (prepared q6k_avx512 layout: dword p of bytes 64g .. 64g + 63
+// holds group g of sub-block s(p)): per sub-block s = 4m + i, U = Σ q·x by four vpdpbusd (|U| <=
+// 16·63·128 < 2^17) and A += U·sc[s] by vpmulld; C = Σ_s sc[s]·bsums(s) with the prepared (negated,
+// recomputed) bsums, so A + 32·C = Σ_s sc[s]·Σ (q − 32)·x exactly (|A| < 2^28, |32·C| < 2^28); then
+// acc = fma(d·y.d, f32(A), acc).
 template <int NX>
-inline void rows_tail(int n, const RowLaneBlock& P, const BlockQ8K* const x[], Acc16* acc) {
+inline __attribute__((always_inline)) void rows_block(const RowLanesQ6k& P, const BlockQ8K* const x[NX],
+                                                      Acc16* acc) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i A[NX], C[NX];
+  for (int j = 0; j < NX; ++j) A[j] = C[j] = zero;
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i sc = P.sc[4 * m + i];
+#pragma GCC unroll 4
+      for (int j = 0; j < NX; ++j) {
+        // Group g of sub-block 4m + i: prepared bytes 64g + 4p, p = 4i + m.
+        const int8_t* q = x[j]->qs + 16 * i + 4 * m;
+        __m512i u = dpbusd_bcast(zero, P.q[m][4 * i], q);
+        u = dpbusd_bcast(u, P.q[m][4 * i + 1], q + 64);
+        u = dpbusd_bcast(u, P.q[m][4 * i + 2], q + 128);
+        u = dpbusd_bcast(u, P.q[m][4 * i + 3], q + 192);
+        A[j] = _mm512_add_epi32(A[j], _mm512_mullo_epi32(u, sc));
+      }
+    }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; ++j) C[j] = dpwssd_bcast(C[j], P.pair[i], &x[j]->bsums[2 * i]);
+#pragma GCC unroll 4
+  for (int j = 0; j < NX; ++j) {
+    const __m512i a = _mm512_add_epi32(A[j], _mm512_slli_epi32(C[j], 5));
+    acc[j].v = _mm512_fmadd_ps(_mm512_mul_ps(P.d, _mm512_set1_ps(x[j]->d)), _mm512_cvtepi32_ps(a), acc[j].v);
+  }
+}
+
+// The last 1..NX rows of a pass (fewer than a group), each count with its own register allocation.
+template <int NX, typename Prepared>
+inline void rows_tail(int n, const Prepared& P, const BlockQ8K* const x[], Acc16* acc) {
   if constexpr (NX >= 1) {
     if (n == NX) return rows_block<NX>(P, x, acc);
     rows_tail<NX - 1>(n, P, x, acc);
@@ -217,19 +294,16 @@ const BlockQ8K* q8k_block(const uint8_t* xprep, uint64_t x_stride, int64_t t, in
   return reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t) * x_stride) + k;
 }
 
-}  // namespace
-
-void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
-                          int64_t o_begin, int64_t o_end, float* const* y) {
-  ESSAIM_CHECK(w.type == GgmlType::Q4_K && w.cols % kQK_K == 0);
-  if (n_rows <= 0 || o_end <= o_begin) return;
+template <typename Block, typename Prepared>
+void rowlanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                   int64_t o_begin, int64_t o_end, float* const* y) {
   const int64_t n_sb = w.cols / kQK_K;
   // As few passes over the weights as keep one pass's activation rows in L2, of equal size.
   const int64_t max_per_pass = std::clamp<int64_t>(int64_t(kPassBytes / x_stride), kGroupRows, n_rows);
   const int64_t passes = (n_rows + max_per_pass - 1) / max_per_pass;
   const int64_t per_pass = (n_rows + passes - 1) / passes;
   std::vector<Acc16> acc(static_cast<size_t>(per_pass));
-  RowLaneBlock P;
+  Prepared P;
 
   for (int64_t t0 = 0; t0 < n_rows; t0 += per_pass) {
     const int64_t t1 = std::min(n_rows, t0 + per_pass);
@@ -241,9 +315,9 @@ void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t 
       std::fill(acc.begin(), acc.end(), Acc16{_mm512_setzero_ps()});
       for (int64_t k = 0; k < n_sb; ++k) {
         const uint8_t* block_rows[kLaneRows];
-        for (int r = 0; r < kLaneRows; ++r) block_rows[r] = rows[r] + uint64_t(k) * sizeof(BlockQ4K);
-        prefetch_next(block_rows, k + 1 < n_sb ? sizeof(BlockQ4K) : uintptr_t(kLaneRows) * w.row_stride -
-                                                                       uintptr_t(k) * sizeof(BlockQ4K));
+        for (int r = 0; r < kLaneRows; ++r) block_rows[r] = rows[r] + uint64_t(k) * sizeof(Block);
+        prefetch_next<Block>(block_rows, k + 1 < n_sb ? sizeof(Block)
+                                                      : uintptr_t(kLaneRows) * w.row_stride - uintptr_t(k) * sizeof(Block));
         prepare_block(block_rows, &P);
         int64_t t = t0;
         for (; t + kGroupRows <= t1; t += kGroupRows) {
@@ -259,6 +333,16 @@ void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t 
       for (int64_t t = t0; t < t1; ++t) _mm512_mask_storeu_ps(y[t] + o, keep, acc[size_t(t - t0)].v);
     }
   }
+}
+
+}  // namespace
+
+void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                          int64_t o_begin, int64_t o_end, float* const* y) {
+  ESSAIM_CHECK(rowlanes_matmul_type(w.type) && w.cols % kQK_K == 0);
+  if (n_rows <= 0 || o_end <= o_begin) return;
+  if (w.type == GgmlType::Q4_K) return rowlanes_rows<BlockQ4K, RowLanesQ4k>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
+  rowlanes_rows<BlockQ6K, RowLanesQ6k>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
 }
 
 }  // namespace essaim

@@ -1,7 +1,7 @@
-// Q4_K products of several activation rows on AVX-512 VNNI with one WEIGHT row per 32-bit lane (x86 builds
+// Q4_K and Q6_K products of several activation rows on AVX-512 VNNI with one WEIGHT row per 32-bit lane (x86 builds
 // only; docs/kernels.md, "AVX-512 row-lane products").
 //
-//   if (rowlanes_matmul_type(w.type) && n_rows >= kRowLanesMinRows && rowlanes_enabled())
+//   if (rowlanes_matmul_type(w.type) && n_rows >= rowlanes_min_rows(w.type) && rowlanes_enabled())
 //     rowlanes_matmul_rows(w, xprep, x_stride, n_rows, o_begin, o_end, y);
 //
 // Same contract and same bits as matmul_rows over the dot kernels: y[t][o] = dot(w row o, row t) in the
@@ -19,15 +19,16 @@
 
 namespace essaim {
 
-inline bool rowlanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K; }
+inline bool rowlanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
 // Products take the row lanes from this many activation rows on: with fewer, the transposition of the weights
-// (once per call) and the dot kernels' cheaper streams of cold weights leave them level (2-8 rows: 0.92-1.05x
-// of the dot kernels' time on the AMD EPYC, Zen 5, paired; 12 rows and up: 1.3x faster; docs/kernels.md).
-inline constexpr int64_t kRowLanesMinRows = 8;
+// (once per call) and the dot kernels' cheaper streams of cold weights leave them level or behind (paired
+// cold runs on the AMD EPYC, Zen 5, dot kernels' time / row lanes': Q4_K 0.92-1.05 at 2-8 rows, 1.3 from
+// 12; Q6_K, whose preparation costs more, 0.78 at 8, 1.04 at 12-16, 1.16 at 24, 1.3 at 64; docs/kernels.md).
+inline int64_t rowlanes_min_rows(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 8; }
 
-// xprep: n_rows Q8_K activation rows of w.cols values in the AVX-512 Q4_K layout (prepare_q8k_q45k_avx512),
-// x_stride bytes apart; rowlanes_matmul_type(w.type). Requires AVX-512 F/BW/VL/VNNI and F16C.
+// xprep: n_rows Q8_K activation rows of w.cols values in w.type's AVX-512 layout (prepare_q8k_q45k_avx512,
+// prepare_q8k_q6k_avx512), x_stride bytes apart; rowlanes_matmul_type(w.type). Requires AVX-512 F/BW/VL/VNNI and F16C.
 void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
                           int64_t o_begin, int64_t o_end, float* const* y);
 

@@ -1,8 +1,8 @@
-// The AVX-512 row-lane Q4_K products (matmul_rowlanes_avx512.h) against the dot kernels and the scalar
+// The AVX-512 row-lane Q4_K and Q6_K products (matmul_rowlanes_avx512.h) against the dot kernels and the scalar
 // reference, bit for bit: activation-row counts from one row to several passes, weight-row ranges that
 // start and end inside a sixteen-row vector, the largest integers a block can produce, and activation rows
-// from elsewhere whose bsums are not their values' sums (the reference uses them as given, and so must
-// these products). Skipped where the CPU has no AVX-512 VNNI.
+// from elsewhere whose bsums are not their values' sums (Q4_K's reference uses them as given, Q6_K's reads
+// only the values, and so must these products). Skipped where the CPU has no AVX-512 VNNI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,16 +56,17 @@ TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
   SKIP_WITHOUT_AVX512();
   KernelChoiceGuard guard;
   set_amx_enabled(false);  // the tiles would take these rows first where the CPU has them
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
   for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS})
   for (const int64_t cols : {256, 768, 3072}) {
     const KernelProblem p = kernel_problem_build(
-        KernelCase{.name = "rowlanes", .type = GgmlType::Q4_K, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
+        KernelCase{.name = "rowlanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 21 : 22));
     // 3072 columns keep 56 rows per pass: 63, 100 and 300 rows take several passes.
     for (const int64_t n : {1, 2, 3, 4, 5, 6, 7, 9, 16, 17, 63, 100, 300}) {
       const std::vector<uint8_t> xq = quantised(p, n);
       for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
-        SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
+        SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
                      std::to_string(o_begin) + ".." + std::to_string(o_end));
         const std::vector<float> lanes = rowlanes_product(p.weights(), xq, n, o_begin, o_end);
         set_lanes_enabled(true);
@@ -82,35 +83,40 @@ TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
   }
 }
 
-// Every nibble 15 and every scale and min 63 against activations of -128 (and 127) with their bsums: the
-// largest half sub-block sums (16·15·128, which must fit the low word vpdpwssd reads) and the largest |A|
-// and |M| a block can produce, still exact.
+// Q4_K: every nibble 15 and every scale and min 63; Q6_K: every value 0 with every scale -128 and every
+// value 63 with every scale 127 — against activations of -128 (and 127) with their bsums: the largest half
+// sub-block sums (Q4_K: 16·15·128, which must fit the low word vpdpwssd reads) and the largest |A| and |M|
+// a block can produce, still exact.
 TEST(RowLanes, LargestIntegersStayExact) {
   SKIP_WITHOUT_AVX512();
   KernelChoiceGuard guard;
   const int64_t cols = 512, rows = 40, n = 18;
-  for (const int period : {1, 2, 3}) {
-    SCOPED_TRACE("period " + std::to_string(period));
-    expect_rowlanes_give_the_reference(ExtremeWeights(GgmlType::Q4_K, rows, cols).matrix(),
-                                       extreme_activations(n, cols, period), n);
-  }
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
+    for (const int period : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(type_name(type)) + ", period " + std::to_string(period));
+      expect_rowlanes_give_the_reference(ExtremeWeights(type, rows, cols).matrix(), extreme_activations(n, cols, period), n);
+    }
 }
 
 // Activation rows that did not come from essaim's quantiser may carry any bsums, down to -32768 and up to
-// 32767 side by side; the reference uses them as given, and so do the row lanes.
+// 32767 side by side; Q4_K's reference uses them as given, Q6_K's reads only the values, and so do the row
+// lanes.
 TEST(RowLanes, ForeignBsumsGiveTheReference) {
   SKIP_WITHOUT_AVX512();
   KernelChoiceGuard guard;
-  const KernelProblem p =
-      kernel_problem_build(KernelCase{.name = "bsums", .type = GgmlType::Q4_K, .cols = 512, .rows = 40, .n_rows = 24}, 97);
-  std::vector<uint8_t> xq = quantised(p, 24);
-  give_foreign_bsums(xq);
-  auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
-  blocks[7].bsums[3] = 32767;
-  blocks[7].bsums[2] = 32767;
-  blocks[9].bsums[0] = -32768;
-  blocks[9].bsums[1] = -32768;
-  expect_rowlanes_give_the_reference(p.weights(), xq, 24);
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    SCOPED_TRACE(type_name(type));
+    const KernelProblem p =
+        kernel_problem_build(KernelCase{.name = "bsums", .type = type, .cols = 512, .rows = 40, .n_rows = 24}, 97);
+    std::vector<uint8_t> xq = quantised(p, 24);
+    give_foreign_bsums(xq);
+    auto* blocks = reinterpret_cast<BlockQ8K*>(xq.data());
+    blocks[7].bsums[3] = 32767;
+    blocks[7].bsums[2] = 32767;
+    blocks[9].bsums[0] = -32768;
+    blocks[9].bsums[1] = -32768;
+    expect_rowlanes_give_the_reference(p.weights(), xq, 24);
+  }
 }
 
 // The weight rows of a matrix inside a larger buffer, with a row stride beyond their bytes (as a fused
@@ -118,10 +124,12 @@ TEST(RowLanes, ForeignBsumsGiveTheReference) {
 TEST(RowLanes, RowStrideWiderThanTheRow) {
   SKIP_WITHOUT_AVX512();
   KernelChoiceGuard guard;
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  SCOPED_TRACE(type_name(type));
   const KernelProblem p =
-      kernel_problem_build(KernelCase{.name = "stride", .type = GgmlType::Q4_K, .cols = 512, .rows = 33, .n_rows = 11}, 5);
+      kernel_problem_build(KernelCase{.name = "stride", .type = type, .cols = 512, .rows = 33, .n_rows = 11}, 5);
   const WeightMatrix tight = p.weights();
-  const uint64_t stride = tight.row_stride + 2 * sizeof(BlockQ4K);
+  const uint64_t stride = tight.row_stride + 2 * (type == GgmlType::Q4_K ? sizeof(BlockQ4K) : sizeof(BlockQ6K));
   std::vector<uint8_t> wide(stride * uint64_t(tight.rows), 0xA5);
   for (int64_t o = 0; o < tight.rows; ++o)
     std::memcpy(wide.data() + uint64_t(o) * stride, tight.data + uint64_t(o) * tight.row_stride, tight.row_stride);
@@ -131,6 +139,7 @@ TEST(RowLanes, RowStrideWiderThanTheRow) {
   const std::vector<uint8_t> xq = quantised(p, 11);
   ASSERT_TRUE(same_bits(rowlanes_product(w, xq, 11, 0, 33), rowlanes_product(tight, xq, 11, 0, 33)));
   expect_rowlanes_give_the_reference(w, xq, 11);
+  }
 }
 
 TEST(RowLanes, EnvChild) {
