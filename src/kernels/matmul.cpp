@@ -113,7 +113,7 @@ bool lanes_take(GgmlType type, int64_t n_rows) {
 // Whether matmul_rows hands these rows to the AVX-512 row-lane products (matmul_rowlanes_avx512.h).
 bool rowlanes_take(GgmlType type, int64_t n_rows) {
 #if defined(ESSAIM_KERNELS_X86)
-  return rowlanes_matmul_type(type) && n_rows >= rowlanes_min_rows(type) && rowlanes_enabled();
+  return rowlanes_take_rows(type, n_rows) && rowlanes_enabled();
 #else
   (void)type;
   (void)n_rows;

@@ -294,6 +294,93 @@ const BlockQ8K* q8k_block(const uint8_t* xprep, uint64_t x_stride, int64_t t, in
   return reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t) * x_stride) + k;
 }
 
+// One activation row (decode) against sixteen Q4_K rows' super-block, with nothing stored: the transposed
+// weights go from the shuffles straight into the products, and the f32 steps of all sixteen rows are one
+// vector (a one-row dot kernel runs them as a scalar chain, two dependent fma per super-block and row).
+// Same integers and steps as rows_block<1>: per sub-block half four vpdpbusd, A += S·sc by vpdpwssd, M from
+// the row's bsums as given.
+inline __attribute__((always_inline)) void one_row_block(const uint8_t* const rows[kLaneRows], const BlockQ8K& x,
+                                                         __m512& acc) {
+  __m512i head[4];
+  block_heads(rows, 0, head);
+  const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
+  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F),
+                m30 = _mm512_set1_epi32(0x30303030), byte = _mm512_set1_epi32(0xFF);
+  const __m512i sc_lo = _mm512_and_si512(u0, m3f);
+  const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m0f), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30));
+  const __m512i m_lo = _mm512_and_si512(u1, m3f);
+  const __m512i m_hi =
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30));
+  __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(i < 4 ? m_lo : m_hi, 8 * (i % 4)), byte);
+    M = dpwssd_bcast(M, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)), &x.bsums[2 * i]);
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  __m512i A = zero;
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    __m512i r[kLaneRows];
+#pragma GCC unroll 16
+    for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
+    transpose16(r);
+    // r[8p + i]: group i of sub-blocks 4·half + 2p (low nibbles) and 4·half + 2p + 1 (high).
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {
+      const int s = 4 * half + 2 * p;
+      const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(s < 4 ? sc_lo : sc_hi, 8 * (s % 4)), byte);
+      const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(s < 4 ? sc_lo : sc_hi, 8 * ((s + 1) % 4)), byte);
+      const int8_t* q0 = x.qs + 4 * s;
+      const int8_t* q1 = x.qs + 4 * (s + 1);
+      __m512i a = zero, b = zero, c = zero, e = zero;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i w0 = r[8 * p + i], w1 = r[8 * p + 4 + i];
+        a = dpbusd_bcast(a, _mm512_and_si512(w0, low4), q0 + 32 * i);
+        b = dpbusd_bcast(b, _mm512_and_si512(w1, low4), q0 + 32 * (4 + i));
+        c = dpbusd_bcast(c, _mm512_and_si512(_mm512_srli_epi16(w0, 4), low4), q1 + 32 * i);
+        e = dpbusd_bcast(e, _mm512_and_si512(_mm512_srli_epi16(w1, 4), low4), q1 + 32 * (4 + i));
+      }
+      A = _mm512_dpwssd_epi32(A, a, sc0);
+      A = _mm512_dpwssd_epi32(A, b, sc0);
+      A = _mm512_dpwssd_epi32(A, c, sc1);
+      A = _mm512_dpwssd_epi32(A, e, sc1);
+    }
+  }
+  const __m512 dx = _mm512_set1_ps(x.d);
+  const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+  const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(A), acc);
+  acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(M), acc);
+}
+
+// One activation row against weight rows [o_begin, o_end) of a Q4_K matrix, sixteen at a time. Besides the
+// next super-block of the sixteen rows, each step requests its share of the next sixteen rows' bytes (one
+// contiguous stretch), so the stream runs ahead of the strided reads.
+void rowlanes_one_row_q4k(const WeightMatrix& w, const BlockQ8K* x, int64_t o_begin, int64_t o_end, float* y) {
+  const int64_t n_sb = w.cols / kQK_K;
+  const uint64_t chunk_bytes = uint64_t(kLaneRows) * w.row_stride, lines = (chunk_bytes + 63) / 64;
+  const uint64_t per_step = (lines + uint64_t(n_sb) - 1) / uint64_t(n_sb);
+  for (int64_t o = o_begin; o < o_end; o += kLaneRows) {
+    const int valid = int(std::min<int64_t>(kLaneRows, o_end - o));
+    const uint8_t* first = w.data + uint64_t(o) * w.row_stride;
+    const uintptr_t next_chunk = reinterpret_cast<uintptr_t>(first) + chunk_bytes;
+    const uint8_t* rows[kLaneRows];
+    for (int r = 0; r < kLaneRows; ++r) rows[r] = first + uint64_t(std::min(r, valid - 1)) * w.row_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n_sb; ++k) {
+      for (uint64_t l = uint64_t(k) * per_step; l < std::min(lines, uint64_t(k + 1) * per_step); ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(next_chunk + 64 * l), _MM_HINT_T0);
+      const uint8_t* block_rows[kLaneRows];
+      for (int r = 0; r < kLaneRows; ++r) block_rows[r] = rows[r] + uint64_t(k) * sizeof(BlockQ4K);
+      if (k + 1 < n_sb) prefetch_next<BlockQ4K>(block_rows, sizeof(BlockQ4K));
+      one_row_block(block_rows, x[k], acc);
+    }
+    _mm512_mask_storeu_ps(y + o, __mmask16((1u << valid) - 1u), acc);
+  }
+}
+
 template <typename Block, typename Prepared>
 void rowlanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
                    int64_t o_begin, int64_t o_end, float* const* y) {
@@ -341,6 +428,8 @@ void rowlanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t 
                           int64_t o_begin, int64_t o_end, float* const* y) {
   ESSAIM_CHECK(rowlanes_matmul_type(w.type) && w.cols % kQK_K == 0);
   if (n_rows <= 0 || o_end <= o_begin) return;
+  if (w.type == GgmlType::Q4_K && n_rows == 1)
+    return rowlanes_one_row_q4k(w, reinterpret_cast<const BlockQ8K*>(xprep), o_begin, o_end, y[0]);
   if (w.type == GgmlType::Q4_K) return rowlanes_rows<BlockQ4K, RowLanesQ4k>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
   rowlanes_rows<BlockQ6K, RowLanesQ6k>(w, xprep, x_stride, n_rows, o_begin, o_end, y);
 }
