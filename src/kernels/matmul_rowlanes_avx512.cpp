@@ -12,7 +12,8 @@
 //                 (m[i], m[i]) words (the reference reads the bsums, not the values);
 //   acc         = fma(d·y.d, f32(A), acc), then fma(-(dmin·y.d), f32(M), acc): the canonical steps, per lane.
 // The activation rows need no padding: each one is a run of broadcasts, and its sixteen results are one
-// masked store.
+// masked store. Q6_K (RowLanesQ6k) has the same shape with its own integers (rows_block below); one Q4_K
+// activation row (decode) runs a fused form that stores nothing (one_row_block).
 #include "kernels/matmul_rowlanes_avx512.h"
 
 #include <immintrin.h>
