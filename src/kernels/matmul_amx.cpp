@@ -28,6 +28,7 @@
 #include "kernels/matmul_amx.h"
 #include "kernels/q45k_arrange_avx512.h"
 #include "kernels/q6k_arrange_avx512.h"
+#include "kernels/transpose_avx512.h"
 
 namespace essaim {
 namespace {
@@ -68,34 +69,6 @@ struct alignas(64) ActivationTiles {
 struct alignas(64) AccTile {
   float v[kTile * kTile];
 };
-
-// In place: r[j] dword i becomes old r[i] dword j.
-inline void transpose16x16(__m512i r[16]) {
-  __m512i a[16], b[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // b[4i + j], 128-bit part L: dword 4L + j of rows 4i..4i+3.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512i c0 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88), c1 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xDD);
-    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88);
-    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xDD);
-    r[j] = _mm512_shuffle_i32x4(c0, c2, 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
-    r[4 + j] = _mm512_shuffle_i32x4(c1, c3, 0x88);
-    r[12 + j] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
-  }
-}
 
 const BlockQ8K* activation_row(const uint8_t* x, uint64_t stride, int64_t t) {
   return reinterpret_cast<const BlockQ8K*>(x + uint64_t(t) * stride);

@@ -27,6 +27,7 @@
 #include "core/status.h"
 #include "kernels/blocks.h"
 #include "kernels/q6k_arrange_avx512.h"
+#include "kernels/transpose_avx512.h"
 
 namespace essaim {
 namespace {
@@ -58,36 +59,6 @@ struct alignas(64) Acc16 {  // f32 results of one activation row, lane r: weight
   __m512 v;
 };
 
-// r[j] dword i becomes old r[i] dword j (a 16 x 16 dword transpose).
-inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) {
-    t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
-    t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
-  }
-  // u[4q + c], 128-bit part L: dword 4L + c of rows 4q .. 4q + 3.
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {
-    u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
-    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
-    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
-    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
-  }
-  // Dword 4L + c of all rows: part L of u[c], u[4 + c], u[8 + c], u[12 + c].
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
-    r[c] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
-    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
-    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
-    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
 // Sixteen bytes at `offset` in each row's block — Q4_K: [d | dmin] and the three dwords of packed scales;
 // Q6_K: the sixteen scales — one row per lane: f[t] lane r = dword t of row r. Four vectors of four rows (z[q] dword 4L + t: dword t of row
 // 4q + L), then a 16 x 4 dword transpose (four vpgatherdd measured 5-9 % slower on the AMD EPYC, Zen 5, at
@@ -109,6 +80,15 @@ inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows
     const __m512i lo = _mm512_permutex2var_epi32(z[0], idx, z[1]), hi = _mm512_permutex2var_epi32(z[2], idx, z[3]);
     f[t] = _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1);
   }
+}
+
+// Bytes 64·half .. 64·half + 63 of the sixteen rows' qs, transposed: r[j] lane l = dword j of row l's
+// (group j % 8 of sub-blocks 4·half + 2(j / 8) in the low nibbles and 4·half + 2(j / 8) + 1 in the high).
+inline __attribute__((always_inline)) void q4k_qs_half(const uint8_t* const rows[kLaneRows], int half,
+                                                       __m512i r[kLaneRows]) {
+#pragma GCC unroll 16
+  for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
+  transpose16x16(r);
 }
 
 // Super-block k of the sixteen weight rows at rows[r] (rows past the range repeat the last one) into P.
@@ -142,9 +122,7 @@ __attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows
 #pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
     __m512i r[kLaneRows];
-#pragma GCC unroll 16
-    for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
-    transpose16(r);
+    q4k_qs_half(rows, half, r);
 #pragma GCC unroll 16
     for (int j = 0; j < kLaneRows; ++j) {
       const int s = 4 * half + 2 * (j / 8), i = j % 8;
@@ -174,7 +152,7 @@ __attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows
     __m512i r[kLaneRows];
 #pragma GCC unroll 16
     for (int j = 0; j < kLaneRows; ++j) r[j] = q6k_values64(*reinterpret_cast<const BlockQ6K*>(rows[j]), m);
-    transpose16(r);
+    transpose16x16(r);
 #pragma GCC unroll 16
     for (int d4 = 0; d4 < kLaneRows; ++d4) P->q[m][d4] = r[d4];
   }
@@ -323,9 +301,7 @@ inline __attribute__((always_inline)) void one_row_block(const uint8_t* const ro
 #pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
     __m512i r[kLaneRows];
-#pragma GCC unroll 16
-    for (int j = 0; j < kLaneRows; ++j) r[j] = _mm512_loadu_si512(rows[j] + offsetof(BlockQ4K, qs) + 64 * half);
-    transpose16(r);
+    q4k_qs_half(rows, half, r);
     // r[8p + i]: group i of sub-blocks 4·half + 2p (low nibbles) and 4·half + 2p + 1 (high).
 #pragma GCC unroll 2
     for (int p = 0; p < 2; ++p) {
