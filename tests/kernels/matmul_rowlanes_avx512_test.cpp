@@ -70,14 +70,10 @@ TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
                      std::to_string(o_begin) + ".." + std::to_string(o_end));
         const std::vector<float> lanes = rowlanes_product(p.weights(), xq, n, o_begin, o_end);
         set_lanes_enabled(true);
-        ASSERT_EQ(rowlanes_enabled(), true);
-        ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end)));
-        set_lanes_enabled(false);
-        ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end))) << "against the dot kernels";
-        if (cols == 768 && (n == 9 || n == 100)) {  // the scalar reference is slow: two counts suffice
-          ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-          ASSERT_TRUE(same_bits(lanes, rows_product(p.weights(), xq, n, o_begin, o_end)));
-        }
+        ASSERT_TRUE(rowlanes_enabled());
+        // The scalar reference is slow: two counts suffice.
+        ASSERT_NO_FATAL_FAILURE(expect_same_as_matmul_rows(lanes, p.weights(), xq, n, o_begin, o_end,
+                                                           cols == 768 && (n == 9 || n == 100)));
       }
     }
   }

@@ -3,6 +3,8 @@
 // at theirs, rows with bsums from elsewhere, and a child run of the test binary under an environment.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -66,6 +68,22 @@ inline std::vector<uint8_t> quantised(const KernelProblem& p, int64_t n_rows) {
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// What a multi-row path gave for weight rows [o_begin, o_end) (`path`) against matmul_rows under the current
+// ISA with the lanes switch on and off (the dot kernels), and where with_scalar also against the scalar
+// reference: the same bits each time. Leaves the lanes switch off and, with_scalar, the ISA scalar.
+inline void expect_same_as_matmul_rows(const std::vector<float>& path, const WeightMatrix& w,
+                                       const std::vector<uint8_t>& xq, int64_t n, int64_t o_begin, int64_t o_end,
+                                       bool with_scalar) {
+  set_lanes_enabled(true);
+  ASSERT_TRUE(same_bits(path, rows_product(w, xq, n, o_begin, o_end)));
+  set_lanes_enabled(false);
+  ASSERT_TRUE(same_bits(path, rows_product(w, xq, n, o_begin, o_end))) << "against the dot kernels";
+  if (with_scalar) {
+    ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+    ASSERT_TRUE(same_bits(path, rows_product(w, xq, n, o_begin, o_end)));
+  }
 }
 
 // n activation rows of cols values, every value of super-block i (in row order) -128, or 127 where
