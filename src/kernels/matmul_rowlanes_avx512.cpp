@@ -60,10 +60,11 @@ struct alignas(64) Acc16 {  // f32 results of one activation row, lane r: weight
 };
 
 // Sixteen bytes at `offset` in each row's block — Q4_K: [d | dmin] and the three dwords of packed scales;
-// Q6_K: the sixteen scales — one row per lane: f[t] lane r = dword t of row r. Four vectors of four rows (z[q] dword 4L + t: dword t of row
-// 4q + L), then a 16 x 4 dword transpose (four vpgatherdd measured 5-9 % slower on the AMD EPYC, Zen 5, at
-// 8 activation rows).
-inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows[kLaneRows], size_t offset, __m512i f[4]) {
+// Q6_K: the sixteen scales — one row per lane: f[t] lane r = dword t of row r. Four vectors of four rows
+// (z[q] dword 4L + t: dword t of row 4q + L), then a 16 x 4 dword transpose (four vpgatherdd measured 5-9 %
+// slower on the AMD EPYC, Zen 5, at 8 activation rows).
+inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows[kLaneRows], size_t offset,
+                                                       __m512i f[4]) {
   auto load128 = [offset](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + offset)); };
   __m512i z[4];
 #pragma GCC unroll 4
@@ -82,6 +83,35 @@ inline __attribute__((always_inline)) void block_heads(const uint8_t* const rows
   }
 }
 
+// The sixteen Q4_K rows' d, dmin, scales and mins, one row per lane: q4k_unpack_scales_u64's arithmetic on
+// the blocks' first 16 bytes. Byte b of sc[h] is sc[4h + b], of m[h] m[4h + b].
+struct Q4kHeads {
+  __m512 d, dmin;
+  __m512i sc[2], m[2];
+};
+inline __attribute__((always_inline)) Q4kHeads q4k_heads(const uint8_t* const rows[kLaneRows]) {
+  __m512i head[4];
+  block_heads(rows, 0, head);
+  const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
+  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F),
+                m30 = _mm512_set1_epi32(0x30303030);
+  Q4kHeads h;
+  h.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+  h.dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+  h.sc[0] = _mm512_and_si512(u0, m3f);
+  h.sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m0f), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30));
+  h.m[0] = _mm512_and_si512(u1, m3f);
+  h.m[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30));
+  return h;
+}
+
+// Entry s (0..7) of four packed bytes per lane (q4k_heads' sc or m) as a dword.
+inline __attribute__((always_inline)) __m512i lane_byte(const __m512i packed[2], int s) {
+  return _mm512_and_si512(_mm512_srli_epi32(packed[s / 4], 8 * (s % 4)), _mm512_set1_epi32(0xFF));
+}
+// (v, v) as the two words of each lane's dword, for v < 2^16.
+inline __attribute__((always_inline)) __m512i twice(__m512i v) { return _mm512_or_si512(v, _mm512_slli_epi32(v, 16)); }
+
 // Bytes 64·half .. 64·half + 63 of the sixteen rows' qs, transposed: r[j] lane l = dword j of row l's
 // (group j % 8 of sub-blocks 4·half + 2(j / 8) in the low nibbles and 4·half + 2(j / 8) + 1 in the high).
 inline __attribute__((always_inline)) void q4k_qs_half(const uint8_t* const rows[kLaneRows], int half,
@@ -95,27 +125,13 @@ inline __attribute__((always_inline)) void q4k_qs_half(const uint8_t* const rows
 // Not inlined: it runs once per sixteen rows and super-block, and a profile then shows it apart from the
 // products.
 __attribute__((noinline)) void prepare_block(const uint8_t* const rows[kLaneRows], RowLanesQ4k* P) {
-  __m512i head[4];
-  block_heads(rows, 0, head);
-  const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
-  P->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-  P->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-  // q4k_unpack_scales_u64 with one row per lane: bytes of W[0] are sc 0..3, W[1] sc 4..7, W[2] m 0..3,
-  // W[3] m 4..7.
-  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F),
-                m30 = _mm512_set1_epi32(0x30303030);
-  const __m512i W[4] = {
-      _mm512_and_si512(u0, m3f),
-      _mm512_or_si512(_mm512_and_si512(u2, m0f), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30)),
-      _mm512_and_si512(u1, m3f),
-      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30)),
-  };
-  const __m512i byte = _mm512_set1_epi32(0xFF);
+  const Q4kHeads h = q4k_heads(rows);
+  P->d = h.d;
+  P->dmin = h.dmin;
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
-    P->sc[s] = _mm512_and_si512(_mm512_srli_epi32(W[s / 4], 8 * (s % 4)), byte);
-    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(W[2 + s / 4], 8 * (s % 4)), byte);
-    P->mins[s] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    P->sc[s] = lane_byte(h.sc, s);
+    P->mins[s] = twice(lane_byte(h.m, s));
   }
   // The 128 bytes of qs as two 16 x 16 dword matrices, transposed; dword j of qs bytes 0..63 is group j % 8
   // of sub-blocks 0 (low nibbles) and 1 (high) for j < 8, of 2 and 3 for j >= 8; bytes 64..127 likewise
@@ -282,22 +298,10 @@ const BlockQ8K* q8k_block(const uint8_t* xprep, uint64_t x_stride, int64_t t, in
 // the row's bsums as given.
 inline __attribute__((always_inline)) void one_row_block(const uint8_t* const rows[kLaneRows], const BlockQ8K& x,
                                                          __m512& acc) {
-  __m512i head[4];
-  block_heads(rows, 0, head);
-  const __m512i dd = head[0], u0 = head[1], u1 = head[2], u2 = head[3];
-  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F),
-                m30 = _mm512_set1_epi32(0x30303030), byte = _mm512_set1_epi32(0xFF);
-  const __m512i sc_lo = _mm512_and_si512(u0, m3f);
-  const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m0f), _mm512_and_si512(_mm512_srli_epi32(u0, 2), m30));
-  const __m512i m_lo = _mm512_and_si512(u1, m3f);
-  const __m512i m_hi =
-      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(u1, 2), m30));
+  const Q4kHeads h = q4k_heads(rows);
   __m512i M = _mm512_setzero_si512();
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    const __m512i m = _mm512_and_si512(_mm512_srli_epi32(i < 4 ? m_lo : m_hi, 8 * (i % 4)), byte);
-    M = dpwssd_bcast(M, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)), &x.bsums[2 * i]);
-  }
+  for (int i = 0; i < 8; ++i) M = dpwssd_bcast(M, twice(lane_byte(h.m, i)), &x.bsums[2 * i]);
   const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
   __m512i A = zero;
 #pragma GCC unroll 2
@@ -308,8 +312,7 @@ inline __attribute__((always_inline)) void one_row_block(const uint8_t* const ro
 #pragma GCC unroll 2
     for (int p = 0; p < 2; ++p) {
       const int s = 4 * half + 2 * p;
-      const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(s < 4 ? sc_lo : sc_hi, 8 * (s % 4)), byte);
-      const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(s < 4 ? sc_lo : sc_hi, 8 * ((s + 1) % 4)), byte);
+      const __m512i sc0 = lane_byte(h.sc, s), sc1 = lane_byte(h.sc, s + 1);
       const int8_t* q0 = x.qs + 4 * s;
       const int8_t* q1 = x.qs + 4 * (s + 1);
       __m512i a = zero, b = zero, c = zero, e = zero;
@@ -328,10 +331,8 @@ inline __attribute__((always_inline)) void one_row_block(const uint8_t* const ro
     }
   }
   const __m512 dx = _mm512_set1_ps(x.d);
-  const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-  const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-  acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(A), acc);
-  acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(M), acc);
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(h.d, dx), _mm512_cvtepi32_ps(A), acc);
+  acc = _mm512_fnmadd_ps(_mm512_mul_ps(h.dmin, dx), _mm512_cvtepi32_ps(M), acc);
 }
 
 // One activation row against weight rows [o_begin, o_end) of a Q4_K matrix, sixteen at a time. Besides the

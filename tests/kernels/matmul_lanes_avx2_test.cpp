@@ -24,29 +24,19 @@ namespace {
 
 using namespace product_test;
 
+#if defined(__x86_64__)
+constexpr RowsFn kPath = lanes_matmul_rows;
+#else
+constexpr RowsFn kPath = nullptr;  // not built here; the tests skip
+#endif
 
-// The same entries straight from lanes_matmul_rows (so a test cannot compare the dot kernels with
-// themselves should matmul_rows stop choosing the lanes).
 std::vector<float> lanes_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
                                  int64_t o_begin, int64_t o_end) {
-  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
-#if defined(__x86_64__)
-  std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepared(w, xq, n_rows, scratch);
-  std::vector<float*> y_rows = row_pointers(y, n_rows, w.rows);
-  lanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
-#endif
-  return y;
+  return direct_product(kPath, Isa::AVX2, w, xq, n_rows, o_begin, o_end);
 }
 
-// The lanes (AVX2 layout) and the scalar reference over all of w: the same bits, and not all zero.
 void expect_lanes_give_the_reference(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n) {
-  ASSERT_TRUE(set_kernel_isa(Isa::AVX2).is_ok());
-  const std::vector<float> lanes = lanes_product(w, xq, n, 0, w.rows);
-  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-  const std::vector<float> ref = rows_product(w, xq, n, 0, w.rows);
-  ASSERT_TRUE(same_bits(lanes, ref));
-  EXPECT_NE(ref[0], 0.0f);
+  expect_direct_gives_the_reference(kPath, Isa::AVX2, w, xq, n);
 }
 
 #define SKIP_WITHOUT_AVX2() \

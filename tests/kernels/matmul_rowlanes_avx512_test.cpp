@@ -25,28 +25,19 @@ namespace {
 
 using namespace product_test;
 
-// The entries straight from rowlanes_matmul_rows (so a test cannot compare the dot kernels with themselves
-// should matmul_rows stop choosing the row lanes); activations prepared for the AVX-512 kernels.
+#if defined(__x86_64__)
+constexpr RowsFn kPath = rowlanes_matmul_rows;
+#else
+constexpr RowsFn kPath = nullptr;  // not built here; the tests skip
+#endif
+
 std::vector<float> rowlanes_product(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n_rows,
                                     int64_t o_begin, int64_t o_end) {
-  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
-#if defined(__x86_64__)
-  EXPECT_TRUE(set_kernel_isa(Isa::AVX512).is_ok());
-  std::vector<uint8_t> scratch;
-  const uint8_t* xp = prepared(w, xq, n_rows, scratch);
-  std::vector<float*> y_rows = row_pointers(y, n_rows, w.rows);
-  rowlanes_matmul_rows(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
-#endif
-  return y;
+  return direct_product(kPath, Isa::AVX512, w, xq, n_rows, o_begin, o_end);
 }
 
-// The row lanes and the scalar reference over all of w: the same bits, and not all zero.
 void expect_rowlanes_give_the_reference(const WeightMatrix& w, const std::vector<uint8_t>& xq, int64_t n) {
-  const std::vector<float> lanes = rowlanes_product(w, xq, n, 0, w.rows);
-  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
-  const std::vector<float> ref = rows_product(w, xq, n, 0, w.rows);
-  ASSERT_TRUE(same_bits(lanes, ref));
-  EXPECT_NE(ref[0], 0.0f);
+  expect_direct_gives_the_reference(kPath, Isa::AVX512, w, xq, n);
 }
 
 #define SKIP_WITHOUT_AVX512() \

@@ -70,6 +70,35 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// A multi-row path's entry point, with matmul_rows's contract (lanes_matmul_rows, rowlanes_matmul_rows).
+using RowsFn = void (*)(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
+                        int64_t o_begin, int64_t o_end, float* const* y);
+
+// y[t][o] for o in [o_begin, o_end) straight from `path` under `isa`, activations prepared for it (so a test
+// cannot compare the dot kernels with themselves should matmul_rows stop choosing the path); the other
+// entries, and all of them where there is no path (null: not built for this machine), stay NaN.
+inline std::vector<float> direct_product(RowsFn path, Isa isa, const WeightMatrix& w, const std::vector<uint8_t>& xq,
+                                         int64_t n_rows, int64_t o_begin, int64_t o_end) {
+  std::vector<float> y(size_t(n_rows * w.rows), std::nanf(""));
+  if (path == nullptr) return y;
+  EXPECT_TRUE(set_kernel_isa(isa).is_ok());
+  std::vector<uint8_t> scratch;
+  const uint8_t* xp = prepared(w, xq, n_rows, scratch);
+  std::vector<float*> y_rows = row_pointers(y, n_rows, w.rows);
+  path(w, xp, activation_row_bytes(w.type, w.cols), n_rows, o_begin, o_end, y_rows.data());
+  return y;
+}
+
+// The path over all of w and the scalar reference: the same bits, and not all zero.
+inline void expect_direct_gives_the_reference(RowsFn path, Isa isa, const WeightMatrix& w,
+                                              const std::vector<uint8_t>& xq, int64_t n) {
+  const std::vector<float> out = direct_product(path, isa, w, xq, n, 0, w.rows);
+  ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
+  const std::vector<float> ref = rows_product(w, xq, n, 0, w.rows);
+  ASSERT_TRUE(same_bits(out, ref));
+  EXPECT_NE(ref[0], 0.0f);
+}
+
 // What a multi-row path gave for weight rows [o_begin, o_end) (`path`) against matmul_rows under the current
 // ISA with the lanes switch on and off (the dot kernels), and where with_scalar also against the scalar
 // reference: the same bits each time. Leaves the lanes switch off and, with_scalar, the ISA scalar.
