@@ -171,7 +171,9 @@ std::atomic<bool> g_lanes_wanted{env_switch("ESSAIM_LANES", "using the lane-per-
 
 int64_t clamp_prefetch_bytes(int64_t bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes; }
 
-int64_t initial_prefetch_bytes() {
+// ESSAIM_PREFETCH_BYTES, or -1 where it is unset (or not a number): the default for the CPU and the kernels
+// in use (default_prefetch_bytes).
+int64_t env_prefetch_bytes() {
   const char* env = std::getenv("ESSAIM_PREFETCH_BYTES");
   if (env != nullptr && *env != '\0') {
     char* end = nullptr;
@@ -179,14 +181,21 @@ int64_t initial_prefetch_bytes() {
     if (end != env && *end == '\0') return clamp_prefetch_bytes(int64_t(v));
     std::fprintf(stderr, "essaim: ESSAIM_PREFETCH_BYTES=%s is not a number of bytes; using the default\n", env);
   }
-  // Hints on every x86 CPU but AMD's with AVX-512 (Zen 4 and later), where one L1 hint measured 0.9-1.0x
-  // of none; AMD Zen 3 (AVX2 only) decodes 1.1-1.3x faster with them (docs/kernels.md).
+  return -1;
+}
+
+// Hints on every x86 CPU but AMD's with AVX-512 (Zen 4 and later) running the AVX-512 kernels, where one L1
+// hint measured 0.9-1.0x of none; AMD Zen 3 (AVX2 only) decodes 1.1-1.3x faster with them, and so do the
+// AVX2 kernels on a Zen 5 (ESSAIM_ISA=avx2: a Q4_K product of one row on two threads 1.43x), which were
+// tuned with them (docs/kernels.md, "Prefetch in the decode kernels").
+int64_t default_prefetch_bytes(Isa running) {
 #if defined(ESSAIM_KERNELS_X86)
-  const bool hinted = cpu_is_intel() || !isa_supported(Isa::AVX512);
+  static const bool always = cpu_is_intel() || !isa_supported(Isa::AVX512);  // cpuid once: a VM traps it
+  return always || running == Isa::AVX2 ? 1536 : 0;
 #else
-  const bool hinted = cpu_is_intel();  // false: no x86 kernels here
+  (void)running;
+  return cpu_is_intel() ? 1536 : 0;  // false: no x86 kernels here
 #endif
-  return hinted ? 1536 : 0;
 }
 
 Isa initial_isa() {
@@ -247,10 +256,13 @@ Isa best_isa() {
 }
 
 // Zero (no prefetch) until its dynamic initialisation, so a kernel running from another static
-// initialiser is merely unhinted.
-std::atomic<int64_t> g_weight_prefetch_bytes{initial_prefetch_bytes()};
+// initialiser is merely unhinted; -1 from then on means "the default for the kernels in use".
+std::atomic<int64_t> g_weight_prefetch_bytes{env_prefetch_bytes()};
 
-int64_t weight_prefetch_bytes() { return g_weight_prefetch_bytes.load(std::memory_order_relaxed); }
+int64_t weight_prefetch_bytes() {
+  const int64_t set = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
+  return set >= 0 ? set : default_prefetch_bytes(kernels_isa());
+}
 void set_weight_prefetch_bytes(int64_t bytes) {
   g_weight_prefetch_bytes.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
 }

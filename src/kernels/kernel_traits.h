@@ -43,9 +43,10 @@ Status set_kernel_isa(Isa isa);  // error when the CPU lacks it
 
 // How far ahead of its position (bytes) a one-activation-row (decode) K-quant kernel asks for its weight
 // stream with prefetch hints; 0 = none. A hint changes when weight bytes arrive, never a result bit. The
-// default depends on the CPU (docs/kernels.md, "Prefetch in the decode kernels": Intel 1536, where one
-// core's stream is bound by the misses it keeps in flight; AMD 0, measured neutral to slower);
-// ESSAIM_PREFETCH_BYTES=N sets it. Process-wide; benchmarks may change it between runs.
+// default depends on the CPU and the kernels in use (docs/kernels.md, "Prefetch in the decode kernels":
+// Intel 1536, where one core's stream is bound by the misses it keeps in flight; AMD 1536 for the AVX2
+// kernels and 0 for the AVX-512 ones, measured neutral to slower there); ESSAIM_PREFETCH_BYTES=N or
+// set_weight_prefetch_bytes fixes it. Process-wide; benchmarks may change it between runs.
 int64_t weight_prefetch_bytes();
 void set_weight_prefetch_bytes(int64_t bytes);  // clamped to [0, 65536]
 

@@ -411,6 +411,12 @@ TEST(KernelTable, EnvironmentSetsThePrefetchDistance) {
   EXPECT_NE(run_child("ESSAIM_PREFETCH_BYTES=4096 ESSAIM_PREFETCH_EXPECT=4095"), 0) << "the child must be able to fail";
   EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=0 ESSAIM_PREFETCH_EXPECT=0"), 0);
   EXPECT_EQ(run_child("ESSAIM_PREFETCH_BYTES=999999 ESSAIM_PREFETCH_EXPECT=65536"), 0);
+  // Unset, the AVX2 kernels are hinted on every x86 CPU (they were tuned with hints; an AMD CPU with AVX-512
+  // leaves its AVX-512 kernels unhinted).
+  if (isa_supported(Isa::AVX2)) {
+    EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_PREFETCH_EXPECT=1536"), 0);
+    EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_PREFETCH_BYTES=0 ESSAIM_PREFETCH_EXPECT=0"), 0);
+  }
   // Not a number: the CPU's default, the value a child without the variable has.
   const std::string fallback = std::to_string(weight_prefetch_bytes());
   if (std::getenv("ESSAIM_PREFETCH_BYTES") == nullptr) {
