@@ -56,7 +56,9 @@ bool WorkerLink::wait_first_attempt(net::Deadline deadline) {
 
 std::shared_ptr<LinkSession> WorkerLink::session() const {
   std::lock_guard lock(mu_);
-  return session_;
+  // A session the dispatcher failed is closed at once, but it stays session_ until the reader thread ends
+  // it: it is no longer live, and a request sent on it could only fail.
+  return fail_reason_ ? nullptr : session_;
 }
 
 std::vector<proto::Holding> WorkerLink::last_routable() const {

@@ -92,7 +92,7 @@ class WorkerLink {
   // Waits until the first connect attempt has succeeded or failed. True when a session is up.
   bool wait_first_attempt(net::Deadline deadline);
 
-  std::shared_ptr<LinkSession> session() const;  // null while down
+  std::shared_ptr<LinkSession> session() const;  // null while down, and once fail() has ended it
   // What the last session could serve; kept while down, so a pair whose owner is down is told apart from
   // a pair nobody owns (FallbackReason::UNAVAILABLE vs the backbone's own share).
   std::vector<proto::Holding> last_routable() const;

@@ -348,5 +348,29 @@ TEST_P(LeanFault, WithNoReplicaLeftTheCallFailsNamingLayerAndExperts) {
   EXPECT_EQ(ex->stats().calls_failed, 1u) << ex->stats().to_json();
 }
 
+// A session the dispatcher failed is closed at once but ended by the link's reader thread a moment later.
+// In between it is not live: a lean backbone asking "another replica" after a worker failed had picked
+// that worker's closing session and failed the whole layer ("connection to pipe#… is closed"; under load,
+// LeanFault above failed that way 2 runs in 10).
+TEST(WorkerLinkSession, AFailedSessionIsNotLiveWhileItCloses) {
+  const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
+  PipeWorker w(m.split_experts(1)[0]);
+  DispatchEndpoint e = w.endpoint("w");
+  proto::Hello mine;
+  mine.role = proto::Role::BACKBONE;
+  mine.fingerprint = {.kernel_abi = kKernelAbiVersion, .isa_class = std::string(isa_name(kernels_isa()))};
+  std::copy(m.identity.begin(), m.identity.end(), mine.model.begin());
+  LinkOptions o;
+  o.backoff_initial = 10s;  // no new session during the checks
+  o.backoff_max = 10s;
+  WorkerLink link(LinkEndpoint{.name = e.name, .connect = std::move(e.connect)}, mine, o);
+  ASSERT_TRUE(link.wait_first_attempt(net::deadline_in(30s)));
+  for (int round = 0; round < 20 && link.session() == nullptr; ++round) std::this_thread::sleep_for(10ms);
+  const std::shared_ptr<LinkSession> s = link.session();
+  ASSERT_NE(s, nullptr);
+  link.fail(*s, FallbackReason::TIMEOUT, "given up on by the test");
+  EXPECT_EQ(link.session(), nullptr) << "a failed session must not be handed out while it closes";
+}
+
 }  // namespace
 }  // namespace essaim::backbone::testing
