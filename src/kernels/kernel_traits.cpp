@@ -255,15 +255,23 @@ Isa best_isa() {
   return Isa::SCALAR;
 }
 
-// Zero (no prefetch) until its dynamic initialisation, so a kernel running from another static
-// initialiser is merely unhinted; -1 from then on means "the default for the kernels in use".
-std::atomic<int64_t> g_weight_prefetch_bytes{env_prefetch_bytes()};
-
-int64_t weight_prefetch_bytes() {
-  const int64_t set = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
-  return set >= 0 ? set : default_prefetch_bytes(kernels_isa());
+namespace {
+// The distance fixed by ESSAIM_PREFETCH_BYTES or set_weight_prefetch_bytes, or -1: the default for the
+// kernels in use, resolved again whenever set_kernel_isa changes them.
+std::atomic<int64_t> g_prefetch_fixed{env_prefetch_bytes()};
+int64_t resolve_prefetch_bytes(Isa running) {
+  const int64_t fixed = g_prefetch_fixed.load(std::memory_order_relaxed);
+  return fixed >= 0 ? fixed : default_prefetch_bytes(running);
 }
+}  // namespace
+
+// What the kernels read (dot_kernels.h): always the resolved distance. Zero (no prefetch) until its dynamic
+// initialisation, so a kernel running from another static initialiser is merely unhinted.
+std::atomic<int64_t> g_weight_prefetch_bytes{resolve_prefetch_bytes(kernels_isa())};
+
+int64_t weight_prefetch_bytes() { return g_weight_prefetch_bytes.load(std::memory_order_relaxed); }
 void set_weight_prefetch_bytes(int64_t bytes) {
+  g_prefetch_fixed.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
   g_weight_prefetch_bytes.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
 }
 
@@ -288,6 +296,7 @@ Status set_kernel_isa(Isa isa) {
   if (!isa_supported(isa))
     return Status::error("instruction set " + std::string(isa_name(isa)) + " is not supported by this CPU");
   current_isa().store(int32_t(isa), std::memory_order_relaxed);
+  g_weight_prefetch_bytes.store(resolve_prefetch_bytes(isa), std::memory_order_relaxed);
   return Status::ok();
 }
 

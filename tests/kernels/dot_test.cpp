@@ -395,6 +395,11 @@ TEST(KernelTable, EnvChild) {
 TEST(KernelTable, PrefetchEnvChild) {
   const char* want = std::getenv("ESSAIM_PREFETCH_EXPECT");
   if (want == nullptr) GTEST_SKIP() << "runs as a child of EnvironmentSetsThePrefetchDistance";
+  if (const char* to = std::getenv("ESSAIM_PREFETCH_SWITCH_TO")) {  // the kernels change after start-up
+    const std::optional<Isa> isa = isa_from_name(to);
+    ASSERT_TRUE(isa.has_value()) << to;
+    ASSERT_TRUE(set_kernel_isa(*isa)) << to;
+  }
   EXPECT_EQ(std::to_string(weight_prefetch_bytes()), want);
 }
 
@@ -416,6 +421,9 @@ TEST(KernelTable, EnvironmentSetsThePrefetchDistance) {
   if (isa_supported(Isa::AVX2)) {
     EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_PREFETCH_EXPECT=1536"), 0);
     EXPECT_EQ(run_child("ESSAIM_ISA=avx2 ESSAIM_PREFETCH_BYTES=0 ESSAIM_PREFETCH_EXPECT=0"), 0);
+    EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_PREFETCH_SWITCH_TO=avx2 ESSAIM_PREFETCH_EXPECT=1536"), 0);
+    EXPECT_EQ(run_child("ESSAIM_ISA=scalar ESSAIM_PREFETCH_BYTES=64 ESSAIM_PREFETCH_SWITCH_TO=avx2 "
+                        "ESSAIM_PREFETCH_EXPECT=64"), 0);
   }
   // Not a number: the CPU's default, the value a child without the variable has.
   const std::string fallback = std::to_string(weight_prefetch_bytes());
