@@ -271,8 +271,9 @@ std::atomic<int64_t> g_weight_prefetch_bytes{resolve_prefetch_bytes(kernels_isa(
 
 int64_t weight_prefetch_bytes() { return g_weight_prefetch_bytes.load(std::memory_order_relaxed); }
 void set_weight_prefetch_bytes(int64_t bytes) {
-  g_prefetch_fixed.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
-  g_weight_prefetch_bytes.store(clamp_prefetch_bytes(bytes), std::memory_order_relaxed);
+  const int64_t fixed = clamp_prefetch_bytes(bytes);
+  g_prefetch_fixed.store(fixed, std::memory_order_relaxed);
+  g_weight_prefetch_bytes.store(fixed, std::memory_order_relaxed);
 }
 
 bool amx_supported() {

@@ -48,7 +48,7 @@ Status check_matrices(const ExpertMatrices& m, const char* what, int64_t cols, i
 constexpr int64_t kStreamRowsBelow = 8;
 int64_t expert_tile_rows(const WeightMatrix& w, int64_t rows_per_expert, size_t n_workers) {
   const int64_t tile = std::min(matmul_tile_rows(w, rows_per_expert), w.rows);
-  if (rows_per_expert >= kStreamRowsBelow || n_workers == 0) return tile;
+  if (rows_per_expert >= kStreamRowsBelow) return tile;
   const int64_t share = (w.rows + int64_t(n_workers) - 1) / int64_t(n_workers);
   return std::min(w.rows, std::max(tile, (share + 15) / 16 * 16));
 }
