@@ -87,11 +87,24 @@ bool spin_until(const Ready& ready, int64_t& budget_ns) {
   return ready();
 }
 
+// A range word: tag (the job's generation, 24 bits) | front (20 bits) | back (20 bits), in units.
+constexpr int kEdgeBits = 20;
+constexpr uint64_t kEdgeMask = (uint64_t(1) << kEdgeBits) - 1;
+constexpr uint64_t kTagMask = (uint64_t(1) << (64 - 2 * kEdgeBits)) - 1;
+constexpr uint64_t kMaxUnits = kEdgeMask;
+inline uint64_t pack(uint64_t tag, uint64_t front, uint64_t back) {
+  return (tag & kTagMask) << (2 * kEdgeBits) | front << kEdgeBits | back;
+}
+inline uint64_t tag_of(uint64_t w) { return w >> (2 * kEdgeBits); }
+inline uint64_t front_of(uint64_t w) { return (w >> kEdgeBits) & kEdgeMask; }
+inline uint64_t back_of(uint64_t w) { return w & kEdgeMask; }
+
 }  // namespace
 
 ThreadPool::ThreadPool(size_t n_threads) {
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   n_threads_ = n_threads;
+  ranges_ = std::vector<Range>(n_threads_);
   caller_budget_.ns = max_spin_ns();
   for (size_t i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -111,16 +124,63 @@ static void chunk_of(size_t n, size_t parts, size_t index, size_t* begin, size_t
   *end = *begin + base + (index < extra ? 1 : 0);
 }
 
+// Claims a piece of `owner`'s range of the job tagged `tag`: from the front (the owner: a quarter of what
+// is left) or from the back (another thread: an eighth). False when the range is empty or belongs to
+// another job.
+bool ThreadPool::claim(size_t owner, uint64_t tag, bool from_front, uint64_t* begin, uint64_t* end) {
+  std::atomic<uint64_t>& word = ranges_[owner].word;
+  uint64_t w = word.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t f = front_of(w), b = back_of(w);
+    if (tag_of(w) != (tag & kTagMask) || f >= b) return false;
+    const uint64_t left = b - f;
+    const uint64_t take = from_front ? (left + 3) / 4 : (left + 7) / 8;
+    const uint64_t nw = from_front ? pack(tag, f + take, b) : pack(tag, f, b - take);
+    if (word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      *begin = from_front ? f : b - take;
+      *end = from_front ? f + take : b;
+      return true;
+    }
+  }
+}
+
+// Runs pieces of the job tagged `tag`: this thread's own range, then what is left of the others'.
+void ThreadPool::run_job(size_t self, uint64_t tag, const std::function<void(size_t, size_t)>& fn) {
+  const size_t unit = job_unit_.load(std::memory_order_relaxed), n = job_n_.load(std::memory_order_relaxed);
+  uint64_t b, e;
+  for (size_t k = 0; k < n_threads_; ++k) {
+    const size_t owner = (self + k) % n_threads_;
+    while (claim(owner, tag, k == 0, &b, &e)) {
+      fn(size_t(b) * unit, std::min(n, size_t(e) * unit));
+      // The thread that finishes the last unit wakes the caller if it went to sleep (the same pattern as
+      // the job hand-off); the caller itself never sleeps while it can still claim.
+      if (remaining_.fetch_sub(e - b, std::memory_order_seq_cst) == e - b && self != 0 &&
+          sleepers_.load(std::memory_order_seq_cst) != 0) {
+        { std::lock_guard<std::mutex> lock(mu_); }
+        done_.notify_all();
+      }
+    }
+  }
+}
+
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn) {
   const size_t parts = std::min(n, n_threads_);
   if (parts <= 1) {
     if (n > 0) fn(0, n);
     return;
   }
-  job_ = &fn;
-  job_n_ = n;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  started_.store(0, std::memory_order_relaxed);
+  const size_t unit = (n + kMaxUnits - 1) / kMaxUnits;
+  const size_t units = (n + unit - 1) / unit;
+  const uint64_t tag = generation_.load(std::memory_order_relaxed) + 1;
+  job_.store(&fn, std::memory_order_relaxed);
+  job_n_.store(n, std::memory_order_relaxed);
+  job_unit_.store(unit, std::memory_order_relaxed);
+  for (size_t i = 0; i < n_threads_; ++i) {
+    size_t b, e;
+    chunk_of(units, n_threads_, i, &b, &e);
+    ranges_[i].word.store(pack(tag, b, e), std::memory_order_relaxed);
+  }
+  remaining_.store(units, std::memory_order_relaxed);
   caller_cpu_.store(current_cpu(), std::memory_order_relaxed);
   // seq_cst store then seq_cst load of sleepers_, against a worker's seq_cst increment of sleepers_ then
   // load of generation_: either the worker sees the new generation or we see it asleep and wake it.
@@ -129,20 +189,16 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     { std::lock_guard<std::mutex> lock(mu_); }
     wake_.notify_all();
   }
-  size_t b, e;
-  chunk_of(n, n_threads_, 0, &b, &e);
-  if (b < e) fn(b, e);
-  const auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-  // Spin only while every worker is running its chunk: one that has not started is waiting for a CPU
-  // (perhaps this one), and blocking is what lets it run.
-  const bool all_running = started_.load(std::memory_order_acquire) == n_threads_ - 1;
-  if (!(all_running && spin_until(finished, caller_budget_.ns)) && !finished()) {
+  run_job(0, tag, fn);
+  // Nothing is left to claim: what remains runs on workers that claimed it, so a short spin usually sees
+  // it end.
+  const auto finished = [&] { return remaining_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(finished, caller_budget_.ns) && !finished()) {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     done_.wait(lock, finished);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
-  job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(size_t index) {
@@ -163,15 +219,9 @@ void ThreadPool::worker_loop(size_t index) {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
-    started_.fetch_add(1, std::memory_order_release);
-    size_t b, e;
-    chunk_of(job_n_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(b, e);
-    // The last worker to finish wakes the caller if it went to sleep (same pattern as the job hand-off).
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && sleepers_.load(std::memory_order_seq_cst) != 0) {
-      { std::lock_guard<std::mutex> lock(mu_); }
-      done_.notify_all();
-    }
+    // job_ may already belong to a later job than `seen`; then every claim below fails and it never runs.
+    const std::function<void(size_t, size_t)>* job = job_.load(std::memory_order_relaxed);
+    if (job != nullptr) run_job(index, seen, *job);
   }
 }
 

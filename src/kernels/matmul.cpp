@@ -141,6 +141,17 @@ int64_t tile_multiple_of_16(int64_t rows) { return rows >= 16 ? rows / 16 * 16 :
 
 }  // namespace
 
+bool matmul_streams(const WeightMatrix& w, int64_t n_rows) {
+  return n_rows <= kDotMaxRows && !tiles_take(w.type, n_rows) && !lanes_take(w.type, n_rows) &&
+         !rowlanes_take(w.type, n_rows);
+}
+
+int64_t matmul_piece_rows(const WeightMatrix& w, int64_t n_rows) {
+  if (!matmul_streams(w, n_rows)) return matmul_tile_rows(w, n_rows);
+  constexpr uint64_t kPieceBytes = 32 * 1024;
+  return std::max<int64_t>(4, int64_t(kPieceBytes / std::max<uint64_t>(w.row_stride, 1)) / 4 * 4);
+}
+
 int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows) {
   // The AMX tiles and the AVX2 lanes prepare their weights per 16 rows and transpose the activations once
   // per call: fewer, larger tasks.
@@ -211,17 +222,22 @@ void matmul_preq(const WeightMatrix& w, const uint8_t* xq, int64_t n_rows, float
   }
   std::vector<float*> y_rows(static_cast<size_t>(n_rows));
   for (int64_t t = 0; t < n_rows; ++t) y_rows[size_t(t)] = y + t * w.rows;
-  // At most kTileBytes of weights per tile, and at least four tiles per thread so contiguous chunks of
-  // tiles balance across threads.
+  // Stream pieces (matmul_piece_rows), or at most kTileBytes of weights per tile and at least four tiles per
+  // thread so that the threads' ranges of whole tiles balance.
   const int64_t threads = pool != nullptr ? int64_t(pool->size()) : 1;
+  const bool streams = matmul_streams(w, n_rows);
   const int64_t by_threads = (w.rows + 4 * threads - 1) / (4 * threads);
-  const int64_t tile =
-      tile_multiple_of_16(std::clamp<int64_t>(std::min(matmul_tile_rows(w, n_rows), by_threads), 4, 512));
-  const int64_t n_tiles = (w.rows + tile - 1) / tile;
+  const int64_t piece =
+      streams ? matmul_piece_rows(w, n_rows)
+              : tile_multiple_of_16(std::clamp<int64_t>(std::min(matmul_tile_rows(w, n_rows), by_threads), 4, 512));
+  const int64_t n_pieces = (w.rows + piece - 1) / piece;
 
-  parallel_for(pool, size_t(n_tiles), [&](size_t tile_begin, size_t tile_end) {
-    for (int64_t ti = int64_t(tile_begin); ti < int64_t(tile_end); ++ti) {
-      const int64_t o_begin = ti * tile, o_end = std::min(w.rows, o_begin + tile);
+  parallel_for(pool, size_t(n_pieces), [&](size_t p_begin, size_t p_end) {
+    if (streams)  // consecutive pieces are one stream
+      return matmul_rows(w, xq, n_rows, int64_t(p_begin) * piece, std::min(w.rows, int64_t(p_end) * piece),
+                         y_rows.data());
+    for (int64_t ti = int64_t(p_begin); ti < int64_t(p_end); ++ti) {
+      const int64_t o_begin = ti * piece, o_end = std::min(w.rows, o_begin + piece);
       matmul_rows(w, xq, n_rows, o_begin, o_end, y_rows.data());
     }
   });
@@ -281,21 +297,35 @@ void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows,
     for (int64_t t = 0; t < n_rows; ++t) y_rows[j][size_t(t)] = outs[j].y + t * outs[j].w->rows;
   }
   const size_t threads = pool != nullptr ? pool->size() : 1;
-  // Thread i computes the i-th contiguous share of every matrix's rows. Equal shares of each matrix rather
-  // than equal bytes of their concatenation, which measured slower (qwen35moe tg64 29.5 vs 31.9 tok/s against
-  // separate products, 3 rounds), likely because the types in one set (Q4_K, Q6_K, F32) cost differently per
-  // byte and the byte split left one thread waiting at the barrier.
-  parallel_for(pool, threads, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i)
-      for (size_t j = 0; j < outs.size(); ++j) {
-        const WeightMatrix& w = *outs[j].w;
-        const int64_t base = w.rows / int64_t(threads), extra = w.rows % int64_t(threads);
-        const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
-        const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
-        const int64_t tile = matmul_tile_rows(w, n_rows);
-        for (int64_t o = o_begin; o < o_end; o += tile)
-          matmul_rows(w, inputs[input_of[j]].rows, n_rows, o, std::min(o_end, o + tile), y_rows[j].data());
-      }
+  // Thread i's range is the i-th contiguous share of every matrix's rows, in pieces (matmul_piece_rows).
+  // Equal shares of each matrix rather than equal bytes of their concatenation, which measured slower
+  // (qwen35moe tg64 29.5 vs 31.9 tok/s against separate products, 3 rounds), likely because the types in one
+  // set (Q4_K, Q6_K, F32) cost differently per byte and the byte split left one thread waiting at the end.
+  struct Piece {
+    uint32_t j;  // matrix
+    int64_t o_begin, o_end;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < threads; ++i)
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const WeightMatrix& w = *outs[j].w;
+      const int64_t base = w.rows / int64_t(threads), extra = w.rows % int64_t(threads);
+      const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
+      const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
+      const int64_t step = matmul_piece_rows(w, n_rows);
+      for (int64_t o = o_begin; o < o_end; o += step) pieces.push_back({uint32_t(j), o, std::min(o_end, o + step)});
+    }
+  parallel_for(pool, pieces.size(), [&](size_t begin, size_t end) {
+    for (size_t p = begin; p < end;) {
+      const Piece& first = pieces[p];
+      const WeightMatrix& w = *outs[first.j].w;
+      int64_t o_end = first.o_end;
+      // Consecutive stream pieces of one matrix run as one call (a tile stays one call: its rows are reused).
+      if (matmul_streams(w, n_rows))
+        while (p + 1 < end && pieces[p + 1].j == first.j && pieces[p + 1].o_begin == o_end) o_end = pieces[++p].o_end;
+      ++p;
+      matmul_rows(w, inputs[input_of[first.j]].rows, n_rows, first.o_begin, o_end, y_rows[first.j].data());
+    }
   });
 }
 

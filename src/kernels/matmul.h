@@ -67,6 +67,14 @@ bool prepare_layout_shared(GgmlType a, GgmlType b);
 // path, which prepares 16 weight rows at a time whatever the tile, takes 256 to prepare its activation
 // tiles fewer times). A multiple of 16 from 16 rows on.
 int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows = 1);
+// Weight rows per piece of a parallel product (ThreadPool::parallel_for balances pieces between threads).
+// matmul_tile_rows where activation rows reuse a tile from cache. Where they cannot — a few activation
+// rows on the dot kernels, decode — each weight byte is read once and tiles buy nothing: then pieces of
+// about 32 KiB (a multiple of 4 rows), so a thread done early can take small pieces of another's share,
+// and callers run consecutive pieces of one matrix as one matmul_rows call (one stream, no per-piece cost).
+int64_t matmul_piece_rows(const WeightMatrix& w, int64_t n_rows);
+// Whether matmul_piece_rows gives stream pieces (true) or cache tiles for these rows.
+bool matmul_streams(const WeightMatrix& w, int64_t n_rows);
 
 // Convenience: quantise_activations + matmul_preq.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);
@@ -78,9 +86,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
 //   const MatmulOut outs[] = {{&wq, q}, {&wk, k}, {&wv, v}};
 //   matmul_set(outs, x, n_tok, &pool);      // same bits as matmul(wq, x, n_tok, q, &pool), etc.
 //
-// x is converted once per distinct activation format. Thread i computes the i-th contiguous share of
-// every matrix's weight rows, so each thread streams its own stretch of each matrix and the shares cost
-// the same whatever the types. Each y[t][o] is computed by matmul_rows exactly as matmul computes it.
+// x is converted once per distinct activation format. Thread i's range is the i-th contiguous share of
+// every matrix's weight rows, in pieces, so each thread streams its own stretch of each matrix, the shares
+// cost the same whatever the types, and a thread done early takes pieces from the end of another's range.
+// Each y[t][o] is computed by matmul_rows exactly as matmul computes it.
 struct MatmulOut {
   const WeightMatrix* w;
   float* y;  // [n_rows][w->rows]

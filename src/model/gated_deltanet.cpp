@@ -105,48 +105,31 @@ void l2_normalize(float* x, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale;
 }
 
-// seq_of[r]: the sequence holding batch row r.
-std::vector<uint32_t> sequence_of_rows(std::span<const GdnSequence> seqs, int64_t N) {
-  std::vector<uint32_t> seq_of(static_cast<size_t>(N));  // [N]
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    ESSAIM_CHECK(seqs[i].n_rows >= 1 && seqs[i].row0 + seqs[i].n_rows <= N);
-    for (int64_t r = seqs[i].row0; r < seqs[i].row0 + seqs[i].n_rows; ++r) seq_of[size_t(r)] = uint32_t(i);
-  }
-  return seq_of;
+// Row r of a sequence's conv window [conv_in rows 0..Kc-2 | its mix rows 0..T-1], oldest first.
+// mix: [N][C] raw projections of the batch.
+inline const float* window_row(const GdnSequence& q, const float* mix, int64_t C, int64_t Kc, int64_t r) {
+  return r < Kc - 1 ? q.io.conv_in + r * C : mix + (q.row0 + r - (Kc - 1)) * C;
 }
 
-// Causal depthwise conv + SiLU over each sequence's window [its previous Kc-1 raw rows | its rows of this
-// step], then the q/k L2 norms. mix: [N][C] raw projections; u: [N][C] out. Advances every window into its
-// io.conv_out.
-void conv_silu_norm(const GdnShape& s, const float* conv1d, const float* mix, int64_t N,
-                    std::span<const GdnSequence> seqs, const std::vector<uint32_t>& seq_of, float* u,
-                    ThreadPool* pool) {
-  const int64_t C = s.conv_channels(), Kc = s.conv_kernel, Dk = s.head_dim;
-  // Row r of a sequence's window [conv_in rows 0..Kc-2 | its mix rows 0..T-1], oldest first.
-  auto window_row = [&](const GdnSequence& q, int64_t r) {
-    return r < Kc - 1 ? q.io.conv_in + r * C : mix + (q.row0 + r - (Kc - 1)) * C;
-  };
-  parallel_for(N > 1 ? pool : nullptr, size_t(N), [&](size_t b, size_t e) {
-    std::vector<const float*> rows(static_cast<size_t>(Kc));  // the Kc inputs of token t, tap 0 = oldest
-    for (size_t t = b; t < e; ++t) {
-      const GdnSequence& q = seqs[seq_of[t]];
-      const int64_t local = int64_t(t) - q.row0;  // the token's index within its sequence's rows
-      for (int64_t j = 0; j < Kc; ++j) rows[size_t(j)] = window_row(q, local + j);
-      float* ut = u + t * size_t(C);
-      for (int64_t c = 0; c < C; ++c) {
-        const float* taps = conv1d + c * Kc;
-        float sum = 0.0f;
-        for (int64_t j = 0; j < Kc; ++j) sum = sum + taps[j] * rows[size_t(j)][c];
-        ut[c] = silu(sum);
-      }
-      for (int64_t h = 0; h < 2 * int64_t(s.n_k_heads); ++h) l2_normalize(ut + h * Dk, Dk, s.eps);  // q, then k
+// Causal depthwise conv + SiLU of channels [c0, c1) over sequence q's window [its previous Kc-1 raw rows |
+// its rows of this step], into u [N][C]; then the channels' part of the next window into q.io.conv_out.
+void conv_silu_channels(const GdnShape& s, const float* conv1d, const float* mix, const GdnSequence& q, int64_t c0,
+                        int64_t c1, float* u) {
+  const int64_t C = s.conv_channels(), Kc = s.conv_kernel;
+  for (int64_t local = 0; local < q.n_rows; ++local) {  // the token's index within its sequence's rows
+    float* ut = u + (q.row0 + local) * C;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* taps = conv1d + c * Kc;
+      float sum = 0.0f;
+      for (int64_t j = 0; j < Kc; ++j) sum = sum + taps[j] * window_row(q, mix, C, Kc, local + j)[c];  // tap 0 = oldest
+      ut[c] = silu(sum);
     }
-  });
+  }
   // The newest Kc-1 raw rows become the next window. Row r comes from window row T + r > r, so ascending
-  // order never overwrites a row still to be read when conv_out is conv_in.
-  for (const GdnSequence& q : seqs)
-    for (int64_t r = 0; r < Kc - 1; ++r)
-      std::memmove(q.io.conv_out + r * C, window_row(q, q.n_rows + r), size_t(C) * sizeof(float));
+  // order never overwrites a row still to be read when conv_out is conv_in; other items touch other channels.
+  for (int64_t r = 0; r < Kc - 1; ++r)
+    std::memmove(q.io.conv_out + r * C + c0, window_row(q, mix, C, Kc, q.n_rows + r) + c0,
+                 size_t(c1 - c0) * sizeof(float));
 }
 
 // The gated delta rule of each sequence over its rows: u [N][C] (normalised q, k and v), decay / beta
@@ -194,31 +177,51 @@ void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
 const bool kHaveAvx2 = false;
 #endif
 
-void delta_rule(const GdnShape& s, const float* u, const float* decay, const float* beta,
-                std::span<const GdnSequence> seqs, float* o, ThreadPool* pool) {
+// Everything after the input projections, for each sequence and each key head j as one work item: the conv,
+// SiLU and L2 norms of the channels head j's work reads (q_j, k_j, and v of the value heads h ≡ j mod Hk,
+// docs/reference.md 10.15's tiled mapping), the delta rule of those value heads over the sequence's rows
+// (block of kColumnBlock state columns after block), and their gated RMSNorm: RMSNorm(o_h, ssm_norm) ⊙
+// silu(z_h). One task set per layer, no step of it serial; each element is computed by the same operations
+// in the same order whatever thread runs its item.
+void recurrent_heads(const GdnShape& s, const GdnWeights& w, const float* mix, const float* z, const float* decay,
+                     const float* beta, std::span<const GdnSequence> seqs, float* u, float* o, ThreadPool* pool) {
   const int64_t C = s.conv_channels(), KD = s.key_dim(), Dk = s.head_dim, Dv = s.head_dim;
   const int64_t Hv = s.n_v_heads, Hk = s.n_k_heads;
-  const int64_t n_blocks = (Dv + kColumnBlock - 1) / kColumnBlock;
-  const int64_t per_seq = Hv * n_blocks;
   const float scale = 1.0f / std::sqrt(float(Dv));
-  parallel_for(pool, seqs.size() * size_t(per_seq), [&](size_t b, size_t e) {
+  parallel_for(pool, seqs.size() * size_t(Hk), [&](size_t b, size_t e) {
     for (size_t item = b; item < e; ++item) {
-      const GdnSequence& sq = seqs[item / size_t(per_seq)];
-      const int64_t in_seq = int64_t(item % size_t(per_seq));
-      const int64_t h = in_seq / n_blocks, j = h % Hk;  // tiled head mapping (docs/reference.md 10.15)
-      const int64_t c0 = (in_seq % n_blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, Dv);
-      const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
-      // The block of state columns ([columns][Dk], contiguous) is advanced in place in state_out: one copy
-      // per step instead of a copy into scratch and one back (a decode step otherwise moves each layer's
-      // state three times; the same operations run on the same values).
-      float* st = sq.io.state_out + first;
-      std::memmove(st, sq.io.state_in + first, n * sizeof(float));
-      const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
-                             scale, st, o};
-      if (kHaveAvx2)
-        delta_rule_run_avx2(run);
-      else
-        delta_rule_run_baseline(run);
+      const GdnSequence& sq = seqs[item / size_t(Hk)];
+      const int64_t j = int64_t(item % size_t(Hk));
+      conv_silu_channels(s, w.conv1d, mix, sq, j * Dk, (j + 1) * Dk, u);            // q_j
+      conv_silu_channels(s, w.conv1d, mix, sq, KD + j * Dk, KD + (j + 1) * Dk, u);  // k_j
+      for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
+        l2_normalize(u + t * C + j * Dk, Dk, s.eps);
+        l2_normalize(u + t * C + KD + j * Dk, Dk, s.eps);
+      }
+      for (int64_t h = j; h < Hv; h += Hk) {
+        conv_silu_channels(s, w.conv1d, mix, sq, 2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, u);  // v_h
+        for (int64_t c0 = 0; c0 < Dv; c0 += kColumnBlock) {
+          const int64_t c1 = std::min(c0 + kColumnBlock, Dv);
+          const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
+          // The block of state columns ([columns][Dk], contiguous) is advanced in place in state_out: one
+          // copy per step instead of a copy into scratch and one back (a decode step otherwise moves each
+          // layer's state three times; the same operations run on the same values).
+          float* st = sq.io.state_out + first;
+          std::memmove(st, sq.io.state_in + first, n * sizeof(float));
+          const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
+                                 scale, st, o};
+          if (kHaveAvx2)
+            delta_rule_run_avx2(run);
+          else
+            delta_rule_run_baseline(run);
+        }
+        for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {
+          float* oh = o + (t * Hv + h) * Dv;
+          const float* zh = z + (t * Hv + h) * Dv;
+          rms_norm(oh, w.norm, Dv, s.eps, oh);
+          for (int64_t c = 0; c < Dv; ++c) oh[c] = oh[c] * silu(zh[c]);
+        }
+      }
     }
   });
 }
@@ -235,8 +238,8 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
                                   std::span<const GdnSequence> seqs, float* y, ThreadPool* pool) {
   ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
                s.n_v_heads % s.n_k_heads == 0);
-  const int64_t C = s.conv_channels(), VD = s.value_dim(), Hv = s.n_v_heads, Dv = s.head_dim;
-  const std::vector<uint32_t> seq_of = sequence_of_rows(seqs, N);  // [N]
+  const int64_t C = s.conv_channels(), VD = s.value_dim(), Hv = s.n_v_heads;
+  for (const GdnSequence& q : seqs) ESSAIM_CHECK(q.n_rows >= 1 && q.row0 >= 0 && q.row0 + q.n_rows <= N);
 
   // Input projections, batched over all rows of all sequences.
   std::vector<float> mix(size_t(N * C));     // [N][C]  q | k | v before the conv
@@ -255,21 +258,9 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
       d = std::exp(g);
     }
 
-  std::vector<float> u(size_t(N * C));  // [N][C] after conv, SiLU and the q/k L2 norms
-  conv_silu_norm(s, w.conv1d, mix.data(), N, seqs, seq_of, u.data(), pool);
-
-  std::vector<float> o(size_t(N * VD));  // [N][Hv][Dv] delta-rule read-out
-  delta_rule(s, u.data(), decay.data(), beta.data(), seqs, o.data(), pool);
-
-  // Gated RMSNorm per head: RMSNorm(o_h, ssm_norm) ⊙ silu(z_h).
-  parallel_for(N * VD >= kParallelFloats ? pool : nullptr, size_t(N * Hv), [&](size_t b, size_t e) {
-    for (size_t r = b; r < e; ++r) {
-      float* oh = o.data() + r * size_t(Dv);
-      const float* zh = z.data() + r * size_t(Dv);
-      rms_norm(oh, w.norm, Dv, s.eps, oh);
-      for (int64_t c = 0; c < Dv; ++c) oh[c] = oh[c] * silu(zh[c]);
-    }
-  });
+  std::vector<float> u(size_t(N * C));   // [N][C] after conv, SiLU and the q/k L2 norms
+  std::vector<float> o(size_t(N * VD));  // [N][Hv][Dv] delta-rule read-out, then gated-normed
+  recurrent_heads(s, w, mix.data(), z.data(), decay.data(), beta.data(), seqs, u.data(), o.data(), pool);
   matmul(w.out, o.data(), N, y, pool);  // [N][E]
 }
 

@@ -38,20 +38,15 @@ Status check_matrices(const ExpertMatrices& m, const char* what, int64_t cols, i
   return Status::ok();
 }
 
-// Weight rows per task of one expert matrix. Where the experts get a few activation rows each (decode) the
-// products are a read of the weights, and each task's bytes are a stream the kernel runs ahead of: a task
-// starts cold and its last read-ahead runs past its rows, into a tile another thread takes. So each
-// matrix is cut into one contiguous share per thread, not into tiles that fit L2 (which suit products of
-// many rows, whose weights are reused from cache): an expert's gate and up products of one row (3072 × 1024
-// Q4_K, 8 experts, 2 threads, AMD EPYC Zen 5) read at 47–48 GB/s in 112-row tiles and 57–59 in 512-row
-// ones (docs/engine.md, "Decode tasks of whole shares").
+// Where the experts get a few activation rows each (decode) the products are a read of the weights, and a
+// task's bytes are a stream the kernel runs ahead of: a task that starts cold, or whose read-ahead runs past
+// its rows into rows another thread takes, streams slower. So there each thread's range is its contiguous
+// share of every expert matrix, in small pieces that another thread may take from the end (consecutive
+// pieces run as one call), not tiles that fit L2 (which suit products of many rows, whose weights are
+// reused from cache): an expert's gate and up products of one row (3072 × 1024 Q4_K, 8 experts, 2 threads,
+// AMD EPYC Zen 5) read at 47–48 GB/s in 112-row tiles and 57–59 in 512-row ones (docs/engine.md, "Decode
+// tasks of whole shares").
 constexpr int64_t kStreamRowsBelow = 8;
-int64_t expert_tile_rows(const WeightMatrix& w, int64_t rows_per_expert, size_t n_workers) {
-  const int64_t tile = std::min(matmul_tile_rows(w, rows_per_expert), w.rows);
-  if (rows_per_expert >= kStreamRowsBelow) return tile;
-  const int64_t share = (w.rows + int64_t(n_workers) - 1) / int64_t(n_workers);
-  return std::min(w.rows, std::max(tile, (share + 15) / 16 * 16));
-}
 
 }  // namespace
 
@@ -124,7 +119,7 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
   // expert with more forms a group alone), which bounds the scratch memory: a worker's RSS is its slice
   // plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU and
   // quantisation of every pair, down of every expert — so a decode step has three barriers per layer, not
-  // three per expert. Tasks are (expert, tile of weight rows) taken in order from a shared counter, and
+  // three per expert. Tasks are (expert, range of weight rows) (make_tasks below), and
   // each output element is computed by matmul_rows exactly as matmul_preq would: the split changes no bit.
   constexpr int64_t kGroupPairs = 1024;
   std::vector<int32_t> active;
@@ -137,8 +132,7 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
   // Tiles sized for the rows an active expert has on average (the kernel path depends on them).
   const int64_t rows_per_expert = active.empty() ? 1 : std::max<int64_t>(1, count.back() / int64_t(active.size()));
   const size_t n_workers = pool != nullptr ? pool->size() : 1;
-  const int64_t gu_tile = expert_tile_rows(layer.gate.expert(0), rows_per_expert, n_workers);
-  const int64_t down_tile = expert_tile_rows(layer.down.expert(0), rows_per_expert, n_workers);
+  const bool streams = rows_per_expert < kStreamRowsBelow;
   const bool same_prepare = prepare_layout_shared(layer.gate.type, layer.up.type);
 
   std::vector<uint8_t> xq, xg_scratch, xu_scratch, aq, ad_scratch;
@@ -178,15 +172,33 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
       u_rows[size_t(i)] = u.data() + size_t(i) * F;
       out_rows[size_t(i)] = out + size_t(pairs[size_t(pair_base + i)]) * E;
     }
-    auto make_tasks = [&](int64_t rows, int64_t tile) {
+    // Tasks over weight rows [0, rows) of every expert of the group: tiles of w (products of many rows), or
+    // stream pieces of each thread's share of every expert, share after share (decode).
+    auto make_tasks = [&](int64_t rows, const WeightMatrix& w) {
       tasks.clear();
-      for (size_t e = a; e < z; ++e) {
-        const int32_t j = active[e];
-        const int64_t first = count[size_t(j)] - pair_base, m = count[size_t(j) + 1] - count[size_t(j)];
-        for (int64_t o = 0; o < rows; o += tile) tasks.push_back({j, first, m, o, std::min(rows, o + tile)});
-      }
+      const int64_t tile = std::min(rows, streams ? matmul_piece_rows(w, 1) : matmul_tile_rows(w, rows_per_expert));
+      const size_t shares = streams ? n_workers : 1;
+      for (size_t i = 0; i < shares; ++i)
+        for (size_t e = a; e < z; ++e) {
+          const int32_t j = active[e];
+          const int64_t first = count[size_t(j)] - pair_base, m = count[size_t(j) + 1] - count[size_t(j)];
+          const int64_t base = rows / int64_t(shares), extra = rows % int64_t(shares);
+          const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
+          const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
+          for (int64_t o = o_begin; o < o_end; o += tile) tasks.push_back({j, first, m, o, std::min(o_end, o + tile)});
+        }
     };
+    // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task.
+    // Tiles: taken in order from a shared counter.
     auto run_tasks = [&](const std::function<void(const Task&)>& fn) {
+      if (streams)
+        return parallel_for(pool, tasks.size(), [&](size_t begin, size_t end) {
+          for (size_t t = begin; t < end;) {
+            Task run = tasks[t++];
+            while (t < end && tasks[t].j == run.j && tasks[t].o_begin == run.o_end) run.o_end = tasks[t++].o_end;
+            fn(run);
+          }
+        });
       std::atomic<size_t> next{0};
       parallel_for(pool, n_workers, [&](size_t, size_t) {
         for (size_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks.size();
@@ -196,7 +208,7 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
     };
 
     // gate and up of every expert, tile by tile: the tile's activation rows are loaded once for both.
-    make_tasks(int64_t(F), gu_tile);
+    make_tasks(int64_t(F), layer.gate.expert(0));
     run_tasks([&](const Task& t) {
       matmul_rows(layer.gate.expert(t.j), xg + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
                   g_rows.data() + t.first);
@@ -219,7 +231,7 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
     });
     const uint8_t* ad = down_prepare ? ad_scratch.data() : aq.data();
     // down of every expert, written straight into the pairs' output rows.
-    make_tasks(int64_t(E), down_tile);
+    make_tasks(int64_t(E), layer.down.expert(0));
     run_tasks([&](const Task& t) {
       matmul_rows(layer.down.expert(t.j), ad + uint64_t(t.first) * down_act_bytes, t.m, t.o_begin, t.o_end,
                   out_rows.data() + t.first);

@@ -57,5 +57,59 @@ TEST(ThreadPool, BackToBackTinyJobs) {
   for (long v : per_index) EXPECT_EQ(v, 20000);
 }
 
+// A thread whose range is done takes pieces from the back of another's: here the worker's first piece
+// stalls, and the caller, done with its own half, runs the end of the worker's half.
+TEST(ThreadPool, AThreadDoneEarlyTakesPiecesOfAnother) {
+  ThreadPool pool(2);
+  constexpr size_t kN = 1000;
+  std::vector<std::atomic<int>> hits(kN);
+  std::vector<std::thread::id> ran_by(kN);
+  const std::thread::id caller = std::this_thread::get_id();
+  pool.parallel_for(kN, [&](size_t b, size_t e) {
+    if (b == kN / 2 && std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (size_t i = b; i < e; ++i) {
+      hits[i]++;
+      ran_by[i] = std::this_thread::get_id();
+    }
+  });
+  size_t stolen = 0;
+  for (size_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(hits[i].load(), 1) << i;
+    if (i >= kN / 2 && ran_by[i] == caller) ++stolen;
+  }
+  EXPECT_GT(stolen, 0u);
+}
+
+// Jobs of every size, back to back, some with slow pieces: workers that wake late for a job, or find it
+// already done by the others, never run a piece twice, never run a finished job's function, never lose one.
+TEST(ThreadPool, LateWorkersNeverRunAFinishedJob) {
+  for (size_t threads : {2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 3000; ++rep) {
+      const size_t n = size_t(rep % 37);
+      std::vector<int> hits(n, 0);  // plain ints: a piece run twice or concurrently would be a data race
+      std::atomic<bool> job_open{true};
+      pool.parallel_for(n, [&](size_t b, size_t e) {
+        ASSERT_TRUE(job_open.load());
+        if (rep % 97 == 0 && b > 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        for (size_t i = b; i < e; ++i) hits[i]++;
+      });
+      job_open = false;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << threads << " " << rep << " " << i;
+    }
+  }
+}
+
+// More indices than a range word counts: they run in units of several indices, still each exactly once.
+TEST(ThreadPool, MoreIndicesThanARangeWordCounts) {
+  ThreadPool pool(3);
+  constexpr size_t kN = (size_t(1) << 21) + 12345;
+  std::vector<std::atomic<uint8_t>> hits(kN);
+  pool.parallel_for(kN, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+  });
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+}
+
 }  // namespace
 }  // namespace essaim
