@@ -124,8 +124,8 @@ static void chunk_of(size_t n, size_t parts, size_t index, size_t* begin, size_t
   *end = *begin + base + (index < extra ? 1 : 0);
 }
 
-// Claims a piece of `owner`'s range of the job tagged `tag`: from the front (the owner: a quarter of what
-// is left) or from the back (another thread: an eighth). False when the range is empty or belongs to
+// Claims a piece of `owner`'s range of the job tagged `tag`: from the front (the owner: an eighth of what
+// is left) or from the back (another thread: a sixteenth). False when the range is empty or belongs to
 // another job.
 bool ThreadPool::claim(size_t owner, uint64_t tag, bool from_front, uint64_t* begin, uint64_t* end) {
   std::atomic<uint64_t>& word = ranges_[owner].word;
@@ -134,7 +134,7 @@ bool ThreadPool::claim(size_t owner, uint64_t tag, bool from_front, uint64_t* be
     const uint64_t f = front_of(w), b = back_of(w);
     if (tag_of(w) != (tag & kTagMask) || f >= b) return false;
     const uint64_t left = b - f;
-    const uint64_t take = from_front ? (left + 3) / 4 : (left + 7) / 8;
+    const uint64_t take = from_front ? (left + 7) / 8 : (left + 15) / 16;
     const uint64_t nw = from_front ? pack(tag, f + take, b) : pack(tag, f, b - take);
     if (word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) {
       *begin = from_front ? f : b - take;

@@ -5,8 +5,8 @@
 //
 // parallel_for splits [0, n) into one contiguous range per thread (the caller's thread takes the first) and
 // returns when every index has run. A thread takes its own range from the front, a piece at a time
-// (guided: a quarter of what is left, so its weight stream stays contiguous), and a thread whose range is
-// done takes small pieces from the back of another's (an eighth of what is left). A worker that wakes late,
+// (guided: an eighth of what is left, so its weight stream stays contiguous), and a thread whose range is
+// done takes small pieces from the back of another's (a sixteenth of what is left). A worker that wakes late,
 // or not at all before the others finish, thus delays the job by at most one piece instead of its whole
 // range. So fn may run several times per thread, on any contiguous sub-ranges of [0, n), and more than
 // one thread may run pieces of one range; kernels must compute every output element the same way whatever
