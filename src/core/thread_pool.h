@@ -19,11 +19,11 @@
 // event, drops to the minimum when the spinning thread finds it was descheduled, and doubles back when
 // spins succeed, so on a loaded machine (where a late event means a thread lost its CPU) waiters block
 // almost at once and are woken like a plain futex pool's, instead of spinning on a CPU the late thread
-// needs. A worker never spins where its spin could only delay the thread it waits for: it blocks at once if
-// it runs on the CPU the caller last published from. (The caller waits only once nothing is left to claim,
-// that is, for pieces that workers are running.) ESSAIM_POOL_SPIN_US sets the largest budget in microseconds (default 50; 0 blocks at once,
-// for a machine shared so heavily that spinning loses). docs/engine.md
-// ("Decode as a memory stream") has the measurements.
+// needs. A worker never spins where its spin could only delay the thread it waits for: it blocks at once
+// if it runs on the CPU the caller last published from. (The caller waits only once nothing is left to
+// claim, that is, for pieces that workers are running.) ESSAIM_POOL_SPIN_US sets the largest budget in
+// microseconds (default 50; 0 blocks at once, for a machine shared so heavily that spinning loses).
+// docs/engine.md ("Decode as a memory stream", "A pool that shares out the tail") has the measurements.
 #pragma once
 
 #include <atomic>

@@ -146,6 +146,12 @@ bool matmul_streams(const WeightMatrix& w, int64_t n_rows) {
          !rowlanes_take(w.type, n_rows);
 }
 
+void matmul_share(int64_t rows, size_t parts, size_t i, int64_t* begin, int64_t* end) {
+  const int64_t base = rows / int64_t(parts), extra = rows % int64_t(parts), k = int64_t(i);
+  *begin = k * base + std::min(k, extra);
+  *end = *begin + base + (k < extra ? 1 : 0);
+}
+
 int64_t matmul_piece_rows(const WeightMatrix& w, int64_t n_rows) {
   if (!matmul_streams(w, n_rows)) return matmul_tile_rows(w, n_rows);
   constexpr uint64_t kPieceBytes = 32 * 1024;
@@ -309,9 +315,8 @@ void matmul_set(std::span<const MatmulOut> outs, const float* x, int64_t n_rows,
   for (size_t i = 0; i < threads; ++i)
     for (size_t j = 0; j < outs.size(); ++j) {
       const WeightMatrix& w = *outs[j].w;
-      const int64_t base = w.rows / int64_t(threads), extra = w.rows % int64_t(threads);
-      const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
-      const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
+      int64_t o_begin, o_end;
+      matmul_share(w.rows, threads, i, &o_begin, &o_end);
       const int64_t step = matmul_piece_rows(w, n_rows);
       for (int64_t o = o_begin; o < o_end; o += step) pieces.push_back({uint32_t(j), o, std::min(o_end, o + step)});
     }

@@ -75,6 +75,9 @@ int64_t matmul_tile_rows(const WeightMatrix& w, int64_t n_rows = 1);
 int64_t matmul_piece_rows(const WeightMatrix& w, int64_t n_rows);
 // Whether matmul_piece_rows gives stream pieces (true) or cache tiles for these rows.
 bool matmul_streams(const WeightMatrix& w, int64_t n_rows);
+// Share i of `parts` contiguous shares of rows [0, rows) (the first rows % parts shares one row longer):
+// [*begin, *end). The products give thread i share i of every matrix.
+void matmul_share(int64_t rows, size_t parts, size_t i, int64_t* begin, int64_t* end);
 
 // Convenience: quantise_activations + matmul_preq.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool* pool);

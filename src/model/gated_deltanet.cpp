@@ -132,11 +132,9 @@ void conv_silu_channels(const GdnShape& s, const float* conv1d, const float* mix
                  size_t(c1 - c0) * sizeof(float));
 }
 
-// The gated delta rule of each sequence over its rows: u [N][C] (normalised q, k and v), decay / beta
-// [N][Hv], o [N][Hv][Dv]. Work item = (sequence, value head, block of state columns); each column runs
-// through its sequence's tokens in order.
-// One work item of delta_rule: the rows [t0, t1) of one sequence over a block of state columns [c0, c1) of
-// head h. The model library is compiled for baseline x86-64, where each v8f operation is two SSE
+// One run of the gated delta rule (u [N][C] normalised q, k and v; decay / beta [N][Hv]; o [N][Hv][Dv]):
+// the rows [t0, t1) of one sequence over a block of state columns [c0, c1) of head h, each column through
+// the sequence's tokens in order. The model library is compiled for baseline x86-64, where each v8f operation is two SSE
 // instructions; the AVX2 clone does it in one. Both perform the same IEEE operations on the same lanes in
 // the same order (-ffp-contract=off holds for every clone; "avx2" alone enables no FMA), so they give the
 // same bits.

@@ -178,15 +178,15 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
       tasks.clear();
       const int64_t tile = std::min(rows, streams ? matmul_piece_rows(w, 1) : matmul_tile_rows(w, rows_per_expert));
       const size_t shares = streams ? n_workers : 1;
-      for (size_t i = 0; i < shares; ++i)
+      for (size_t i = 0; i < shares; ++i) {
+        int64_t o_begin, o_end;
+        matmul_share(rows, shares, i, &o_begin, &o_end);
         for (size_t e = a; e < z; ++e) {
           const int32_t j = active[e];
           const int64_t first = count[size_t(j)] - pair_base, m = count[size_t(j) + 1] - count[size_t(j)];
-          const int64_t base = rows / int64_t(shares), extra = rows % int64_t(shares);
-          const int64_t o_begin = int64_t(i) * base + std::min<int64_t>(int64_t(i), extra);
-          const int64_t o_end = o_begin + base + (int64_t(i) < extra ? 1 : 0);
           for (int64_t o = o_begin; o < o_end; o += tile) tasks.push_back({j, first, m, o, std::min(o_end, o + tile)});
         }
+      }
     };
     // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task.
     // Tiles: taken in order from a shared counter.
