@@ -118,8 +118,8 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
   // The active experts in ascending order, cut into groups of at most kGroupPairs (row, slot) pairs (an
   // expert with more forms a group alone), which bounds the scratch memory: a worker's RSS is its slice
   // plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU and
-  // quantisation of every pair, down of every expert — so a decode step has three barriers per layer, not
-  // three per expert. Tasks are (expert, range of weight rows) (make_tasks below), and
+  // quantisation of every pair, down of every expert — so a step has three barriers per layer, not three
+  // per expert; in decode the SwiGLU joins the gate+up set (two barriers). Tasks are (expert, range of weight rows) (make_tasks below), and
   // each output element is computed by matmul_rows exactly as matmul_preq would: the split changes no bit.
   constexpr int64_t kGroupPairs = 1024;
   std::vector<int32_t> active;
@@ -144,6 +144,8 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
     int64_t o_begin, o_end;
   };
   std::vector<Task> tasks;
+  // Decode: per expert of the layer, its gate/up pieces still to run.
+  std::vector<std::atomic<int64_t>> pieces_left(streams ? size_t(layer.n_experts) : 0);
   for (size_t a = 0; a < active.size();) {
     // One group: experts active[a .. z).
     size_t z = a;
@@ -188,17 +190,31 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
         }
       }
     };
-    // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task.
-    // Tiles: taken in order from a shared counter.
-    auto run_tasks = [&](const std::function<void(const Task&)>& fn) {
-      if (streams)
+    // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task;
+    // with expert_done, the thread that ran an expert's last piece then calls expert_done(j) in the same task
+    // set. Tiles: taken in order from a shared counter.
+    auto run_tasks = [&](const std::function<void(const Task&)>& fn,
+                         const std::function<void(int32_t)>& expert_done = nullptr) {
+      if (streams) {
+        if (expert_done) {
+          for (size_t e = a; e < z; ++e) pieces_left[size_t(active[e])].store(0, std::memory_order_relaxed);
+          for (const Task& t : tasks) pieces_left[size_t(t.j)].fetch_add(1, std::memory_order_relaxed);
+        }
         return parallel_for(pool, tasks.size(), [&](size_t begin, size_t end) {
           for (size_t t = begin; t < end;) {
             Task run = tasks[t++];
-            while (t < end && tasks[t].j == run.j && tasks[t].o_begin == run.o_end) run.o_end = tasks[t++].o_end;
+            int64_t pieces = 1;
+            while (t < end && tasks[t].j == run.j && tasks[t].o_begin == run.o_end) {
+              run.o_end = tasks[t++].o_end;
+              ++pieces;
+            }
             fn(run);
+            // acq_rel: the last thread sees every other thread's outputs of this expert.
+            if (expert_done && pieces_left[size_t(run.j)].fetch_sub(pieces, std::memory_order_acq_rel) == pieces)
+              expert_done(run.j);
           }
         });
+      }
       std::atomic<size_t> next{0};
       parallel_for(pool, n_workers, [&](size_t, size_t) {
         for (size_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks.size();
@@ -207,19 +223,12 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
       });
     };
 
-    // gate and up of every expert, tile by tile: the tile's activation rows are loaded once for both.
-    make_tasks(int64_t(F), layer.gate.expert(0));
-    run_tasks([&](const Task& t) {
-      matmul_rows(layer.gate.expert(t.j), xg + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
-                  g_rows.data() + t.first);
-      matmul_rows(layer.up.expert(t.j), xu + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
-                  u_rows.data() + t.first);
-    });
-    // a = silu(gate) ⊙ up, quantised row by row for the down product, and put in the down kernel's layout.
+    // a = silu(gate) ⊙ up of pair rows [begin, end), quantised row by row for the down product, and put in
+    // the down kernel's layout.
     aq.resize(size_t(n) * down_act_bytes);
     ad_scratch.resize(size_t(n) * down_act_bytes);
     const PrepareRowFn down_prepare = prepare_fn_for(layer.down.type);
-    parallel_for(pool, size_t(n), [&](size_t begin, size_t end) {
+    auto swiglu_rows = [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         float* gi = g.data() + i * F;
         const float* ui = u.data() + i * F;
@@ -228,7 +237,26 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
         quantize_activations(layer.down.type, gi, 1, layer.n_ff, row);
         if (down_prepare) down_prepare(row, ad_scratch.data() + i * down_act_bytes, layer.n_ff);
       }
-    });
+    };
+    // gate and up of every expert, tile by tile: the tile's activation rows are loaded once for both. In
+    // decode, an expert's few SwiGLU rows run as soon as its last piece is done, in the same task set (one
+    // barrier less per layer); in tiles, the SwiGLU of all rows is a task set of its own.
+    const auto gate_up = [&](const Task& t) {
+      matmul_rows(layer.gate.expert(t.j), xg + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
+                  g_rows.data() + t.first);
+      matmul_rows(layer.up.expert(t.j), xu + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
+                  u_rows.data() + t.first);
+    };
+    make_tasks(int64_t(F), layer.gate.expert(0));
+    if (streams) {
+      run_tasks(gate_up, [&](int32_t j) {
+        const size_t first = size_t(count[size_t(j)] - pair_base);
+        swiglu_rows(first, first + size_t(count[size_t(j) + 1] - count[size_t(j)]));
+      });
+    } else {
+      run_tasks(gate_up);
+      parallel_for(pool, size_t(n), swiglu_rows);
+    }
     const uint8_t* ad = down_prepare ? ad_scratch.data() : aq.data();
     // down of every expert, written straight into the pairs' output rows.
     make_tasks(int64_t(E), layer.down.expert(0));
