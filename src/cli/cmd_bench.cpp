@@ -1,4 +1,5 @@
-// `essaim bench -m FILE [-p 512] [-n 64] [-r 3] [-t N] [--json] [--bandwidth-mb MB] [--mlock] [--no-mmap]`:
+// `essaim bench -m FILE [-p 512] [-n 64] [-r 3] [-t N] [--json] [--bandwidth-mb MB] [--mlock] [--no-mmap]
+// [--keep-page-cache]`:
 // how fast this machine runs a model, as llama-bench reports it — one row per test (pp<N>: a prompt of N
 // tokens in one forward; tg<N>: N tokens generated one at a time), tokens/s as mean ± standard deviation
 // over the repetitions — plus, for generation, the weight bytes one decoded token reads and the fraction of
@@ -17,6 +18,8 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_load.h"
+#include "core/huge_pages.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
@@ -38,19 +41,27 @@ struct BenchArgs {
   bool json_out = false;
   bool mlock = false;
   bool no_mmap = false;
+  bool keep_page_cache = false;
   int64_t bandwidth_mb = 512;
 };
 
 Status run_bench(const BenchArgs& a) {
   keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                          load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}));
+                          load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}, a.keep_page_cache));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   LocalExpertExecutor experts(model->expert_store(), &pool);
 
   const Bandwidth bw = measure_bandwidth({.bytes = a.bandwidth_mb << 20, .reps = 5, .copy = false}, &pool);
   touch_model_pages(*model);
+  // How much of the model the weight streams read through 2 MiB pages (0 for --no-mmap: that copy is
+  // anonymous memory, in 2 MiB pages where the kernel gave them, which smaps counts elsewhere).
+  const MappedFile& mapping = model->file().mapping();
+  const double huge_fraction =
+      mapping.file_backed()
+          ? double(file_pmd_mapped_bytes(mapping.bytes().data(), mapping.size())) / double(mapping.size())
+          : 0.0;
   ESSAIM_ASSIGN_OR_RETURN(std::vector<SpeedResult> rows,
                           measure_model_speed(*model, experts, &pool,
                                               {.n_prompt = a.n_prompt, .n_gen = a.n_gen, .reps = a.reps}));
@@ -61,6 +72,8 @@ Status run_bench(const BenchArgs& a) {
            {"cpu", cpu_model_name()},    {"isa", std::string(isa_name(kernels_isa()))},
            {"threads", pool.size()},     {"reps", a.reps},
            {"mlock", a.mlock},           {"no_mmap", a.no_mmap},
+           {"keep_page_cache", a.keep_page_cache},
+           {"mapped_in_2mib_pages", huge_fraction},
            {"prefetch_bytes", weight_prefetch_bytes()},
            {"amx", amx_enabled()},
            {"lanes", lanes_enabled()},
@@ -104,6 +117,7 @@ Status run_bench(const BenchArgs& a) {
   }
   std::printf("\nread bandwidth (same run, %zu threads): %.1f GB/s median, %.1f GB/s best; CPU: %s\n", pool.size(),
               bw.read_gb_per_s, bw.read_gb_per_s_best, cpu_model_name().c_str());
+  if (mapping.file_backed()) std::printf("model mapped in 2 MiB pages: %.0f %%\n", 100 * huge_fraction);
   return Status::ok();
 }
 
@@ -124,6 +138,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_flag("--mlock", args->mlock,
                 "Read the model into RAM and pin it there (as run --mlock): no page of it is reclaimed while timing");
   add_no_mmap_flag(*cmd, args->no_mmap);
+  add_keep_page_cache_flag(*cmd, args->keep_page_cache);
   cmd->add_option("--bandwidth-mb", args->bandwidth_mb, "Buffer of the read-bandwidth probe in MiB (default 512)")
       ->check(CLI::Range(16, 1 << 16));
   cmd->callback([args, &exit_code] {

@@ -21,6 +21,12 @@ CLI::Option* add_no_mmap_flag(CLI::App& cmd, bool& no_mmap) {
                       "load; faster weight streams on some machines (docs/engine.md)");
 }
 
+CLI::Option* add_keep_page_cache_flag(CLI::App& cmd, bool& keep) {
+  return cmd.add_flag("--keep-page-cache", keep,
+                      "Map the model as the page cache holds it: do not drop and read again a model cached in 4 KiB "
+                      "pages to map it in 2 MiB ones (docs/engine.md)");
+}
+
 CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help) {
   return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(CLI::NonNegativeNumber);
 }

@@ -24,7 +24,10 @@ namespace essaim::cli {
 // With backbone_file: the file is an `essaim slice --backbone` output, loaded with its experts bound to the
 // swarm; stderr then says how many bytes are mapped (the backbone file's size) against the full model's.
 // With no_mmap the file is read into private memory (--no-mmap); --mlock then pins that copy.
-Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, const LoadOptions& options);
+// A mapped model (no no_mmap) held by the page cache mostly in 4 KiB pages is read again in 2 MiB pages
+// unless keep_page_cache (core/huge_pages.h: map_in_huge_pages); stderr says so, with the time it took.
+Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, const LoadOptions& options,
+                                                  bool keep_page_cache = false);
 
 struct ModelSource {
   std::string model;          // -m

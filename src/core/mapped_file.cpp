@@ -49,6 +49,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
     if (p == MAP_FAILED) return Status::error("cannot map '" + path + "': " + std::strerror(errno));
     f.data_ = static_cast<const uint8_t*>(p);
     f.owned_ = true;
+    f.file_backed_ = true;
   }
   return f;
 }
@@ -100,10 +101,12 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     data_ = o.data_;
     size_ = o.size_;
     owned_ = o.owned_;
+    file_backed_ = o.file_backed_;
     path_ = std::move(o.path_);
     o.data_ = nullptr;
     o.size_ = 0;
     o.owned_ = false;
+    o.file_backed_ = false;
   }
   return *this;
 }
@@ -126,6 +129,17 @@ void MappedFile::advise_willneed(size_t offset, size_t length) const {
   const size_t begin = offset / page * page;
   const size_t end = std::min(size_, offset + length);
   madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
+}
+
+Status MappedFile::drop_cached_pages() const {
+  if (!file_backed_ || !data_) return Status::ok();
+  // A shared mapping of a file: MADV_DONTNEED removes this process's page table entries, never the data.
+  if (madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED) != 0)
+    return Status::error("cannot unmap the pages of '" + path_ + "': " + std::strerror(errno));
+  ESSAIM_ASSIGN_OR_RETURN(const OpenFile file, open_regular_file(path_));
+  const int rc = posix_fadvise(file.fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (rc != 0) return Status::error("cannot drop the cached pages of '" + path_ + "': " + std::strerror(rc));
+  return Status::ok();
 }
 
 }  // namespace essaim

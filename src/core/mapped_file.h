@@ -40,11 +40,19 @@ class MappedFile {
   Status lock();  // mlock the whole mapping
   // Hint the kernel the range will be read soon / sequentially (madvise); no-op for borrowed bytes.
   void advise_willneed(size_t offset, size_t length) const;
+  // True for a mapping of the file (open), false for bytes read into memory or borrowed.
+  bool file_backed() const { return file_backed_; }
+  // Unmaps this mapping's pages and asks the kernel to drop the file's clean pages from the page cache
+  // (posix_fadvise DONTNEED; pages another process maps, or not yet written back, stay), so that the next
+  // touches read the file again, through faults on this mapping. The bytes seen are the same. No-op unless
+  // file_backed().
+  Status drop_cached_pages() const;
 
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool owned_ = false;
+  bool file_backed_ = false;
   std::string path_;
 };
 
