@@ -26,9 +26,7 @@ Status read_into_memory(const std::string& path) {
   for (size_t off = 0; off < bytes.size(); off += kChunk) {
     const size_t n = std::min(kChunk, bytes.size() - off);
     if (off + n < bytes.size()) f.advise_willneed(off + n, std::min(kChunk, bytes.size() - off - n));
-    uint8_t acc = 0;
-    for (size_t p = 0; p < n; p += kPage) acc ^= bytes[off + p];
-    sink = sink ^ acc;
+    sink = sink ^ touch_pages(bytes.subspan(off, n), kPage);
     progress.advance(n);
   }
   progress.finish();
@@ -47,14 +45,8 @@ Result<std::unique_ptr<Model>> load_model_for_cli(const std::string& path, const
   if (options.mlock && !options.no_mmap) ESSAIM_RETURN_IF_ERROR(read_into_memory(path));
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, options));
   if (!options.no_mmap && !keep_page_cache) {
-    ESSAIM_ASSIGN_OR_RETURN(const HugePageReport r, map_in_huge_pages(m->file().mapping()));
-    if (r.reread)
-      std::fprintf(stderr,
-                   "essaim: %s was cached in 4 KiB pages (%.0f %% in 2 MiB pages): dropped them and read the file "
-                   "again through its mapping in %.1f s, now %.0f %% in 2 MiB pages (weight streams need fewer "
-                   "TLB misses; --keep-page-cache skips this)\n",
-                   path.c_str(), 100.0 * double(r.huge_before) / double(m->file().file_size()), r.seconds,
-                   100.0 * double(r.huge_after) / double(m->file().file_size()));
+    const std::string note = map_in_huge_pages(m->file().mapping()).describe(path);
+    if (!note.empty()) std::fprintf(stderr, "essaim: %s\n", note.c_str());
   }
   if (options.backbone_file) {
     const ModelInfo& info = m->info();

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "core/mapped_file.h"
@@ -28,18 +30,26 @@ uint64_t file_pmd_mapped_bytes(const void* p, size_t n);
 // True unless transparent huge pages are off in this kernel ("[never]" or no such setting).
 bool transparent_huge_pages_enabled();
 
+// Reads one byte every `stride` bytes (faulting the pages in); returns their xor so the reads stay.
+uint8_t touch_pages(std::span<const uint8_t> bytes, size_t stride);
+
 // What map_in_huge_pages found and did.
 struct HugePageReport {
   bool checked = false;   // a file mapping, 2 MiB aligned, with transparent huge pages on
   bool reread = false;    // its cached pages were dropped and read again through the mapping
+  uint64_t bytes = 0;     // the mapping's size
   uint64_t huge_before = 0, huge_after = 0;  // bytes in 2 MiB pages before and after
   double seconds = 0;     // the time the re-read took
+  std::string error;      // why the cached pages could not be dropped (the mapping then stays as it was)
+  // One line for the log when there is something to say (a re-read or an error), else empty.
+  std::string describe(const std::string& path) const;
 };
 
 // Touches one byte per 2 MiB of a file mapping and, when less than half of it is then mapped in 2 MiB pages,
 // drops the file's cached pages (MappedFile::drop_cached_pages) and touches every page again, so the file
 // is read anew in large folios: once per page-cache lifetime of the file, at the cost of one read of it.
-// Changes no byte; does nothing to bytes read into memory or borrowed.
-Result<HugePageReport> map_in_huge_pages(const MappedFile& f);
+// Changes no byte; does nothing to bytes read into memory or borrowed. A speed step only: it never fails
+// a load (an error is reported in the result).
+HugePageReport map_in_huge_pages(const MappedFile& f);
 
 }  // namespace essaim

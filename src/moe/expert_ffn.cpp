@@ -119,8 +119,9 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
   // expert with more forms a group alone), which bounds the scratch memory: a worker's RSS is its slice
   // plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU and
   // quantisation of every pair, down of every expert — so a step has three barriers per layer, not three
-  // per expert; in decode the SwiGLU joins the gate+up set (two barriers). Tasks are (expert, range of weight rows) (make_tasks below), and
-  // each output element is computed by matmul_rows exactly as matmul_preq would: the split changes no bit.
+  // per expert; in decode the SwiGLU joins the gate+up set (two barriers). Tasks are (expert, range of
+  // weight rows) (make_tasks below), and each output element is computed by matmul_rows exactly as
+  // matmul_preq would: the split changes no bit.
   constexpr int64_t kGroupPairs = 1024;
   std::vector<int32_t> active;
   for (int32_t j = 0; j < layer.n_experts; ++j)

@@ -34,11 +34,8 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
 Status Server::load() {
   ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path, {.no_mmap = options_.no_mmap, .backbone_file = options_.backbone_file}));
   if (!options_.no_mmap && !options_.keep_page_cache) {
-    ESSAIM_ASSIGN_OR_RETURN(const HugePageReport r, map_in_huge_pages(model_->file().mapping()));
-    if (r.reread)
-      std::fprintf(stderr, "essaim serve: %s was cached in 4 KiB pages; read it again in %.1f s, now %.0f %% in 2 MiB "
-                   "pages (--keep-page-cache skips this)\n", options_.model_path.c_str(), r.seconds,
-                   100.0 * double(r.huge_after) / double(model_->file().file_size()));
+    const std::string note = map_in_huge_pages(model_->file().mapping()).describe(options_.model_path);
+    if (!note.empty()) std::fprintf(stderr, "essaim serve: %s\n", note.c_str());
   }
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model_->file()));
   const std::string chat_template = vocab.chat_template;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include "core/huge_pages.h"
+
 namespace essaim {
 namespace {
 
@@ -28,9 +30,8 @@ void summarise(SpeedResult& r, int tokens) {
 }  // namespace
 
 void touch_model_pages(const Model& m) {
-  const auto bytes = m.file().mapping().bytes();
-  volatile uint8_t sink = 0;
-  for (size_t i = 0; i < bytes.size(); i += 4096) sink = sink + bytes[i];
+  volatile uint8_t sink = touch_pages(m.file().mapping().bytes(), 4096);
+  (void)sink;
 }
 
 Result<std::vector<SpeedResult>> measure_model_speed(const Model& m, ExpertExecutor& experts, ThreadPool* pool,
