@@ -54,9 +54,10 @@ class KvCache {
 struct RecurrentState {
   std::vector<float> conv;   // [(Kc-1)][conv_channels]
   std::vector<float> state;  // [Hv][Dv][Dk] (value-major, as llama.cpp)
-  // Where a forward pass writes the advanced conv/state (same sizes, allocated on first use); swapped with
-  // conv/state only once the whole forward succeeded, so a failed call leaves the sequence as it was.
-  // Costs a second copy of the state per sequence; recurrent state cannot be rolled back otherwise.
+  // Where a forward pass writes the advanced conv/state while its expert executor may fail (same sizes,
+  // allocated on first use); swapped with conv/state only once the whole forward succeeded, so a failed call
+  // leaves the sequence as it was. Costs a second copy of the state per sequence; recurrent state cannot be
+  // rolled back otherwise. Empty while the states advance in place (an executor that cannot fail).
   std::vector<float> conv_next;
   std::vector<float> state_next;
   void reset();

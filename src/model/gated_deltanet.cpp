@@ -203,9 +203,10 @@ void recurrent_heads(const GdnShape& s, const GdnWeights& w, const float* mix, c
           const size_t first = size_t((h * Dv + c0) * Dk), n = size_t((c1 - c0) * Dk);
           // The block of state columns ([columns][Dk], contiguous) is advanced in place in state_out: one
           // copy per step instead of a copy into scratch and one back (a decode step otherwise moves each
-          // layer's state three times; the same operations run on the same values).
+          // layer's state three times; the same operations run on the same values), and none when state_out
+          // is state_in (the caller keeps no old state: each block is read once and written back once).
           float* st = sq.io.state_out + first;
-          std::memmove(st, sq.io.state_in + first, n * sizeof(float));
+          if (st != sq.io.state_in + first) std::memmove(st, sq.io.state_in + first, n * sizeof(float));
           const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
                                  scale, st, o};
           if (kHaveAvx2)

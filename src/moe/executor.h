@@ -42,6 +42,10 @@ class ExpertExecutor {
   virtual ~ExpertExecutor() = default;
   // out.size() must be n_rows * k * n_embd.
   virtual Status compute(const ExpertBatch& batch, std::span<float> out) = 0;
+  // Whether compute may fail on a batch the model sends (a worker lost with no replica left, a device
+  // error). A model keeps what a failed step must not change — recurrent states — aside while such an
+  // executor runs, and advances them in place (a third less memory traffic) when it cannot fail.
+  virtual bool may_fail() const { return true; }
 };
 
 // The experts a process holds: per layer, one or more disjoint expert ranges (the backbone holds every
@@ -73,6 +77,9 @@ class LocalExpertExecutor final : public ExpertExecutor {
       : store_(store), pool_(pool), output_(output) {}
   // Checks the batch against the store (layer held, act_type and sizes match, every id held) first.
   Status compute(const ExpertBatch& batch, std::span<float> out) override;
+  // Its only errors are batches that do not match its store, which a model loaded with that store never
+  // sends (a model that does anyway resets the sequences it could not roll back).
+  bool may_fail() const override { return false; }
   ExpertOutput output() const { return output_; }
 
  private:

@@ -65,15 +65,18 @@ std::vector<int32_t> tokens(size_t n, uint32_t seed, int32_t n_vocab) {
   return t;
 }
 
-// Counts executor calls and rows per call, passing them on to the real local executor.
+// Counts executor calls and rows per call, passing them on to the real local executor. It says it may fail
+// (the model then keeps recurrent states aside until a step succeeds) unless told it cannot.
 class CountingExecutor final : public ExpertExecutor {
  public:
-  CountingExecutor(ExpertExecutor& inner, int32_t fail_at_layer = -1) : inner_(inner), fail_at_(fail_at_layer) {}
+  CountingExecutor(ExpertExecutor& inner, int32_t fail_at_layer = -1, bool may_fail = true)
+      : inner_(inner), fail_at_(fail_at_layer), may_fail_(may_fail) {}
   Status compute(const ExpertBatch& b, std::span<float> out) override {
     calls.push_back({b.layer, b.n_rows});
     if (b.layer == fail_at_) return Status::error("injected executor failure");
     return inner_.compute(b, out);
   }
+  bool may_fail() const override { return may_fail_; }
   struct Call {
     int32_t layer;
     int64_t rows;
@@ -83,6 +86,7 @@ class CountingExecutor final : public ExpertExecutor {
  private:
   ExpertExecutor& inner_;
   int32_t fail_at_;
+  bool may_fail_;
 };
 
 size_t n_out(LogitsMode m, size_t n) { return m == LogitsMode::ALL ? n : m == LogitsMode::LAST ? 1 : 0; }
@@ -295,6 +299,55 @@ TEST_P(ForwardBatchErrors, ExecutorFailureMidStepChangesNoCache) {
   CountingExecutor failing(*local, int32_t(moe_layers()) - 1);  // the last layer: every other one has run
   expect_failure_changes_nothing(items, caches, failing, "injected executor failure");
   EXPECT_EQ(failing.calls.size(), moe_layers());
+}
+
+// The local executor cannot fail, so recurrent states advance in place under it and aside under an executor
+// that may fail: both give the same bits, step after step, prefill chunks and decode rows alike.
+TEST_P(ForwardBatch, StatesAdvancedInPlaceOrAsideGiveTheSameBits) {
+  ASSERT_FALSE(local->may_fail());
+  std::vector<SequenceCache> in_place = prefilled({0, 3}), aside = prefilled({0, 3});
+  CountingExecutor may_fail(*local);
+  for (size_t step = 0; step < 4; ++step) {
+    const size_t n = step == 0 ? 5 : 1;
+    for (size_t i = 0; i < 2; ++i) {
+      const std::vector<int32_t> t = tokens(n, uint32_t(500 + 10 * step + i), int32_t(V));
+      std::vector<float> got(n * V), want(n * V, 1.0f);
+      ASSERT_TRUE(model->forward({.tokens = t, .cache = &in_place[i], .experts = local.get(), .pool = pool.get(),
+                                  .logits_mode = LogitsMode::ALL, .logits = got}).is_ok());
+      ASSERT_TRUE(model->forward({.tokens = t, .cache = &aside[i], .experts = &may_fail, .pool = pool.get(),
+                                  .logits_mode = LogitsMode::ALL, .logits = want}).is_ok());
+      EXPECT_TRUE(same_bits(got, want)) << "step " << step << " item " << i;
+      EXPECT_TRUE(snapshot(in_place[i]) == snapshot(aside[i])) << "step " << step << " item " << i;
+    }
+  }
+}
+
+// An executor that said it cannot fail and fails anyway: where states had advanced in place (recurrent
+// layers) the sequences are reset and the error says so; a model without them rolls back as ever.
+TEST_P(ForwardBatchErrors, ExecutorThatCannotFailButDoesResetsSequencesItCouldNotRollBack) {
+  std::vector<SequenceCache> caches = prefilled({5, 2});
+  std::vector<CacheSnapshot> before;
+  for (const SequenceCache& c : caches) before.push_back(snapshot(c));
+  const std::vector<int32_t> t = tokens(1, 7, int32_t(V));
+  std::vector<float> l0(V), l1(V);
+  CountingExecutor failing(*local, int32_t(moe_layers()) - 1, /*may_fail=*/false);
+  const std::vector<BatchItem> items = {{.tokens = t, .cache = &caches[0], .logits = l0},
+                                        {.tokens = t, .cache = &caches[1], .logits = l1}};
+  const Status s = model->forward_batch({.items = items, .experts = &failing, .pool = pool.get()});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("injected executor failure"), std::string::npos) << s.message();
+  const bool recurrent = GetParam().arch == SynthArch::QWEN35MOE;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (recurrent) {
+      EXPECT_EQ(caches[i].n_past(), 0) << "cache " << i;
+      EXPECT_TRUE(snapshot(caches[i]) == snapshot(model->new_cache({.n_ctx = 64}))) << "cache " << i;
+    } else {
+      EXPECT_TRUE(snapshot(caches[i]) == before[i]) << "cache " << i;
+    }
+  }
+  if (recurrent) {
+    EXPECT_NE(s.message().find("were reset"), std::string::npos) << s.message();
+  }
 }
 
 const std::vector<Spec> kSpecs = [] {
