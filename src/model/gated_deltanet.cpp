@@ -5,10 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "core/status.h"
 #include "kernels/kernel_traits.h"
 #include "model/ops.h"
@@ -170,130 +166,18 @@ __attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r)
 void delta_rule_run_baseline(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<1>(r); }
-
-// AVX-512: two state columns per zmm, column 2p in the low 256-bit half and 2p+1 in the high one, against k
-// and q broadcast to both halves. Each half's eight lanes run exactly the v8f form's operations (lane l of a
-// column sums its indices ≡ l mod 8 in index order, products and sums rounded separately), so the bits are
-// delta_rule_columns's; a zmm operation does two columns' work at once (the step is half compute, half
-// state traffic: docs/engine.md, "Recurrent states advanced in place").
-// (GCC 12 warns that the undefined upper half these intrinsics start from may be used uninitialized; it is
-// overwritten in full.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define ESSAIM_AVX512 __attribute__((target("avx512f"), always_inline)) inline
-ESSAIM_AVX512 __m512 pair_load(const float* lo, const float* hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(lo))),
-                                             _mm256_castps_pd(_mm256_loadu_ps(hi)), 1));
-}
-ESSAIM_AVX512 void pair_store(float* lo, float* hi, __m512 v) {
-  _mm256_storeu_ps(lo, _mm512_castps512_ps256(v));
-  _mm256_storeu_pd(reinterpret_cast<double*>(hi), _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-ESSAIM_AVX512 __m512 both_halves(const float* p) {
-  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
-}
-ESSAIM_AVX512 __m512 halves_of(float lo, float hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
-}
-
-// delta_rule_columns for kCols (even) columns, in pairs.
-template <int kCols>
-ESSAIM_AVX512 void delta_rule_column_pairs(float* s, const float* k, const float* q, float decay, const float* v,
-                                           float beta, float scale, int64_t n, float* out) {
-  static_assert(kCols % 2 == 0);
-  constexpr int kPairs = kCols / 2;
-  const int64_t n8 = n - n % 8;
-  __m512 acc[kPairs];
-#pragma GCC unroll 8
-  for (int p = 0; p < kPairs; ++p) acc[p] = _mm512_setzero_ps();
-  const __m512 vd = _mm512_set1_ps(decay);
-  for (int64_t i = 0; i < n8; i += 8) {
-    const __m512 kv = both_halves(k + i);
-#pragma GCC unroll 8
-    for (int p = 0; p < kPairs; ++p) {
-      float* lo = s + (2 * p) * n + i;
-      float* hi = lo + n;
-      __m512 sv = _mm512_mul_ps(pair_load(lo, hi), vd);
-      pair_store(lo, hi, sv);
-      acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(sv, kv));
-    }
-  }
-  float delta[kCols];
-#pragma GCC unroll 8
-  for (int p = 0; p < kPairs; ++p) {
-    float lanes[16];  // column 2p in 0..7, 2p+1 in 8..15
-    _mm512_storeu_ps(lanes, acc[p]);
-    for (int half = 0; half < 2; ++half) {
-      const int r = 2 * p + half;
-      float* lane = lanes + 8 * half;
-      float* sr = s + r * n;
-      for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
-        sr[i] = sr[i] * decay;
-        lane[l] = lane[l] + sr[i] * k[i];
-      }
-      delta[r] = (v[r] - reduce8(lane)) * beta;
-    }
-    acc[p] = _mm512_setzero_ps();
-  }
-  for (int64_t i = 0; i < n8; i += 8) {
-    const __m512 kv = both_halves(k + i), qv = both_halves(q + i);
-#pragma GCC unroll 8
-    for (int p = 0; p < kPairs; ++p) {
-      float* lo = s + (2 * p) * n + i;
-      float* hi = lo + n;
-      const __m512 sv = _mm512_add_ps(pair_load(lo, hi), _mm512_mul_ps(kv, halves_of(delta[2 * p], delta[2 * p + 1])));
-      pair_store(lo, hi, sv);
-      acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(sv, qv));
-    }
-  }
-#pragma GCC unroll 8
-  for (int p = 0; p < kPairs; ++p) {
-    float lanes[16];
-    _mm512_storeu_ps(lanes, acc[p]);
-    for (int half = 0; half < 2; ++half) {
-      const int r = 2 * p + half;
-      float* lane = lanes + 8 * half;
-      float* sr = s + r * n;
-      for (int64_t i = n8, l = 0; i < n; ++i, ++l) {
-        sr[i] = sr[i] + k[i] * delta[r];
-        lane[l] = lane[l] + sr[i] * q[i];
-      }
-      out[r] = reduce8(lane) * scale;
-    }
-  }
-}
-
-__attribute__((target("avx512f"))) void delta_rule_run_avx512(const DeltaRuleRun& r) {
-  for (int64_t t = r.t0; t < r.t1; ++t) {
-    const float* q = r.u + t * r.C + r.j * r.Dk;
-    const float* k = r.u + t * r.C + r.KD + r.j * r.Dk;
-    const float* v = r.u + t * r.C + 2 * r.KD + r.h * r.Dv;
-    const float dec = r.decay[t * r.Hv + r.h], bt = r.beta[t * r.Hv + r.h];
-    float* ot = r.o + (t * r.Hv + r.h) * r.Dv;
-    int64_t c = r.c0;
-    for (; c + 8 <= r.c1; c += 8)
-      delta_rule_column_pairs<8>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
-    for (; c + 2 <= r.c1; c += 2)
-      delta_rule_column_pairs<2>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
-    for (; c < r.c1; ++c)
-      delta_rule_columns<2, 1>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
-  }
-}
-#undef ESSAIM_AVX512
-#pragma GCC diagnostic pop
 #else
 void delta_rule_run_avx2(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
-void delta_rule_run_avx512(const DeltaRuleRun& r) { delta_rule_run<0>(r); }
 #endif
 
-// The delta rule's form for the kernels' ISA (kernels_isa(): ESSAIM_ISA or the best the CPU has); all
-// three give the same bits (GatedDeltaNet.EveryIsaGivesTheSameBits).
+// The delta rule's form for the kernels' ISA (kernels_isa(): ESSAIM_ISA or the best the CPU has): the AVX2
+// clone from AVX2 on, else the baseline; both give the same bits (GatedDeltaNet.EveryIsaGivesTheSameBits).
+// (An AVX-512 form with two state columns per zmm gave the same bits and no measurable speed: the step is
+// not bound by its vector arithmetic; docs/engine.md, "Recurrent states advanced in place".)
 using DeltaRuleRunFn = void (*)(const DeltaRuleRun&);
 DeltaRuleRunFn delta_rule_for_isa() {
   const Isa isa = kernels_isa();
-  if (isa == Isa::AVX512) return delta_rule_run_avx512;
-  if (isa == Isa::AVX2) return delta_rule_run_avx2;
-  return delta_rule_run_baseline;
+  return isa == Isa::AVX2 || isa == Isa::AVX512 ? delta_rule_run_avx2 : delta_rule_run_baseline;
 }
 
 // Everything after the input projections, for each sequence and each key head j as one work item: the conv,

@@ -249,8 +249,9 @@ TEST_P(GatedDeltaNet, ChunkingsThreadsAndInPlaceStateAreBitIdentical) {
   }
 }
 
-// The delta rule has a form per ISA (baseline x86-64, AVX2, AVX-512 with two state columns per zmm): each
-// gives the same bits, for whole runs and token by token, with column counts that leave pairs and singles.
+// The delta rule runs the form of the kernels' ISA (the baseline x86-64 code, or its AVX2 clone): every
+// ISA gives the same bits, for whole runs and token by token, with column counts that leave a tail of
+// single columns after the groups of eight.
 TEST_P(GatedDeltaNet, EveryIsaGivesTheSameBits) {
   const GdnCase& c = GetParam();
   const GdnProblem p(c.shape, 13);
@@ -275,7 +276,7 @@ TEST_P(GatedDeltaNet, EveryIsaGivesTheSameBits) {
   if (compared == 0) GTEST_SKIP() << "this CPU has no ISA beyond the baseline";
 }
 
-// Dk = 12 exercises the dot products' scalar tail; Dk = 11 leaves a pair and a single column after the 8s; Kc = 1 has no conv window at all; Hv = 2·Hk makes the
+// Dk = 12 exercises the dot products' scalar tail; Dk = 11 leaves three single columns after the 8s; Kc = 1 has no conv window at all; Hv = 2·Hk makes the
 // tiled mapping (h mod Hk) differ from the grouped one (h / 2).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedDeltaNet,
