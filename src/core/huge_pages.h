@@ -45,7 +45,7 @@ struct HugePageReport {
   std::string describe(const std::string& path) const;
 };
 
-// Touches one byte per 2 MiB of a file mapping and, when less than half of it is then mapped in 2 MiB pages,
+// Touches one byte per 2 MiB of a file mapping and, when less than 90 % of it is then mapped in 2 MiB pages,
 // drops the file's cached pages (MappedFile::drop_cached_pages) and touches every page again, so the file
 // is read anew in large folios: once per page-cache lifetime of the file, at the cost of one read of it.
 // Changes no byte; does nothing to bytes read into memory or borrowed. A speed step only: it never fails
