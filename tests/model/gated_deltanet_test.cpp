@@ -200,11 +200,16 @@ void PrintTo(const GdnCase& c, std::ostream* os) { *os << c.name; }
 
 class GatedDeltaNet : public ::testing::TestWithParam<GdnCase> {};
 
+// The layer's input a, [T][E], seeded.
+std::vector<float> layer_input(const GdnCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return gaussian(size_t(c.T * c.shape.n_embd), rng, 1.0f);
+}
+
 TEST_P(GatedDeltaNet, MatchesDoublePrecisionFormulasAtEveryStep) {
   const GdnCase& c = GetParam();
   const GdnProblem p(c.shape, 7);
-  std::mt19937 rng(11);
-  const std::vector<float> a = gaussian(size_t(c.T * c.shape.n_embd), rng, 1.0f);
+  const std::vector<float> a = layer_input(c, 11);
   ThreadPool pool(2);
   const GdnRun got = run_engine(p, a, c.T, c.T, &pool, false);
 
@@ -233,8 +238,7 @@ TEST_P(GatedDeltaNet, MatchesDoublePrecisionFormulasAtEveryStep) {
 TEST_P(GatedDeltaNet, ChunkingsThreadsAndInPlaceStateAreBitIdentical) {
   const GdnCase& c = GetParam();
   const GdnProblem p(c.shape, 3);
-  std::mt19937 rng(5);
-  const std::vector<float> a = gaussian(size_t(c.T * c.shape.n_embd), rng, 1.0f);
+  const std::vector<float> a = layer_input(c, 5);
   ThreadPool pool(2);
   const GdnRun whole = run_engine(p, a, c.T, c.T, nullptr, false);
   for (int64_t chunk : {int64_t(1), int64_t(2), int64_t(3), int64_t(16), c.T}) {
@@ -255,8 +259,7 @@ TEST_P(GatedDeltaNet, ChunkingsThreadsAndInPlaceStateAreBitIdentical) {
 TEST_P(GatedDeltaNet, EveryIsaGivesTheSameBits) {
   const GdnCase& c = GetParam();
   const GdnProblem p(c.shape, 13);
-  std::mt19937 rng(17);
-  const std::vector<float> a = gaussian(size_t(c.T * c.shape.n_embd), rng, 1.0f);
+  const std::vector<float> a = layer_input(c, 17);
   ThreadPool pool(2);
   const Isa saved = kernels_isa();
   ASSERT_TRUE(set_kernel_isa(Isa::SCALAR).is_ok());
