@@ -236,6 +236,25 @@ void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float*
   gated_deltanet_forward_batch(s, w, a, T, std::span(&one, 1), y, pool);
 }
 
+void gated_deltanet_recurrence(const GdnShape& s, const GdnWeights& w, int64_t N, std::span<const GdnSequence> seqs,
+                               const float* mix, const float* z, float* beta, float* decay, float* o,
+                               ThreadPool* pool) {
+  ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
+               s.n_v_heads % s.n_k_heads == 0);
+  for (const GdnSequence& q : seqs) ESSAIM_CHECK(q.n_rows >= 1 && q.row0 >= 0 && q.row0 + q.n_rows <= N);
+  const int64_t Hv = s.n_v_heads;
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t h = 0; h < Hv; ++h) {
+      float& b = beta[size_t(t * Hv + h)];
+      b = sigmoid(b);
+      float& d = decay[size_t(t * Hv + h)];
+      const float g = softplus(d + w.dt_bias[h]) * w.a[h];  // log of the decay, ≤ 0
+      d = std::exp(g);
+    }
+  std::vector<float> u(size_t(N * s.conv_channels()));  // [N][C] after conv, SiLU and the q/k L2 norms
+  recurrent_heads(s, w, mix, z, decay, beta, seqs, u.data(), o, pool);
+}
+
 void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const float* a, int64_t N,
                                   std::span<const GdnSequence> seqs, float* y, ThreadPool* pool) {
   ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
@@ -251,18 +270,8 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
   const MatmulOut in_outs[] = {{&w.qkv, mix.data()}, {&w.gate, z.data()}, {&w.beta, beta.data()},
                                 {&w.alpha, decay.data()}};
   matmul_set(in_outs, a, N, pool);  // one task set for the four projections of a
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t h = 0; h < Hv; ++h) {
-      float& b = beta[size_t(t * Hv + h)];
-      b = sigmoid(b);
-      float& d = decay[size_t(t * Hv + h)];
-      const float g = softplus(d + w.dt_bias[h]) * w.a[h];  // log of the decay, ≤ 0
-      d = std::exp(g);
-    }
-
-  std::vector<float> u(size_t(N * C));   // [N][C] after conv, SiLU and the q/k L2 norms
   std::vector<float> o(size_t(N * VD));  // [N][Hv][Dv] delta-rule read-out, then gated-normed
-  recurrent_heads(s, w, mix.data(), z.data(), decay.data(), beta.data(), seqs, u.data(), o.data(), pool);
+  gated_deltanet_recurrence(s, w, N, seqs, mix.data(), z.data(), beta.data(), decay.data(), o.data(), pool);
   matmul(w.out, o.data(), N, y, pool);  // [N][E]
 }
 

@@ -86,4 +86,13 @@ struct GdnSequence {
 void gated_deltanet_forward_batch(const GdnShape& shape, const GdnWeights& w, const float* a, int64_t N,
                                   std::span<const GdnSequence> sequences, float* y, ThreadPool* pool);
 
+// The layer between its input and output projections, for a batched step: from the raw projections of
+// all N rows — mix [N][C] (q | k | v before the conv), z [N][Hv][Dv], beta and decay [N][Hv] before their
+// gates (turned into β and the decay in place) — the gated-normed read-out o [N][Hv][Dv], advancing each
+// sequence's conv window and state. gated_deltanet_forward_batch is the projections, this, and ssm_out;
+// bench/recurrent_bench times this alone.
+void gated_deltanet_recurrence(const GdnShape& shape, const GdnWeights& w, int64_t N,
+                               std::span<const GdnSequence> sequences, const float* mix, const float* z, float* beta,
+                               float* decay, float* o, ThreadPool* pool);
+
 }  // namespace essaim
