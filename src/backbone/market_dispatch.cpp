@@ -168,6 +168,8 @@ Status MarketExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
   return local_.compute(b, out);
 }
 
+bool MarketExpertExecutor::may_fail() const { return model_.expert_store().shape_only(); }
+
 DispatchStats MarketExpertExecutor::stats() const {
   std::lock_guard lock(state_mu_);
   DispatchStats s = retired_;

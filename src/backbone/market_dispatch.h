@@ -71,6 +71,8 @@ class MarketExpertExecutor final : public ExpertExecutor {
   ~MarketExpertExecutor() override;  // stops refreshing, reports the last counts
 
   Status compute(const ExpertBatch& batch, std::span<float> out) override;
+  // As RemoteExpertExecutor's (every map's executor and the local one share the model's store).
+  bool may_fail() const override;
 
   // Every executor's counters summed: layer totals, and per worker address (first-seen order).
   DispatchStats stats() const;

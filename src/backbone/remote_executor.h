@@ -106,6 +106,9 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   ~RemoteExpertExecutor() override;
 
   Status compute(const ExpertBatch& batch, std::span<float> out) override;
+  // With a copy of the experts here every lost, late or wrong answer is computed locally, so a batch the
+  // model sends cannot fail; without one (a backbone file) it fails when no replica answers.
+  bool may_fail() const override { return !local_copy_; }
 
   // Waits until every worker's first connect attempt has finished; returns how many are up.
   size_t wait_connected(net::Deadline deadline);

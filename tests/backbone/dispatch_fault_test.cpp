@@ -166,6 +166,7 @@ TEST_P(DispatchFault, TheResultIsTheMonolithicOneWithinTheDeadline) {
   auto ex = RemoteExpertExecutor::create(m.model->expert_store(), m.identity, {bad.endpoint(), good.endpoint("good")},
                                          &pool, o);
   ASSERT_EQ(ex->wait_connected(net::deadline_in(30s)), 2u);
+  EXPECT_FALSE(ex->may_fail()) << "a local copy answers whatever the workers do";
 
   expect_same_bits(eval_logits(m, tokens, *ex), mono_logits(m, tokens), name(fc.how));
   EXPECT_EQ(greedy(m, prompt, 6, *ex), want_tokens) << name(fc.how);
@@ -335,6 +336,7 @@ TEST_P(LeanFault, WithNoReplicaLeftTheCallFailsNamingLayerAndExperts) {
   o.link.connect_timeout = 10s;
   auto ex = RemoteExpertExecutor::create(lean->expert_store(), m.identity, {bad.endpoint()}, &pool, o);
   ASSERT_EQ(ex->wait_connected(net::deadline_in(30s)), 1u);
+  EXPECT_TRUE(ex->may_fail()) << "without a local copy a call fails when no replica answers";
   const std::vector<int32_t> tokens = m.tokens(4, 5);
   const auto t0 = std::chrono::steady_clock::now();
   Result<std::vector<float>> got = forward_all(*lean, tokens, *ex);
