@@ -57,12 +57,14 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# One round of one engine on one file -> one JSON line {engine, pp, tg[, read_gb_per_s, fraction]}.
+# One round of one engine on one file -> one JSON line {engine, pp, tg[, read_gb_per_s, mapped_in_2mib_pages,
+# fraction]}; the summary keeps essaim's least share of the model mapped in 2 MiB pages over the rounds
+# (a mapped decode is slow below ~90 %: docs/engine.md, "The mapped file in 2 MiB pages").
 run_essaim() {
   "$ESSAIM" bench -m "$1" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" ${ESSAIM_ARGS:-} --json |
     jq -c --arg p "pp$P" --arg n "tg$N" '{engine: "essaim", isa: .isa,
       pp: (.tests[] | select(.test == $p) | .avg_ts), tg: (.tests[] | select(.test == $n) | .avg_ts),
-      read_gb_per_s: .read_gb_per_s_best,
+      read_gb_per_s: .read_gb_per_s_best, mapped_in_2mib_pages: .mapped_in_2mib_pages,
       fraction_of_read_bandwidth: (.tests[] | select(.test == $n) | .fraction_of_read_bandwidth)}'
 }
 run_llama() {  # engine name, binary, file, extra flags
@@ -93,6 +95,8 @@ for file in "${MODELS[@]}"; do
     | {file: $file, rounds: ($rows | map(select(.engine == "essaim")) | length),
        essaim: {pp: med("essaim"; "pp"), tg: med("essaim"; "tg"), isa: ($rows[0].isa),
                 read_gb_per_s: med("essaim"; "read_gb_per_s"),
+                mapped_in_2mib_pages_least: ([$rows[] | select(.engine == "essaim") | .mapped_in_2mib_pages
+                                              | select(. != null)] | min),
                 fraction_of_read_bandwidth: med("essaim"; "fraction_of_read_bandwidth")},
        llama_cpp: (if $llama then {pp: med("llama.cpp"; "pp"), tg: med("llama.cpp"; "tg")} else "absent" end),
        ik_llama_cpp_rtr: (if $ik then {pp: med("ik_llama.cpp"; "pp"), tg: med("ik_llama.cpp"; "tg")} else "absent" end)}
