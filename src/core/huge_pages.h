@@ -6,8 +6,9 @@
 // a page walk for most of them; in 2 MiB pages, one per 2 MiB. Whether a file mapping gets 2 MiB pages
 // depends on how the page cache holds the file, not on the mapping: pages read in by faults on the mapping
 // (readahead in large folios) are 2 MiB where aligned, while pages left by write(2) (a file just written or
-// downloaded) or by read(2) are 4 KiB, and a mapping of them stays in 4 KiB pages for as long as they are
-// cached (docs/engine.md, "The mapped file in 2 MiB pages").
+// downloaded) are 4 KiB, and a mapping of them stays in 4 KiB pages for as long as they are cached; pages
+// evicted under memory pressure and read back may come back either way (docs/engine.md, "The mapped file in
+// 2 MiB pages").
 #pragma once
 
 #include <cstddef>

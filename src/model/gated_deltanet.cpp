@@ -228,20 +228,15 @@ void recurrent_heads(const GdnShape& s, const GdnWeights& w, const float* mix, c
   });
 }
 
-}  // namespace
-
-void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float* a, int64_t T,
-                            const GdnStateIo& io, float* y, ThreadPool* pool) {
-  const GdnSequence one{.row0 = 0, .n_rows = T, .io = io};
-  gated_deltanet_forward_batch(s, w, a, T, std::span(&one, 1), y, pool);
-}
-
-void gated_deltanet_recurrence(const GdnShape& s, const GdnWeights& w, int64_t N, std::span<const GdnSequence> seqs,
-                               const float* mix, const float* z, float* beta, float* decay, float* o,
-                               ThreadPool* pool) {
+void check_step(const GdnShape& s, int64_t N, std::span<const GdnSequence> seqs) {
   ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
                s.n_v_heads % s.n_k_heads == 0);
   for (const GdnSequence& q : seqs) ESSAIM_CHECK(q.n_rows >= 1 && q.row0 >= 0 && q.row0 + q.n_rows <= N);
+}
+
+// gated_deltanet_recurrence after check_step.
+void recurrence(const GdnShape& s, const GdnWeights& w, int64_t N, std::span<const GdnSequence> seqs,
+                const float* mix, const float* z, float* beta, float* decay, float* o, ThreadPool* pool) {
   const int64_t Hv = s.n_v_heads;
   for (int64_t t = 0; t < N; ++t)
     for (int64_t h = 0; h < Hv; ++h) {
@@ -255,12 +250,25 @@ void gated_deltanet_recurrence(const GdnShape& s, const GdnWeights& w, int64_t N
   recurrent_heads(s, w, mix, z, decay, beta, seqs, u.data(), o, pool);
 }
 
+}  // namespace
+
+void gated_deltanet_forward(const GdnShape& s, const GdnWeights& w, const float* a, int64_t T,
+                            const GdnStateIo& io, float* y, ThreadPool* pool) {
+  const GdnSequence one{.row0 = 0, .n_rows = T, .io = io};
+  gated_deltanet_forward_batch(s, w, a, T, std::span(&one, 1), y, pool);
+}
+
+void gated_deltanet_recurrence(const GdnShape& s, const GdnWeights& w, int64_t N, std::span<const GdnSequence> seqs,
+                               const float* mix, const float* z, float* beta, float* decay, float* o,
+                               ThreadPool* pool) {
+  check_step(s, N, seqs);
+  recurrence(s, w, N, seqs, mix, z, beta, decay, o, pool);
+}
+
 void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const float* a, int64_t N,
                                   std::span<const GdnSequence> seqs, float* y, ThreadPool* pool) {
-  ESSAIM_CHECK(N >= 1 && s.conv_kernel >= 1 && s.head_dim >= 1 && s.n_k_heads >= 1 &&
-               s.n_v_heads % s.n_k_heads == 0);
+  check_step(s, N, seqs);
   const int64_t C = s.conv_channels(), VD = s.value_dim(), Hv = s.n_v_heads;
-  for (const GdnSequence& q : seqs) ESSAIM_CHECK(q.n_rows >= 1 && q.row0 >= 0 && q.row0 + q.n_rows <= N);
 
   // Input projections, batched over all rows of all sequences.
   std::vector<float> mix(size_t(N * C));     // [N][C]  q | k | v before the conv
@@ -271,7 +279,7 @@ void gated_deltanet_forward_batch(const GdnShape& s, const GdnWeights& w, const 
                                 {&w.alpha, decay.data()}};
   matmul_set(in_outs, a, N, pool);  // one task set for the four projections of a
   std::vector<float> o(size_t(N * VD));  // [N][Hv][Dv] delta-rule read-out, then gated-normed
-  gated_deltanet_recurrence(s, w, N, seqs, mix.data(), z.data(), beta.data(), decay.data(), o.data(), pool);
+  recurrence(s, w, N, seqs, mix.data(), z.data(), beta.data(), decay.data(), o.data(), pool);
   matmul(w.out, o.data(), N, y, pool);  // [N][E]
 }
 

@@ -17,7 +17,8 @@
 // cache. When the expert executor may fail, a forward pass writes the advanced states aside and swaps them
 // in only when every layer succeeded; when it cannot (local experts), the states advance in place, which
 // reads and writes each 4 MiB state once per step instead of reading it, filling a second buffer and
-// writing that back (the recurrent step 400-420 -> 290-305 us per 122B-shaped layer on two threads).
+// writing that back (the recurrent step 400-440 -> 290-340 us per 122B-shaped layer on two threads,
+// bench/recurrent_bench).
 #include <cstring>
 #include <vector>
 
