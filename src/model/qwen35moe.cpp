@@ -15,10 +15,10 @@
 // only as a separate speculative-draft graph). Norm weights are used as stored: the converter already wrote
 // Qwen3.5's 1 + w (5.9). Recurrent layers keep their conv window and delta-rule state in the sequence's
 // cache. When the expert executor may fail, a forward pass writes the advanced states aside and swaps them
-// in only when every layer succeeded; when it cannot (local experts), the states advance in place, which
-// reads and writes each 4 MiB state once per step instead of reading it, filling a second buffer and
-// writing that back (the recurrent step 400-440 -> 290-340 us per 122B-shaped layer on two threads,
-// bench/recurrent_bench).
+// in only when every layer succeeded; when it cannot (experts held here, whether or not workers also serve
+// them), the states advance in place, which reads and writes each 4 MiB state once per step instead of
+// reading it, filling a second buffer and writing that back (the recurrent step 400-440 -> 290-340 us per
+// 122B-shaped layer on two threads, bench/recurrent_bench).
 #include <cstring>
 #include <vector>
 
