@@ -55,13 +55,13 @@ void dot_q4k_w4_avx2(int64_t n, const void* w, size_t w_stride, const void* x, f
 void dot_q5k_w4_avx2(int64_t n, const void* w, size_t w_stride, const void* x, float* y);
 
 // Activation layouts (PrepareFn) of the SIMD K-quant kernels, on Q8_K rows:
-//   pairs16: every 16 qs bytes reordered 0,8,1,9,...,7,15, bsums recomputed from qs (AVX2 Q6_K);
+//   q6k_avx2: qs as they are, bsums recomputed from qs (AVX2 Q6_K);
 //   q45k_avx512: per super-block the 8x8 matrix of 4-byte groups transposed: group i (elements 4i..4i+3)
 //   of sub-block s at byte 32i + 4s, so each 64 bytes hold two groups of all eight sub-blocks (AVX-512
 //   Q4_K/Q5_K, dot_q45k_avx512.cpp; docs/kernels.md).
 //   q8_0_group8 (Q8_0 rows, AVX2 and AVX-512 Q8_0): every 8 blocks as [8 x f16 d][8 x 32 qs], so the eight
 //   scales are one load; blocks after the last full group of eight stay as they are.
-void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n);
+void prepare_q8k_q6k_avx2(const void* x, void* out, int64_t n);
 void prepare_q8k_q45k_avx512(const void* x, void* out, int64_t n);
 //   q6k_avx512: per super-block qs as four 64-byte vectors, dword p of vector i holding elements 4i..4i+3
 //   of sub-block 4(p % 4) + p / 4 (a 4x4 dword transpose in every 128-bit lane); bsums[p] = -(sum of the

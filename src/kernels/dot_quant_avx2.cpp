@@ -43,10 +43,10 @@ const BlockQ8K* q8k_row(const void* x, size_t stride, int j) {
 
 }  // namespace
 
-// Q6_K: the activation side of the pair shuffle, done once per activation row instead of once per weight
-// row, and bsums recomputed from qs: dot_q6k's −32 offset is Σ_s sc[s]·bsums[s], so recomputing makes
-// its result the reference's (which reads only qs) for any Q8_K bytes, not only quantiser output.
-void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
+// Q6_K: the quantised values as they are, and bsums recomputed from qs: dot_q6k's −32 offset is
+// Σ_s sc[s]·bsums[s], so recomputing makes its result the reference's (which reads only qs) for any Q8_K
+// bytes, not only quantiser output.
+void prepare_q8k_q6k_avx2(const void* x, void* out, int64_t n) {
   const auto* in = static_cast<const BlockQ8K*>(x);
   auto* o = static_cast<BlockQ8K*>(out);
   for (int64_t k = 0; k < n / kQK_K; ++k) {
@@ -56,8 +56,6 @@ void prepare_q8k_pairs16_avx2(const void* x, void* out, int64_t n) {
       for (int i = 0; i < 16; ++i) sum += in[k].qs[16 * g + i];
       o[k].bsums[g] = int16_t(sum);  // |sum| <= 16·128
     }
-    for (int i = 0; i < kQK_K; i += 32)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[k].qs + i), pairs16(load256(in[k].qs + i)));
   }
 }
 
@@ -119,6 +117,11 @@ struct Q45kDecoder {
     // Word 2s and 2s+1 of mins are m[s] (against bsums 2s and 2s+1).
     mins = _mm256_shuffle_epi8(sm, _mm256_setr_epi8(8, z, 8, z, 9, z, 9, z, 10, z, 10, z, 11, z, 11, z,  //
                                                     12, z, 12, z, 13, z, 13, z, 14, z, 14, z, 15, z, 15, z));
+    if constexpr (kQ5) hb = load256(a->qh);
+  }
+  // The scale pairs decoded elsewhere (dot_q45k_w4 decodes two rows' at once); no mins.
+  template <typename Block>
+  Q45kDecoder(const Block* a, __m256i sc_pairs) : sc16(sc_pairs), mins(_mm256_setzero_si256()) {
     if constexpr (kQ5) hb = load256(a->qh);
   }
   // Pair p (call in increasing p: Q5_K's high bits are brought down by a running shift).
@@ -243,18 +246,42 @@ __attribute__((always_inline)) inline void hint_four_rows(const uint8_t* w, int6
   }
 }
 
+// dot_q45k_w4's M for a block whose bsums pair sums do not fit a word: each row's as the one-row form forms
+// it (madd of the bsums by the mins doubled), its lanes added, rows q and q + 2 in the lanes of M2[q].
+template <typename Block>
+__attribute__((noinline)) void q45k_w4_foreign_M(const Block* const a[4], __m256i bsums, __m256i M2[2]) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
+  auto folded = [&](const Block* row) {
+    const __m256i m = _mm256_madd_epi16(bsums, Q45kDecoder<kQ5>(row).mins);
+    return _mm_add_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  };
+  for (int q = 0; q < 2; ++q) M2[q] = _mm256_setr_m128i(folded(a[q]), folded(a[q + 2]));
+}
+
 // Four weight rows against one activation row (decode): each row's super-block gives the integer A and M
 // of dot_q45k<Block, 1>, the four rows share one horizontal-add tree, and the f32 steps run in the four
 // lanes of one vector — lane r row r's chain acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc),
 // super-block by super-block — so each result has the one-row kernel's bits.
+// The scales and mins of rows r and r + 2 are decoded in one register (a lane each), and M is formed for
+// the two rows by one madd: m[s] against the sub-block sums B[s] = bsums[2s] + bsums[2s+1] of the
+// activation as words, formed once per super-block for the four rows. |B| <= 32·128 for every row a
+// quantiser writes; a block whose B does not fit a word (foreign bsums, which the reference reads as given)
+// takes each row's M as the one-row form does, madd of the bsums by the mins doubled. Only the integer
+// grouping differs from the one-row form, so the results do not.
 template <typename Block>
 void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x, float* y) {
   constexpr bool kQ5 = std::is_same_v<Block, BlockQ5K>;
   static_assert(offsetof(Block, d) == 0 && offsetof(Block, dmin) == 2);
   const int64_t ahead = g_weight_prefetch_bytes.load(std::memory_order_relaxed);
-  // One row's integer A and M of super-block k, as dot_q45k<Block, 1> forms them.
-  auto row_sums = [&](const Block* a, const BlockQ8K& b, __m256i* A, __m256i* M) {
-    Q45kDecoder<kQ5> dec(a);
+  constexpr char z = char(0x80);  // a zero byte
+  // Per lane: i32 element p the (sc[2p], sc[2p+1]) words one madd needs; the mins as words m[0..7].
+  const __m256i sc_pattern = _mm256_setr_epi8(0, z, 1, z, 2, z, 3, z, 4, z, 5, z, 6, z, 7, z,  //
+                                              0, z, 1, z, 2, z, 3, z, 4, z, 5, z, 6, z, 7, z);
+  const __m256i min_pattern = _mm256_setr_epi8(8, z, 9, z, 10, z, 11, z, 12, z, 13, z, 14, z, 15, z,  //
+                                               8, z, 9, z, 10, z, 11, z, 12, z, 13, z, 14, z, 15, z);
+  // One row's integer A of super-block k (the four pairs' sums, 8 partials).
+  auto row_A = [&](const Block* a, const BlockQ8K& b, __m256i sc_pairs) {
+    Q45kDecoder<kQ5> dec(a, sc_pairs);
     __m256i sum = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) {
@@ -262,8 +289,7 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
       dec.pair(a, p, &w_lo, &w_hi, &scale);
       sum = _mm256_add_epi32(sum, q45k_pair_sum(w_lo, w_hi, scale, b.qs + 64 * p));
     }
-    *A = sum;
-    *M = _mm256_madd_epi16(load256(b.bsums), dec.mins);
+    return sum;
   };
   __m128 acc = _mm_setzero_ps();  // lane r: weight row r
   __m256 pend_f = _mm256_setzero_ps(), pend_dy = _mm256_setzero_ps();  // the previous super-block's A, M and factors
@@ -277,21 +303,38 @@ void dot_q45k_w4(int64_t n, const uint8_t* w, size_t w_stride, const BlockQ8K* x
     const Block* a[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) a[r] = reinterpret_cast<const Block*>(w + size_t(r) * w_stride) + k;
-    // tree4's first level per pair of rows as soon as the pair is done (fewer live registers).
-    __m256i hA[2], hM[2];
+    // The sub-block sums B of the activation, and as words in both lanes: [B0 .. B7 | B0 .. B7].
+    const __m256i bsums = load256(b.bsums);
+    const __m256i B = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));  // [B0..B3 | B4..B7]
+    const __m256i B_words = _mm256_permute4x64_epi64(_mm256_packs_epi32(B, B), 0x88);
+    // Every B in [-2^15, 2^15): B + 2^15 has no bit above the low 16.
+    const bool B_fit = _mm256_testz_si256(_mm256_add_epi32(B, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(int32_t(0xFFFF0000u)));
+    __m256i sm[2];  // the scales and mins of rows q | q + 2
+#pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) sm[q] = q4k_scales_mins2(a[q]->scales, a[q + 2]->scales);
+    __m256i M2[2];  // lane 0 row q's M partials, lane 1 row q + 2's
+    if (B_fit) [[likely]] {
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) M2[q] = _mm256_madd_epi16(_mm256_shuffle_epi8(sm[q], min_pattern), B_words);
+    } else {
+      q45k_w4_foreign_M<Block>(a, bsums, M2);
+    }
+    __m256i A[4];
 #pragma GCC unroll 2
     for (int q = 0; q < 2; ++q) {
-      __m256i A0, M0, A1, M1;
-      row_sums(a[2 * q], b, &A0, &M0);
-      row_sums(a[2 * q + 1], b, &A1, &M1);
-      hA[q] = _mm256_hadd_epi32(A0, A1);
-      hM[q] = _mm256_hadd_epi32(M0, M1);
+      const __m256i sc = _mm256_shuffle_epi8(sm[q], sc_pattern);
+      A[q] = row_A(a[q], b, _mm256_permute4x64_epi64(sc, 0x44));
+      A[q + 2] = row_A(a[q + 2], b, _mm256_permute4x64_epi64(sc, 0xEE));
     }
     // The f32 steps of the previous super-block (kept in order: it comes before this one's), then this
-    // one's tree and factors for the next round, so the tree's latency overlaps the next block's work.
+    // one's trees and factors for the next round, so the trees' latency overlaps the next block's work.
     if (k > 0) steps();
-    // Elements 0..3: A of rows 0..3; 4..7: their M.
-    pend_f = _mm256_cvtepi32_ps(fold_tree8(_mm256_hadd_epi32(hA[0], hA[1]), _mm256_hadd_epi32(hM[0], hM[1])));
+    // [A_0 .. A_3]: the usual tree; [M_0 .. M_3]: hadd of (rows 0 | 2, rows 1 | 3) twice gives
+    // lane 0 [M_0, M_1, ·, ·] and lane 1 [M_2, M_3, ·, ·].
+    const __m128i a4 = fold_tree4(tree4(A[0], A[1], A[2], A[3]));
+    const __m256i hm = _mm256_hadd_epi32(M2[0], M2[1]);
+    const __m128i m4 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_hadd_epi32(hm, hm), 0x08));
+    pend_f = _mm256_cvtepi32_ps(_mm256_setr_m128i(a4, m4));
     // Each block starts with d, dmin (f16): the four dwords, words reordered to d0..d3, dmin0..dmin3.
     int32_t ddm[4];
 #pragma GCC unroll 4
@@ -350,7 +393,7 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
 
 // A = Σ_s sc[s]·Σ (q − 32)·x = Σ_s sc[s]·Σ q·x − 32·Σ_s sc[s]·bsums[s] (a Q6_K sub-block is one bsums
 // group of 16): maddubs takes the unsigned 6-bit q (0..63, pair sums ≤ 2·63·128, no saturation) against
-// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the pairs16
+// the signed activations directly, and the offset is one madd of bsums (recomputed from qs by the q6k_avx2
 // prepare, so this holds for any Q8_K bytes) by the scales per row. Per row and super-block: 8 maddubs +
 // 8 madd + 1 madd for the offset; per 128-element half the rows' sums enter the horizontal-add trees of
 // their groups of four (hadd is linear, so the halves' trees add up), then one f32 step for all rows.
@@ -402,7 +445,7 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
-        const int8_t* q8 = b.qs + 128 * h;  // pairs16 layout
+        const int8_t* q8 = b.qs + 128 * h;
         __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(g[0], load256(q8)), scale[0]),
                                        _mm256_madd_epi16(_mm256_maddubs_epi16(g[1], load256(q8 + 32)), scale[1]));
         const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(g[2], load256(q8 + 64)), scale[2]),

@@ -73,7 +73,7 @@ const KernelTraits kTable[] = {
     {.type = GgmlType::Q6_K, .block_size = kQK_K, .type_size = sizeof(BlockQ6K), .alignment = alignof(BlockQ6K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q6k, .quantize_ref = quantize_row_q6k,
      .vec_dot = ESSAIM_DOTS(vec_dot_q6k_q8k),
-     .prepare = ESSAIM_PREPARE(prepare_q8k_pairs16_avx2, prepare_q8k_q6k_avx512, nullptr)},
+     .prepare = ESSAIM_PREPARE(prepare_q8k_q6k_avx2, prepare_q8k_q6k_avx512, nullptr)},
     {.type = GgmlType::Q8_K, .block_size = kQK_K, .type_size = sizeof(BlockQ8K), .alignment = alignof(BlockQ8K),
      .vec_dot_type = GgmlType::Q8_K, .dequantize = dequantize_row_q8k, .quantize_ref = quantize_row_q8k,
      .from_float = quantize_row_q8k_for_isa},

@@ -8,14 +8,6 @@
 
 namespace essaim {
 
-// The pairs16 byte order of the AVX2 Q6_K layout: output byte 2i = input byte i, 2i+1 = input byte i+8, in
-// each 128-bit half. Any byte order shared by both operands gives the same integer sums.
-static inline __m256i pairs16(__m256i v) {
-  const __m256i k = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
-                                     0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  return _mm256_shuffle_epi8(v, k);
-}
-
 // Q4_K / Q5_K: the eight 6-bit scales (bytes 0..7) and the eight 6-bit mins (bytes 8..15) of a super-block
 // from its 12 packed bytes (docs/reference.md 2.5; what q4k_unpack_scales_u64 computes in scalar code):
 // with u0, u1, u2 the three little-endian dwords, scales 0..3 = u0 & 0x3F, mins 0..3 = u1 & 0x3F,
@@ -29,6 +21,17 @@ static inline __m128i q4k_scales_mins(const uint8_t* scales12) {
   const __m128i high = _mm_or_si128(_mm_and_si128(u22, _mm_set1_epi8(0x0F)),
                                     _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30)));
   return _mm_unpacklo_epi32(low, high);  // [sc 0..3, sc 4..7, m 0..3, m 4..7]
+}
+
+// q4k_scales_mins of two super-blocks at once: lane 0 [sc 0..7, m 0..7] of the block at a12, lane 1 of b12.
+static inline __m256i q4k_scales_mins2(const uint8_t* a12, const uint8_t* b12) {
+  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a12))),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b12)), 1);
+  const __m256i low = _mm256_and_si256(v, _mm256_set1_epi8(0x3F));
+  const __m256i u22 = _mm256_srlv_epi32(_mm256_shuffle_epi32(v, 0xAA), _mm256_setr_epi32(0, 4, 0, 0, 0, 4, 0, 0));
+  const __m256i high = _mm256_or_si256(_mm256_and_si256(u22, _mm256_set1_epi8(0x0F)),
+                                       _mm256_and_si256(_mm256_srli_epi32(v, 2), _mm256_set1_epi8(0x30)));
+  return _mm256_unpacklo_epi32(low, high);
 }
 
 // Q4_K / Q5_K: the low and high nibbles of 32 bytes of qs (sub-blocks 2p and 2p+1 of pair p), as bytes.
@@ -47,14 +50,14 @@ static inline void q45k_interleave(__m256i lo, __m256i hi, __m256i* w_lo, __m256
 }
 
 // Q6_K half h (elements 128h .. 128h + 127) as its unsigned 6-bit values (0..63, the reference's q + 32) in
-// the pairs16 order: g[c] holds elements 128h + 32c + i, the low nibble (c = 0, 1) or high nibble (c = 2, 3)
+// element order: g[c] holds elements 128h + 32c + i, the low nibble (c = 0, 1) or high nibble (c = 2, 3)
 // of ql[64h + 32(c % 2) + i] with bits 2c..2c+1 of qh[32h + i] above them (masking first keeps the 16-bit
 // shifts within each byte). Each 16-byte half of g[c] is one sub-block of 16: 8h + 2c, then 8h + 2c + 1.
 static inline void q6k_half_values(const uint8_t* ql, const uint8_t* qh, int h, __m256i g[4]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   auto load = [](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
-  const __m256i ql0 = pairs16(load(ql + 64 * h)), ql1 = pairs16(load(ql + 64 * h + 32));
-  const __m256i bits = pairs16(load(qh + 32 * h));
+  const __m256i ql0 = load(ql + 64 * h), ql1 = load(ql + 64 * h + 32);
+  const __m256i bits = load(qh + 32 * h);
   g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x03)), 4));
   g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x0C)), 2));
   g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));

@@ -17,7 +17,7 @@
 //     belongs to 2p and its high word to 2p+1 — one madd by (sc[2p], sc[2p+1]) scales both; M from the
 //     rows' bsums as given, as the reference reads them (four madd of pair sums where every |bsums| <= 16383,
 //     as in every row essaim quantises; eight madd of the bsums themselves otherwise).
-//   Q6_K (prepare_q8k_pairs16_avx2): the unsigned 6-bit values, each 16-byte half one sub-block of 16, so
+//   Q6_K (prepare_q8k_q6k_avx2): the unsigned 6-bit values, each 16-byte half one sub-block of 16, so
 //     the low lanes of a chunk's shuffles meet sub-block 2u and the high lanes 2u+1; the -32 offset is
 //     32·Σ sc·bsums with the bsums the prepare recomputed from qs (the reference reads only qs).
 #include "kernels/matmul_lanes_avx2.h"

@@ -30,7 +30,7 @@ inline constexpr int64_t kLanesPadFrom = 5;
 inline int64_t lanes_min_rows(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 8; }
 
 // xprep: n_rows Q8_K activation rows of w.cols values in w.type's AVX2 layout (prepare_q8k_q45k_avx2,
-// prepare_q8k_pairs16_avx2), x_stride bytes apart; lanes_matmul_type(w.type). Requires AVX2, FMA and F16C.
+// prepare_q8k_q6k_avx2), x_stride bytes apart; lanes_matmul_type(w.type). Requires AVX2, FMA and F16C.
 void lanes_matmul_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int64_t n_rows,
                        int64_t o_begin, int64_t o_end, float* const* y);
 

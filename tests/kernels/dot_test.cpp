@@ -119,8 +119,9 @@ TEST(Dot, PrefetchDistanceDoesNotChangeBits) {
 #if defined(__x86_64__)
 // The AVX2 four-weight-row Q4_K/Q5_K decode kernels (dot_q4k_w4_avx2, dot_q5k_w4_avx2) straight, against
 // the scalar reference row by row: random bits and quantised weights, one to twelve super-blocks, weights
-// at their extremes (every nibble 15, every scale and min 63), and prefetch distances from none to far past
-// the rows. Then matmul_rows on one activation row over weight-row ranges that are not multiples of four
+// at their extremes (every nibble 15, every scale and min 63), activations with foreign bsums (the
+// reference reads them as given; their pair sums overflow a 16-bit word), and prefetch distances from none
+// to far past the rows. Then matmul_rows on one activation row over weight-row ranges that are not multiples of four
 // (the four-row calls and the one-row rest) under AVX2 against the scalar ISA.
 TEST(Dot, Avx2FourWeightRowsEqualTheReference) {
   if (!isa_supported(Isa::AVX2)) GTEST_SKIP() << "no AVX2 on this CPU";
@@ -139,6 +140,11 @@ TEST(Dot, Avx2FourWeightRowsEqualTheReference) {
             std::memset(b[i].scales, 0xFF, sizeof(b[i].scales));
             std::memset(b[i].qs, 0xFF, sizeof(b[i].qs));
           }
+        }
+        if (blocks == 2 || blocks == 5) {  // activation row 1 with foreign bsums (pair sums past a 16-bit word)
+          auto* x1 = reinterpret_cast<BlockQ8K*>(s.xq.data() + s.x_row);
+          for (int64_t k = 0; k < blocks; ++k)
+            for (int g = 0; g < 16; ++g) x1[k].bsums[g] = int16_t(k % 2 == 0 ? (g % 3 == 0 ? -32768 : 32767) : 16384 - g);
         }
         std::vector<uint8_t> xp(s.xq.size());
         prepare_activations(*s.k, Isa::AVX2, s.xq.data(), c.n_rows, c.cols, xp.data());
