@@ -29,29 +29,35 @@ struct Q6kWeights {
   __m512i w[4], scales;
 };
 
-// Values 64m .. 64m + 63 (m = 0..3) of a Q6_K block in element order, as the unsigned 6-bit values (0..63).
-static inline __m512i q6k_values64(const BlockQ6K& a, int m) {
+// Values 128h .. 128h + 127 (h = 0, 1) of a Q6_K block in element order, as the unsigned 6-bit values (0..63):
+// e[0] elements 128h .. 128h + 63, e[1] the next 64.
+static inline void q6k_values128(const BlockQ6K& a, int h, __m512i e[2]) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-  const int h = m / 2;
   // ql byte l: element 128h + l in the low nibble, 128h + 64 + l in the high one; qh byte l % 32 holds
   // bits 4, 5 of elements 128h + 32c + l % 32 at bits 2c, 2c + 1. 32-bit rotations bring qh bits 2c, 2c+1
   // of each byte to bits 4, 5 of the same byte, for the lower (group c) and upper (group c+1) half of the
   // vector; the mask drops what other bits move in.
-  const __m512i ql = _mm512_loadu_si512(a.ql + 64 * h);
-  const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qh + 32 * h)));
-  if (m % 2 == 0) {
-    const __m512i rot01 = _mm512_inserti64x4(_mm512_set1_epi32(4), _mm256_set1_epi32(2), 1);
-    return _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi32(qh, rot01), bits45));
-  }
+  __m512i ql = _mm512_loadu_si512(a.ql + 64 * h);
+  __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qh + 32 * h)));
+  asm("" : "+v"(ql), "+v"(qh));  // each loaded once for both halves (GCC 12 would load them per use)
+  const __m512i rot01 = _mm512_inserti64x4(_mm512_set1_epi32(4), _mm256_set1_epi32(2), 1);
   const __m512i rot23 = _mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(30), 1);
-  return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+  e[0] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_rolv_epi32(qh, rot01), bits45));
+  e[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                          _mm512_and_si512(_mm512_rolv_epi32(qh, rot23), bits45));
+}
+
+// Values 64m .. 64m + 63 (m = 0..3) alone (the row lanes take one m of sixteen rows at a time).
+static inline __m512i q6k_values64(const BlockQ6K& a, int m) {
+  __m512i e[2];
+  q6k_values128(a, m / 2, e);
+  return e[m % 2];
 }
 
 static inline Q6kWeights q6k_weights(const BlockQ6K& a) {
   __m512i e[4];  // the 6-bit values in element order, 64 per vector
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) e[m] = q6k_values64(a, m);
+  q6k_values128(a, 0, e);
+  q6k_values128(a, 1, e + 2);
   Q6kWeights r;
   by_group(e, r.w);
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales));
