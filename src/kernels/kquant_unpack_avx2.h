@@ -52,20 +52,22 @@ static inline void q45k_interleave(__m256i lo, __m256i hi, __m256i* w_lo, __m256
 
 // Q6_K half h (elements 128h .. 128h + 127) as its unsigned 6-bit values (0..63, the reference's q + 32) in
 // element order: g[c] holds elements 128h + 32c + i, the low nibble (c = 0, 1) or high nibble (c = 2, 3)
-// of ql[64h + 32(c % 2) + i] with bits 2c..2c+1 of qh[32h + i] above them (masking first keeps the 16-bit
-// shifts within each byte). Each 16-byte half of g[c] is one sub-block of 16: 8h + 2c, then 8h + 2c + 1.
+// of ql[64h + 32(c % 2) + i] with bits 2c..2c+1 of qh[32h + i] above them. The qh bits are shifted to bits
+// 4..5 of their byte and then masked (a 16-bit shift moves other bits across the byte boundary only into
+// bits the mask drops), so two constants serve all four groups. Each 16-byte half of g[c] is one sub-block
+// of 16: 8h + 2c, then 8h + 2c + 1.
 static inline void q6k_half_values(const uint8_t* ql, const uint8_t* qh, int h, __m256i g[4]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
   auto load = [](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
   __m256i ql0 = load(ql + 64 * h), ql1 = load(ql + 64 * h + 32), bits = load(qh + 32 * h);
   // Each loaded once: without this GCC 12 folds every use into its own memory operand (eight loads instead
   // of three per half), and the one-row Q6_K kernel ran 5 % slower, bound by its loads.
   asm("" : "+x"(ql0), "+x"(ql1), "+x"(bits));
-  g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x03)), 4));
-  g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(0x0C)), 2));
-  g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
+  g[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(bits, 4), bits45));
+  g[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(bits, 2), bits45));
+  g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(bits, bits45));
   g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                         _mm256_srli_epi16(_mm256_and_si256(bits, _mm256_set1_epi8(char(0xC0))), 2));
+                         _mm256_and_si256(_mm256_srli_epi16(bits, 2), bits45));
 }
 
 }  // namespace essaim
