@@ -433,14 +433,15 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     for (int h = 0; h < 2; ++h) {  // elements 128h + 32c + i, c = 0..3
       __m256i g[4];  // the 6-bit values of the four groups of 32
       q6k_half_values(a.ql, a.qh, h, g);
-      // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1: their scale words, one byte shuffle
-      // each from the eight scales of this half (words, in both 128-bit halves).
+      // Group c's low half is sub-block 8h+2c, its high half 8h+2c+1: their scale words, from the eight
+      // scales of this half (words, in both 128-bit halves).
       const __m256i sc_h = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_unpackhi_epi64(sc8, sc8)));
-      __m256i scale[4];
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c)
-        scale[c] = _mm256_shuffle_epi8(sc_h, _mm256_setr_m128i(_mm_set1_epi16(int16_t(((4 * c + 1) << 8) | (4 * c))),
-                                                               _mm_set1_epi16(int16_t(((4 * c + 3) << 8) | (4 * c + 2)))));
+      // Dword c of the low lane sc[2c] in both words, of the high lane sc[2c+1] (one byte shuffle), then each
+      // group's vector an in-lane dword broadcast: one constant register instead of one per group.
+      const __m256i pairs = _mm256_shuffle_epi8(sc_h, _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
+                                                                       2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
+      const __m256i scale[4] = {_mm256_shuffle_epi32(pairs, 0x00), _mm256_shuffle_epi32(pairs, 0x55),
+                                _mm256_shuffle_epi32(pairs, 0xAA), _mm256_shuffle_epi32(pairs, 0xFF)};
       __m256i S[8];
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
