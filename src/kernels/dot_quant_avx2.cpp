@@ -442,7 +442,10 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
                                                                        2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
       const __m256i scale[4] = {_mm256_shuffle_epi32(pairs, 0x00), _mm256_shuffle_epi32(pairs, 0x55),
                                 _mm256_shuffle_epi32(pairs, 0xAA), _mm256_shuffle_epi32(pairs, 0xFF)};
-      __m256i S[8];
+      // Each row's sums enter the first level of its group's tree as soon as its pair of rows is done
+      // (hadd of rows 2i, 2i+1), so at most two rows' sums are live, not eight.
+      const __m256i z = _mm256_setzero_si256();
+      __m256i H[4], S_even = z;
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) {
         const BlockQ8K& b = q8k_row(x, x_stride, j)[k];
@@ -455,17 +458,23 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
           yd_rows[j] = b.d;
           s01 = _mm256_sub_epi32(s01, _mm256_slli_epi32(_mm256_madd_epi16(load256(b.bsums), sc_all), 5));
         }
-        S[j] = _mm256_add_epi32(s01, s23);
+        const __m256i S = _mm256_add_epi32(s01, s23);
+        if constexpr (NX == 1) {
+          A1 = _mm256_add_epi32(A1, S);
+        } else if (j % 2 == 0) {
+          S_even = S;
+          if (j + 1 == NX) H[j / 2] = _mm256_hadd_epi32(S, z);
+        } else {
+          H[j / 2] = _mm256_hadd_epi32(S_even, S);
+        }
       }
-      if constexpr (NX == 1) {
-        A1 = _mm256_add_epi32(A1, S[0]);
-      } else {
-        // hadd is linear: the trees of the two halves h add up to the tree of the whole super-block.
-        const __m256i z = _mm256_setzero_si256();
+      if constexpr (NX > 1) {
+        // hadd is linear: the trees of the two halves h add up to the tree of the whole super-block, and a
+        // missing row's zeros are tree4's.
+        constexpr int kPairs = (NX + 1) / 2;
 #pragma GCC unroll 2
         for (int q = 0; q < kGroups; ++q)
-          T[q] = _mm256_add_epi32(T[q], tree4(S[4 * q], 4 * q + 1 < NX ? S[4 * q + 1] : z, 4 * q + 2 < NX ? S[4 * q + 2] : z,
-                                              4 * q + 3 < NX ? S[4 * q + 3] : z));
+          T[q] = _mm256_add_epi32(T[q], _mm256_hadd_epi32(H[2 * q], 2 * q + 1 < kPairs ? H[2 * q + 1] : z));
       }
     }
     const float d = _cvtsh_ss(a.d);
