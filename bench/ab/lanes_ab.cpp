@@ -6,15 +6,13 @@
 // host's slow drifts, and the median ratio with its quartiles is printed as JSON.
 //
 //   scripts/lanes-ab.sh OLD.cpp NEW.cpp 1024 3072 16 q6_k 16 [pairs]   # cols rows act_rows type copies
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "ab_pairs.h"
 #include "core/ggml_type.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
@@ -30,50 +28,22 @@ void lanes_b(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int
 
 using namespace essaim;
 
-namespace {
-
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[size_t(q * double(v.size() - 1) + 0.5)];
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  if (argc < 6) {
-    std::fprintf(stderr, "usage: lanes_ab COLS ROWS ACT_ROWS q4_k|q6_k COPIES [PAIRS]\n");
-    return 2;
-  }
-  const int64_t cols = std::atol(argv[1]), rows = std::atol(argv[2]), nx = std::atol(argv[3]);
-  const std::string type = argv[4];
-  const int64_t copies = std::max<int64_t>(1, std::atol(argv[5]));
-  const int pairs = argc > 6 ? std::max(1, std::atoi(argv[6])) : 40;
-  if ((type != "q4_k" && type != "q6_k") || cols % 256 != 0 || rows <= 0 || nx <= 0) {
-    std::fprintf(stderr, "lanes_ab: type must be q4_k or q6_k, COLS a multiple of 256, ROWS and ACT_ROWS > 0\n");
-    return 2;
-  }
+  ab::Args args;
+  if (!ab::parse_args(argc, argv, "lanes_ab", {"q4_k", "q6_k"}, &args)) return 2;
   if (!isa_supported(Isa::AVX2)) {
     std::fprintf(stderr, "lanes_ab: this CPU has no AVX2\n");
     return 2;
   }
-  const GgmlType wt = type == "q6_k" ? GgmlType::Q6_K : GgmlType::Q4_K;
+  const int64_t cols = args.cols, rows = args.rows, nx = args.act_rows, copies = args.copies;
+  const GgmlType wt = ab::type_of(args.type);
 
   std::mt19937 rng(1);
-  std::normal_distribution<float> nd;
-  std::vector<float> f(static_cast<size_t>(cols));
   const uint64_t rs = type_traits(wt).row_bytes(cols);
-  std::vector<uint8_t> weights(rs * uint64_t(rows * copies));  // [copies][rows] rows of rs bytes
-  for (int64_t r = 0; r < rows * copies; ++r) {
-    for (float& v : f) v = nd(rng);
-    quantize_row(wt, f.data(), weights.data() + uint64_t(r) * rs, cols);
-  }
+  const std::vector<uint8_t> weights = ab::quantized_rows(wt, cols, rows * copies, rs, rng);  // [copies][rows]
   const uint64_t xs = activation_row_bytes(wt, cols);
-  std::vector<uint8_t> xq(xs * uint64_t(nx)), xp(xs * uint64_t(nx));
-  for (int64_t t = 0; t < nx; ++t) {
-    for (float& v : f) v = nd(rng);
-    quantize_row_q8k(f.data(), xq.data() + uint64_t(t) * xs, cols);
-  }
-  xp = xq;
+  const std::vector<uint8_t> xq = ab::quantized_rows(GgmlType::Q8_K, cols, nx, xs, rng);
+  std::vector<uint8_t> xp = xq;
   if (PrepareFn prep = kernel_traits(wt)->prepare_for(Isa::AVX2))
     for (int64_t t = 0; t < nx; ++t) prep(xq.data() + uint64_t(t) * xs, xp.data() + uint64_t(t) * xs, cols);
 
@@ -99,8 +69,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Calls per timing: about 4e6 multiply-adds / 64 each, so one timing lasts milliseconds, not microseconds.
-  const int reps = std::max(1, int(4e6 / (double(cols) * double(rows) * double(nx) / 64.0)));
+  const int reps = ab::calls_per_timing(args);
   int64_t call = 0;
   auto time_us = [&](LanesFn fn) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -110,25 +79,6 @@ int main(int argc, char** argv) {
     }
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
-  std::vector<double> ta, tb, ratio;
-  for (int p = 0; p < pairs; ++p) {
-    double a, b;
-    if (p % 2 == 0) {
-      a = time_us(lanes_a);
-      b = time_us(lanes_b);
-    } else {
-      b = time_us(lanes_b);
-      a = time_us(lanes_a);
-    }
-    ta.push_back(a);
-    tb.push_back(b);
-    ratio.push_back(b / a);
-  }
-  std::printf(
-      "{\"type\": \"%s\", \"cols\": %ld, \"rows\": %ld, \"act_rows\": %ld, \"copies\": %ld, \"pairs\": %d, "
-      "\"a_us_median\": %.1f, \"b_us_median\": %.1f, \"b_over_a_median\": %.3f, \"b_over_a_q1\": %.3f, "
-      "\"b_over_a_q3\": %.3f}\n",
-      type.c_str(), long(cols), long(rows), long(nx), long(copies), pairs, quantile(ta, 0.5), quantile(tb, 0.5),
-      quantile(ratio, 0.5), quantile(ratio, 0.25), quantile(ratio, 0.75));
+  ab::run_pairs(args, [&] { return time_us(lanes_a); }, [&] { return time_us(lanes_b); });
   return 0;
 }
