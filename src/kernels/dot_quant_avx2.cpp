@@ -479,8 +479,9 @@ void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y)
     }
     const float d = _cvtsh_ss(a.d);
     // The previous super-block's step first (the same order), then this block's sums and factors are kept
-    // for the next round, so the horizontal sums' latency overlaps the next block's work.
-    if (k > 0) steps();
+    // for the next round, so the horizontal sums' latency overlaps the next block's work. (At k = 0 the
+    // step adds fma(0, 0, +0) = +0 to +0: no branch, the same bits.)
+    steps();
     if constexpr (NX == 1) {
       pend_A = A1;
       pend_dy = d * yd_rows[0];
