@@ -10,6 +10,9 @@
 // two products per lane and 16-bit word; words of one scale add up while they stay exact for any
 // activation bytes (Q4_K: eight maddubs, |Σ| <= 8·2·15·128 = 30 720; Q6_K: two, 2·2·63·128 = 32 256), and
 // one madd by the scales turns them into int32. Each row's two halves are added once per super-block.
+// Groups of eight go in pairs where they can: sixteen rows (four quads) per LaneBlock<2>, each weight
+// shuffle feeding four maddubs instead of two (Q4_K: one chain of words per quad, 8 shuffles and no chain
+// add fewer per 1024 multiply-adds); an odd last group alone in a LaneBlock<1>.
 //
 // The weights are unpacked into the prepared activation order of their format, so dword i of a weight row
 // and dword i of an activation row hold the same four elements:
@@ -40,15 +43,17 @@ constexpr int kLanes = 8;         // activation rows per vector
 constexpr int kMaxChunkRows = 16;  // most weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
 constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per pass, in L2
 
-// One super-block of eight activation rows in lanes (rows past the end of the batch are zeros), as two
+// One super-block of 8·kH activation rows in lanes (rows past the end of the batch are zeros), as 2·kH
 // quads of four rows: q[u][Q][i] holds, in lane l, dword 8u + i of row 4Q + l and, in lane 4 + l, dword
 // 8u + 4 + i of the same row — what the in-lane dword shuffle i of a weight row's chunk u (bytes 32u ..
 // 32u + 31) meets. Each row's A then sits in lanes l and 4 + l of its quad, added once per super-block.
+// Half h (rows 8h .. 8h + 7) has its own bsums and d vectors.
+template <int kH>
 struct alignas(32) LaneBlock {
-  __m256i q[8][2][4];
-  __m256i b[8];   // lane j of b[i]: bsums[2i] | bsums[2i+1] << 16 of row j
-  __m256i bb[4];  // lane j of bb[t]: B[2t] | B[2t+1] << 16, B[s] = bsums[2s] + bsums[2s+1] (when sums_fit)
-  __m256 d;       // lane j: row j's d
+  __m256i q[8][2 * kH][4];
+  __m256i b[kH][8];   // lane j of b[h][i]: bsums[2i] | bsums[2i+1] << 16 of row 8h + j
+  __m256i bb[kH][4];  // lane j of bb[h][t]: B[2t] | B[2t+1] << 16, B[s] = bsums[2s] + bsums[2s+1] (when sums_fit)
+  __m256 d[kH];       // lane j: row 8h + j's d
   bool sums_fit;  // every |bsums| <= 16383, so every B is a 16-bit word (true for every row essaim quantises)
 };
 
@@ -107,10 +112,11 @@ __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m
 void store256(void* p, __m256i v) { _mm256_store_si256(static_cast<__m256i*>(p), v); }
 
 // Super-block k of activation rows rows[0..valid) into lanes (any byte order: dwords are moved whole).
-void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneBlock* out) {
+template <int kH>
+void build_lanes(const BlockQ8K* const rows[8 * kH], int valid, int64_t k, LaneBlock<kH>* out) {
   const __m256i zero = _mm256_setzero_si256();
   for (int u = 0; u < 8; ++u)
-    for (int Q = 0; Q < 2; ++Q) {
+    for (int Q = 0; Q < 2 * kH; ++Q) {
       __m256i r[4];
       for (int l = 0; l < 4; ++l) {
         const int j = 4 * Q + l;
@@ -119,25 +125,28 @@ void build_lanes(const BlockQ8K* const rows[kLanes], int valid, int64_t k, LaneB
       transpose4x4_halves(r);
       for (int i = 0; i < 4; ++i) out->q[u][Q][i] = r[i];
     }
-  __m256i r[kLanes];
-  alignas(32) float d[kLanes] = {};
-  for (int j = 0; j < kLanes; ++j) {
-    r[j] = j < valid ? load256(rows[j][k].bsums) : zero;
-    if (j < valid) d[j] = rows[j][k].d;
-  }
-  transpose8x8(r);
   __m256i big = _mm256_setzero_si256();
-  for (int i = 0; i < kLanes; ++i) {
-    out->b[i] = r[i];
-    big = _mm256_or_si256(big, _mm256_cmpgt_epi16(_mm256_abs_epi16(r[i]), _mm256_set1_epi16(16383)));
+  for (int h = 0; h < kH; ++h) {
+    __m256i r[kLanes];
+    alignas(32) float d[kLanes] = {};
+    for (int j = 0; j < kLanes; ++j) {
+      const int jj = kLanes * h + j;
+      r[j] = jj < valid ? load256(rows[jj][k].bsums) : zero;
+      if (jj < valid) d[j] = rows[jj][k].d;
+    }
+    transpose8x8(r);
+    for (int i = 0; i < kLanes; ++i) {
+      out->b[h][i] = r[i];
+      big = _mm256_or_si256(big, _mm256_cmpgt_epi16(_mm256_abs_epi16(r[i]), _mm256_set1_epi16(16383)));
+    }
+    const __m256i ones = _mm256_set1_epi16(1), low16 = _mm256_set1_epi32(0xFFFF);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i lo = _mm256_madd_epi16(r[2 * t], ones), hi = _mm256_madd_epi16(r[2 * t + 1], ones);
+      out->bb[h][t] = _mm256_or_si256(_mm256_and_si256(lo, low16), _mm256_slli_epi32(hi, 16));
+    }
+    out->d[h] = _mm256_load_ps(d);
   }
   out->sums_fit = _mm256_testz_si256(big, big) != 0;
-  const __m256i ones = _mm256_set1_epi16(1), low16 = _mm256_set1_epi32(0xFFFF);
-  for (int t = 0; t < 4; ++t) {
-    const __m256i lo = _mm256_madd_epi16(r[2 * t], ones), hi = _mm256_madd_epi16(r[2 * t + 1], ones);
-    out->bb[t] = _mm256_or_si256(_mm256_and_si256(lo, low16), _mm256_slli_epi32(hi, 16));
-  }
-  out->d = _mm256_load_ps(d);
 }
 
 void unpack(const BlockQ4K& a, Q4kWeights* o) {
@@ -192,7 +201,7 @@ inline __attribute__((always_inline)) void keep_chains(__m256i& a, __m256i& b, _
 // Q. Each shuffle of a weight chunk feeds both quads; eight maddubs per quad add up as words, then one
 // madd by the pair's scales.
 template <bool kFirst>
-inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock& L, __m256i* A) {
+inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock<1>& L, __m256i* A) {
   const __m256i* x00 = L.q[2 * p][0];  // [chunk][quad]
   const __m256i* x01 = L.q[2 * p][1];
   const __m256i* x10 = L.q[2 * p + 1][0];
@@ -239,10 +248,54 @@ inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, 
   }
 }
 
+// The same for sixteen rows (four quads): each shuffle of a weight chunk feeds four maddubs, one per quad,
+// and each quad's eight products add up in one chain of words (|Σ| <= 8·2·15·128 = 30 720, as above) —
+// per 1024 multiply-adds 8 shuffles instead of 16 and no add of two chains. A[4r + Q].
+template <bool kFirst>
+inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock<2>& L, __m256i* A) {
+  const __m256i* x0 = L.q[2 * p][0];  // [quad][i], quads 0..3 contiguous
+  const __m256i* x1 = L.q[2 * p + 1][0];
+#pragma GCC unroll 2
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* q = w[r].q + 64 * p;
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
+    __m256i t = _mm256_shuffle_epi32(w0, 0x00);
+    __m256i s0 = _mm256_maddubs_epi16(t, x0[0]), s1 = _mm256_maddubs_epi16(t, x0[4]);
+    __m256i s2 = _mm256_maddubs_epi16(t, x0[8]), s3 = _mm256_maddubs_epi16(t, x0[12]);
+    keep_chains(s0, s1, s2, s3);
+    const auto step = [&](__m256i wv, auto imm, const __m256i* x, int i) __attribute__((always_inline)) {
+      t = _mm256_shuffle_epi32(wv, decltype(imm)::value);
+      s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(t, x[i]));
+      s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(t, x[4 + i]));
+      s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(t, x[8 + i]));
+      s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(t, x[12 + i]));
+      keep_chains(s0, s1, s2, s3);
+    };
+    step(w0, std::integral_constant<int, 0x55>{}, x0, 1);
+    step(w0, std::integral_constant<int, 0xAA>{}, x0, 2);
+    step(w0, std::integral_constant<int, 0xFF>{}, x0, 3);
+    step(w1, std::integral_constant<int, 0x00>{}, x1, 0);
+    step(w1, std::integral_constant<int, 0x55>{}, x1, 1);
+    step(w1, std::integral_constant<int, 0xAA>{}, x1, 2);
+    step(w1, std::integral_constant<int, 0xFF>{}, x1, 3);
+    const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
+    s0 = _mm256_madd_epi16(s0, sc);
+    s1 = _mm256_madd_epi16(s1, sc);
+    s2 = _mm256_madd_epi16(s2, sc);
+    s3 = _mm256_madd_epi16(s3, sc);
+    __m256i* a = A + 4 * r;
+    a[0] = kFirst ? s0 : _mm256_add_epi32(a[0], s0);
+    a[1] = kFirst ? s1 : _mm256_add_epi32(a[1], s1);
+    a[2] = kFirst ? s2 : _mm256_add_epi32(a[2], s2);
+    a[3] = kFirst ? s3 : _mm256_add_epi32(a[3], s3);
+  }
+}
+
 // Q6_K chunk u (sub-blocks 2u in the low lanes, 2u+1 in the high lanes): two maddubs add up as words, then
 // a madd by the lanes' scales.
 template <bool kFirst>
-inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n, int u, const LaneBlock& L, __m256i* A) {
+inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n, int u, const LaneBlock<1>& L, __m256i* A) {
   const __m256i* x0 = L.q[u][0];
   const __m256i* x1 = L.q[u][1];
   for (int r = 0; r < n; ++r) {
@@ -265,53 +318,82 @@ inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n,
   }
 }
 
+// The same for sixteen rows (four quads): each shuffle of the chunk feeds four maddubs. A[4r + Q].
+template <bool kFirst>
+inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n, int u, const LaneBlock<2>& L, __m256i* A) {
+  for (int r = 0; r < n; ++r) {
+    const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].q + 32 * u));
+    const __m256i sc = _mm256_load_si256(&w[r].chunk_scale[u]);
+    const __m256i t0 = _mm256_shuffle_epi32(wc, 0x00), t1 = _mm256_shuffle_epi32(wc, 0x55);
+    const __m256i t2 = _mm256_shuffle_epi32(wc, 0xAA), t3 = _mm256_shuffle_epi32(wc, 0xFF);
+#pragma GCC unroll 4
+    for (int Q = 0; Q < 4; ++Q) {
+      const __m256i* x = L.q[u][Q];
+      const __m256i a0 = _mm256_add_epi16(_mm256_maddubs_epi16(t0, x[0]), _mm256_maddubs_epi16(t1, x[1]));
+      const __m256i a1 = _mm256_add_epi16(_mm256_maddubs_epi16(t2, x[2]), _mm256_maddubs_epi16(t3, x[3]));
+      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(a0, sc), _mm256_madd_epi16(a1, sc));
+      A[4 * r + Q] = kFirst ? s : _mm256_add_epi32(A[4 * r + Q], s);
+    }
+  }
+}
+
 // Row 4Q + l's two halves (lanes l and 4 + l of quad Q) added: lane j is row j's sum.
 inline __m256i fold_quads(__m256i q0, __m256i q1) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
 // Σ_i pair_i · b[i]: per lane, Σ_s w_s·bsums[s] for the word pairs (w_2i, w_2i+1) of pair[i].
-inline __m256i against_bsums(const int32_t pair[8], const LaneBlock& L) {
-  __m256i s = _mm256_madd_epi16(L.b[0], _mm256_set1_epi32(pair[0]));
-  for (int i = 1; i < 8; ++i) s = _mm256_add_epi32(s, _mm256_madd_epi16(L.b[i], _mm256_set1_epi32(pair[i])));
+inline __m256i against_bsums(const int32_t pair[8], const __m256i b[8]) {
+  __m256i s = _mm256_madd_epi16(b[0], _mm256_set1_epi32(pair[0]));
+  for (int i = 1; i < 8; ++i) s = _mm256_add_epi32(s, _mm256_madd_epi16(b[i], _mm256_set1_epi32(pair[i])));
   return s;
 }
 
 // The canonical steps of one super-block for rows w[0..n) against one lane block, in every lane: Q4_K
 // acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc); Q6_K acc = fma(d·y.d, A, acc).
-void super_block(const Q4kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
-  __m256i A[2 * kMaxChunkRows];
+// acc[h * stride + r]: weight row r against half h of the block.
+template <int kH>
+void super_block(const Q4kWeights* w, int n, const LaneBlock<kH>& L, Acc8* acc, int stride) {
+  constexpr int kQuads = 2 * kH;
+  __m256i A[kQuads * kMaxChunkRows];
   q4k_pair<true>(w, n, 0, L, A);
   for (int p = 1; p < 4; ++p) q4k_pair<false>(w, n, p, L, A);
-  for (int r = 0; r < n; ++r) {
-    // M = Σ_s m[s]·B[s]: four madd where the pair sums fit in words, else eight against the bsums themselves.
-    __m256i M;
-    if (L.sums_fit) {
-      M = _mm256_madd_epi16(L.bb[0], _mm256_set1_epi32(w[r].min2[0]));
-      for (int t = 1; t < 4; ++t) M = _mm256_add_epi32(M, _mm256_madd_epi16(L.bb[t], _mm256_set1_epi32(w[r].min2[t])));
-    } else {
-      // Rare (no row essaim quantises): each min doubled, (m[s], m[s]) against (bsums[2s], bsums[2s+1]).
-      int32_t min[8];
-      for (int i = 0; i < 8; ++i) min[i] = int32_t((uint32_t(w[r].min2[i / 2]) >> (16 * (i % 2)) & 0xFFFFu) * 0x10001u);
-      M = against_bsums(min, L);
+  for (int r = 0; r < n; ++r)
+    for (int h = 0; h < kH; ++h) {
+      // M = Σ_s m[s]·B[s]: four madd where the pair sums fit in words, else eight against the bsums themselves.
+      __m256i M;
+      if (L.sums_fit) {
+        M = _mm256_madd_epi16(L.bb[h][0], _mm256_set1_epi32(w[r].min2[0]));
+        for (int t = 1; t < 4; ++t) M = _mm256_add_epi32(M, _mm256_madd_epi16(L.bb[h][t], _mm256_set1_epi32(w[r].min2[t])));
+      } else {
+        // Rare (no row essaim quantises): each min doubled, (m[s], m[s]) against (bsums[2s], bsums[2s+1]).
+        int32_t min[8];
+        for (int i = 0; i < 8; ++i) min[i] = int32_t((uint32_t(w[r].min2[i / 2]) >> (16 * (i % 2)) & 0xFFFFu) * 0x10001u);
+        M = against_bsums(min, L.b[h]);
+      }
+      const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d[h]);
+      const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d[h]);
+      Acc8& a = acc[h * stride + r];
+      a.v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[kQuads * r + 2 * h], A[kQuads * r + 2 * h + 1])), a.v);
+      a.v = _mm256_fnmadd_ps(my, _mm256_cvtepi32_ps(M), a.v);
     }
-    const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
-    const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d);
-    acc[r].v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[2 * r], A[2 * r + 1])), acc[r].v);
-    acc[r].v = _mm256_fnmadd_ps(my, _mm256_cvtepi32_ps(M), acc[r].v);
-  }
 }
 
-void super_block(const Q6kWeights* w, int n, const LaneBlock& L, Acc8* acc) {
-  __m256i A[2 * kMaxChunkRows];
+template <int kH>
+void super_block(const Q6kWeights* w, int n, const LaneBlock<kH>& L, Acc8* acc, int stride) {
+  constexpr int kQuads = 2 * kH;
+  __m256i A[kQuads * kMaxChunkRows];
   q6k_chunk<true>(w, n, 0, L, A);
   for (int u = 1; u < 8; ++u) q6k_chunk<false>(w, n, u, L, A);
-  for (int r = 0; r < n; ++r) {
-    // A = Σ sc·Σ q·x − 32·Σ sc·bsums, exact in int32 (|Σ sc·Σ q·x| <= 256·63·128·128).
-    const __m256i a = _mm256_sub_epi32(fold_quads(A[2 * r], A[2 * r + 1]), _mm256_slli_epi32(against_bsums(w[r].pair, L), 5));
-    const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d);
-    acc[r].v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(a), acc[r].v);
-  }
+  for (int r = 0; r < n; ++r)
+    for (int h = 0; h < kH; ++h) {
+      // A = Σ sc·Σ q·x − 32·Σ sc·bsums, exact in int32 (|Σ sc·Σ q·x| <= 256·63·128·128).
+      const __m256i a = _mm256_sub_epi32(fold_quads(A[kQuads * r + 2 * h], A[kQuads * r + 2 * h + 1]),
+                                         _mm256_slli_epi32(against_bsums(w[r].pair, L.b[h]), 5));
+      const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d[h]);
+      Acc8& o = acc[h * stride + r];
+      o.v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(a), o.v);
+    }
 }
 
 // Weight rows unpacked at once, per format. Q6_K takes eight: each block k of the next chunk's rows is
@@ -332,27 +414,36 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
   constexpr int kChunkRows = kChunkRowsOf<Weights>;
   static_assert(kChunkRows <= kMaxChunkRows);  // the bound of super_block's arrays
   const int64_t n_sb = w.cols / kQK_K;
-  const int64_t n_groups = (n_rows + kLanes - 1) / kLanes;
-  // As few passes as the budget allows, of equal size: each pass unpacks every weight row once more.
+  const int64_t n_groups = (n_rows + kLanes - 1) / kLanes;  // of eight rows
+  // Groups go in pairs (sixteen rows in one LaneBlock<2>); an odd last group alone (LaneBlock<1>). As few
+  // passes as the budget allows, of equal size and an even number of groups: each pass unpacks every
+  // weight row once more.
   const int64_t max_per_pass =
-      std::clamp<int64_t>(int64_t(kLaneBudget / (uint64_t(n_sb) * sizeof(LaneBlock))), 1, n_groups);
+      std::clamp<int64_t>(int64_t(kLaneBudget / (uint64_t(n_sb) * sizeof(LaneBlock<1>))) / 2 * 2, 2, std::max<int64_t>(n_groups, 2));
   const int64_t passes = (n_groups + max_per_pass - 1) / max_per_pass;
-  const int64_t groups_per_pass = (n_groups + passes - 1) / passes;
-  thread_local std::vector<LaneBlock> lanes;
+  const int64_t groups_per_pass = ((n_groups + passes - 1) / passes + 1) / 2 * 2;
+  thread_local std::vector<LaneBlock<2>> wide;
+  thread_local std::vector<LaneBlock<1>> narrow;
   thread_local std::vector<Weights> unpacked;
   thread_local std::vector<Acc8> acc;
-  lanes.resize(size_t(groups_per_pass * n_sb));
+  wide.resize(size_t(groups_per_pass / 2 * n_sb));
+  narrow.resize(size_t(n_sb));
   unpacked.resize(size_t(n_sb * kChunkRows));
   acc.resize(size_t(groups_per_pass * kChunkRows));
 
   for (int64_t g0 = 0; g0 < n_groups; g0 += groups_per_pass) {
     const int64_t gn = std::min(groups_per_pass, n_groups - g0);
-    for (int64_t g = 0; g < gn; ++g) {
+    const int64_t pairs = gn / 2;
+    const bool odd = gn % 2 != 0;
+    for (int64_t g = 0; g < gn; g += 2) {
       const int64_t t0 = (g0 + g) * kLanes;
-      const int valid = int(std::min<int64_t>(kLanes, n_rows - t0));
-      const BlockQ8K* rows[kLanes] = {};
+      const int valid = int(std::min<int64_t>(2 * kLanes, n_rows - t0));
+      const BlockQ8K* rows[2 * kLanes] = {};
       for (int j = 0; j < valid; ++j) rows[j] = reinterpret_cast<const BlockQ8K*>(xprep + uint64_t(t0 + j) * x_stride);
-      for (int64_t k = 0; k < n_sb; ++k) build_lanes(rows, valid, k, &lanes[size_t(g * n_sb + k)]);
+      if (g + 1 < gn)
+        for (int64_t k = 0; k < n_sb; ++k) build_lanes<2>(rows, valid, k, &wide[size_t(g / 2 * n_sb + k)]);
+      else
+        for (int64_t k = 0; k < n_sb; ++k) build_lanes<1>(rows, valid, k, &narrow[size_t(k)]);
     }
     for (int64_t o0 = o_begin; o0 < o_end; o0 += kChunkRows) {
       const int n = int(std::min<int64_t>(kChunkRows, o_end - o0));
@@ -372,8 +463,10 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
           for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(b + off, kPrefetchHintOf<Weights>);
           _mm_prefetch(b + sizeof(Block) - 1, kPrefetchHintOf<Weights>);
         }
-        for (int64_t g = 0; g < gn; ++g)
-          super_block(&unpacked[size_t(k * kChunkRows)], n, lanes[size_t(g * n_sb + k)], &acc[size_t(g * kChunkRows)]);
+        const Weights* wk = &unpacked[size_t(k * kChunkRows)];
+        for (int64_t i = 0; i < pairs; ++i)
+          super_block(wk, n, wide[size_t(i * n_sb + k)], &acc[size_t(2 * i * kChunkRows)], kChunkRows);
+        if (odd) super_block(wk, n, narrow[size_t(k)], &acc[size_t(2 * pairs * kChunkRows)], kChunkRows);
       }
       for (int64_t g = 0; g < gn; ++g) {
         const int64_t t0 = (g0 + g) * kLanes;

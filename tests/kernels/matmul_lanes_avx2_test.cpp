@@ -51,8 +51,9 @@ TEST(Lanes, EqualsTheDotKernelsAndTheScalarReference) {
     const KernelProblem p = kernel_problem_build(
         KernelCase{.name = "lanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 11 : 12));
-    // 3072 columns hold seven groups per pass: 63, 100 and 300 rows take several passes.
-    for (const int64_t n : {5, 7, 8, 9, 16, 17, 63, 100, 300}) {
+    // Groups of eight in pairs (sixteen rows at once), an odd last group alone; 3072 columns hold six groups
+    // per pass: 63, 100 and 300 rows take several passes, 300 ends on a pass of one group.
+    for (const int64_t n : {5, 7, 8, 9, 13, 16, 17, 24, 63, 100, 300}) {
       const std::vector<uint8_t> xq = quantised(p, n);
       for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
         SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +
