@@ -208,6 +208,10 @@ inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, 
   const __m256i* x11 = L.q[2 * p + 1][1];
 #pragma GCC unroll 2
   for (int r = 0; r < n; ++r) {
+    // The activation vectors stay memory operands: GCC otherwise copies them to the stack once per call (they
+    // do not fit in registers), a load and a store each per call. An empty asm that claims to change the
+    // pointers keeps the loads in the loop.
+    asm("" : "+r"(x00), "+r"(x01), "+r"(x10), "+r"(x11));
     const uint8_t* q = w[r].q + 64 * p;
     const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
     const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
@@ -257,6 +261,7 @@ inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, 
   const __m256i* x1 = L.q[2 * p + 1][0];
 #pragma GCC unroll 2
   for (int r = 0; r < n; ++r) {
+    asm("" : "+r"(x0), "+r"(x1));  // memory operands, not copies (as in the eight-row form)
     const uint8_t* q = w[r].q + 64 * p;
     const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
     const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
@@ -299,6 +304,7 @@ inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n,
   const __m256i* x0 = L.q[u][0];
   const __m256i* x1 = L.q[u][1];
   for (int r = 0; r < n; ++r) {
+    asm("" : "+r"(x0), "+r"(x1));  // memory operands, not copies (as in q4k_pair)
     const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].q + 32 * u));
     const __m256i sc = _mm256_load_si256(&w[r].chunk_scale[u]);
     __m256i t = _mm256_shuffle_epi32(wc, 0x00);
@@ -321,14 +327,16 @@ inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n,
 // The same for sixteen rows (four quads): each shuffle of the chunk feeds four maddubs. A[4r + Q].
 template <bool kFirst>
 inline __attribute__((always_inline)) void q6k_chunk(const Q6kWeights* w, int n, int u, const LaneBlock<2>& L, __m256i* A) {
+  const __m256i* xu = L.q[u][0];
   for (int r = 0; r < n; ++r) {
+    asm("" : "+r"(xu));  // memory operands, not copies (as in q4k_pair)
     const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].q + 32 * u));
     const __m256i sc = _mm256_load_si256(&w[r].chunk_scale[u]);
     const __m256i t0 = _mm256_shuffle_epi32(wc, 0x00), t1 = _mm256_shuffle_epi32(wc, 0x55);
     const __m256i t2 = _mm256_shuffle_epi32(wc, 0xAA), t3 = _mm256_shuffle_epi32(wc, 0xFF);
 #pragma GCC unroll 4
     for (int Q = 0; Q < 4; ++Q) {
-      const __m256i* x = L.q[u][Q];
+      const __m256i* x = xu + 4 * Q;
       const __m256i a0 = _mm256_add_epi16(_mm256_maddubs_epi16(t0, x[0]), _mm256_maddubs_epi16(t1, x[1]));
       const __m256i a1 = _mm256_add_epi16(_mm256_maddubs_epi16(t2, x[2]), _mm256_maddubs_epi16(t3, x[3]));
       const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(a0, sc), _mm256_madd_epi16(a1, sc));
