@@ -127,7 +127,9 @@ TEST(KvCache, F16ReadsBackEveryStorablePatternAsTheSoftwareConversion) {
   for (size_t i = 0; i < values.size(); ++i) {
     const uint32_t want = std::bit_cast<uint32_t>(f16_to_f32(f32_to_f16(values[i])));
     ASSERT_EQ(std::bit_cast<uint32_t>(k[i]), want) << "value " << i;
-    if (i >= size_t(D)) ASSERT_EQ(std::bit_cast<uint32_t>(v[i - D]), want) << "value " << i;
+    if (i >= size_t(D)) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i - D]), want) << "value " << i;
+    }
   }
 }
 
