@@ -2,7 +2,8 @@
 # essaim against llama.cpp and ik_llama.cpp on the same files: `essaim bench` and each peer's llama-bench,
 # alternating round by round in one process tree, on the synth q35-122b files (qwen35moe 4 layers: 3 Gated
 # DeltaNet + 1 attention; qwen3moe 2 layers; Q4_K_M). Prints one JSON document: per file and engine the
-# median over rounds of pp and tg tokens/s, essaim's fraction of the read bandwidth, and essaim / peer.
+# median over rounds of pp and tg tokens/s, essaim's fraction of the read bandwidth, and essaim / peer — as
+# the ratio of the medians ("ratios") and as the median of each round's ratio ("paired_ratios").
 #
 #   scripts/bench-vs-llama.sh                          # 3 rounds, 2 threads, -p 512 -n 64, -r 1 per round
 #   ROUNDS=5 THREADS=2 scripts/bench-vs-llama.sh --essaim build/src/cli/essaim
@@ -81,9 +82,10 @@ for file in "${MODELS[@]}"; do
   : >"$out"
   for ((r = 1; r <= ROUNDS; r++)); do
     echo "bench-vs-llama: $(basename "$file") round $r/$ROUNDS" >&2
-    run_essaim "$file" >>"$out"
-    [[ -x $LLAMA_BENCH ]] && run_llama llama.cpp "$LLAMA_BENCH" "$file" >>"$out"
-    [[ -x $IK_LLAMA_BENCH ]] && run_llama ik_llama.cpp "$IK_LLAMA_BENCH" "$file" -rtr 1 >>"$out"
+    run_essaim "$file" | jq -c --argjson r "$r" '. + {round: $r}' >>"$out"
+    [[ -x $LLAMA_BENCH ]] && run_llama llama.cpp "$LLAMA_BENCH" "$file" | jq -c --argjson r "$r" '. + {round: $r}' >>"$out"
+    [[ -x $IK_LLAMA_BENCH ]] && run_llama ik_llama.cpp "$IK_LLAMA_BENCH" "$file" -rtr 1 |
+      jq -c --argjson r "$r" '. + {round: $r}' >>"$out"
   done
   jq -s --arg file "$file" --argjson llama "$([[ -x $LLAMA_BENCH ]] && echo true || echo false)" \
         --argjson ik "$([[ -x $IK_LLAMA_BENCH ]] && echo true || echo false)" '
@@ -91,6 +93,11 @@ for file in "${MODELS[@]}"; do
                         else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     def med(e; k): [.[] | select(.engine == e) | .[k] | select(. != null)] | median;
     def ratio(a; b): if a == null or b == null then null else a / b end;
+    # essaim / engine e within each round (the engines of a round ran minutes apart, not hours), then the
+    # median over rounds: steadier than the ratio of medians when the host drifts between rounds.
+    def paired(e; k): [group_by(.round)[] | ([.[] | select(.engine == "essaim") | .[k]][0]) as $a
+                        | ([.[] | select(.engine == e) | .[k]][0]) as $b
+                        | select($a != null and $b != null) | $a / $b] | median;
     . as $rows
     | {file: $file, rounds: ($rows | map(select(.engine == "essaim")) | length),
        essaim: {pp: med("essaim"; "pp"), tg: med("essaim"; "tg"), isa: ($rows[0].isa),
@@ -104,6 +111,10 @@ for file in "${MODELS[@]}"; do
                  tg_vs_llama_cpp: (if $llama then ratio(.essaim.tg; .llama_cpp.tg) else null end),
                  pp_vs_ik_llama_cpp: (if $ik then ratio(.essaim.pp; .ik_llama_cpp_rtr.pp) else null end),
                  tg_vs_ik_llama_cpp: (if $ik then ratio(.essaim.tg; .ik_llama_cpp_rtr.tg) else null end)}
+    | .paired_ratios = {pp_vs_llama_cpp: (if $llama then ($rows | paired("llama.cpp"; "pp")) else null end),
+                        tg_vs_llama_cpp: (if $llama then ($rows | paired("llama.cpp"; "tg")) else null end),
+                        pp_vs_ik_llama_cpp: (if $ik then ($rows | paired("ik_llama.cpp"; "pp")) else null end),
+                        tg_vs_ik_llama_cpp: (if $ik then ($rows | paired("ik_llama.cpp"; "tg")) else null end)}
   ' "$out" >"$out.summary"
 done
 jq -s --arg threads "$THREADS" --arg p "$P" --arg n "$N" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
