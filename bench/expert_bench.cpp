@@ -12,6 +12,7 @@
 // Weights are seeded random blocks (finite scales) for --experts experts (default 96, ~510 MB, more than
 // the last-level cache here); every repetition uses the next 8 experts, so one-row batches stream their
 // weights from DRAM as a worker's decode does. GFLOP counts 2 * 3 * 3072 * 1024 per (row, expert).
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
     for (GgmlType down : {GgmlType::Q4_K, GgmlType::Q6_K}) {
       const ExpertWeights ex = make_expert_weights(down, n_experts);
       int next_group = 0;
+      // Every batch size once before any timing: the first run of a size in the process came out up to 2x
+      // slow (whichever down type ran first), a first-use cost of its scratch memory, not of the products.
+      for (int64_t m : rows) (void)time_expert_batch(ex, n_experts, m, 1, &pool, next_group);
       for (int64_t m : rows) {
         json r = time_expert_batch(ex, n_experts, m, reps, &pool, next_group);
         r["down_type"] = std::string(type_name(down));
