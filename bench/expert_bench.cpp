@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
     for (GgmlType down : {GgmlType::Q4_K, GgmlType::Q6_K}) {
       const ExpertWeights ex = make_expert_weights(down, n_experts);
       int next_group = 0;
-      // Every batch size once before any timing: the first run of a size in the process came out up to 2x
-      // slow (whichever down type ran first), a first-use cost of its scratch memory, not of the products.
+      // Every batch size once before any timing: the first timed runs of a size in the process came out up to
+      // 2x slow (whichever down type ran first) — a first-use cost in the process (memory the size needs for
+      // the first time, presumably), not of the products.
       for (int64_t m : rows) (void)time_expert_batch(ex, n_experts, m, 1, &pool, next_group);
       for (int64_t m : rows) {
         json r = time_expert_batch(ex, n_experts, m, reps, &pool, next_group);
