@@ -103,6 +103,15 @@ TEST(RowLanes, ForeignBsumsGiveTheReference) {
     blocks[9].bsums[0] = -32768;
     blocks[9].bsums[1] = -32768;
     expect_rowlanes_give_the_reference(p.weights(), xq, 24);
+    // One row alone (Q4_K: the decode form, rowlanes_one_row_q4k): rows 3 and 4 hold pairs whose sum is no
+    // 16-bit word (32767 + 32767, -32768 + -32768), rows 0 and 5 single foreign values — a form that summed
+    // pairs of bsums as words without checking would fail here (it was tried, docs/engine.md).
+    const size_t row_bytes = xq.size() / 24;
+    for (const size_t r : {0, 3, 4, 5, 6}) {
+      SCOPED_TRACE("activation row " + std::to_string(r) + " alone");
+      const std::vector<uint8_t> one(xq.begin() + std::ptrdiff_t(r * row_bytes), xq.begin() + std::ptrdiff_t((r + 1) * row_bytes));
+      expect_rowlanes_give_the_reference(p.weights(), one, 1);
+    }
   }
 }
 
