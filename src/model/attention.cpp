@@ -55,8 +55,17 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
       const int32_t je = std::min(j1, a.pos[t] + 1);
       const float* q = a.q + head_offset(t);  // [G][D]
       if (je <= j0) continue;
-      // Heads two at a time, each key row loaded once for both; an odd last head alone.
+      // Heads four at a time, then two, each key row loaded once for all; an odd last head alone.
       int32_t hh = 0;
+      for (; hh + 4 <= G; hh += 4) {
+        const float* qs[4];
+        float* ss[4];
+        for (int i = 0; i < 4; ++i) {
+          qs[i] = q + size_t(hh + i) * size_t(D);
+          ss[i] = scores_of(t, hh + i) + j0;
+        }
+        dot_f32_rows4(qs, block.data(), D, je - j0, D, ss);
+      }
       for (; hh + 2 <= G; hh += 2)
         dot_f32_rows2(q + size_t(hh) * size_t(D), q + size_t(hh + 1) * size_t(D), block.data(), D, je - j0, D,
                       scores_of(t, hh) + j0, scores_of(t, hh + 1) + j0);
@@ -80,6 +89,15 @@ void attend_rows_group(const AttentionArgs& a, int64_t t0, int64_t t1, int32_t g
       float* o = a.out + head_offset(t);  // [G][D]
       if (je <= j0) continue;
       int32_t hh = 0;
+      for (; hh + 4 <= G; hh += 4) {
+        const float* ps[4];
+        float* os[4];
+        for (int i = 0; i < 4; ++i) {
+          ps[i] = scores_of(t, hh + i) + j0;
+          os[i] = o + size_t(hh + i) * size_t(D);
+        }
+        axpy_f32_rows4(ps, block.data(), D, je - j0, os, D);
+      }
       for (; hh + 2 <= G; hh += 2)
         axpy_f32_rows2(scores_of(t, hh) + j0, scores_of(t, hh + 1) + j0, block.data(), D, je - j0,
                        o + size_t(hh) * size_t(D), o + size_t(hh + 1) * size_t(D), D);

@@ -112,14 +112,18 @@ __attribute__((always_inline)) static inline void dot_rows_body(const float* con
     }
 }
 
-// All n_b rows: eight at a time for one query, four for two (the accumulators that fit in registers).
+// All n_b rows: eight at a time for one query, four for two, two for four (the accumulators that fit in
+// registers).
 template <int kTag, int kQ>
 __attribute__((always_inline)) static inline void dot_rows_all(const float* const* a, const float* b, int64_t stride,
                                                                int64_t n_b, int64_t n, float* const* out) {
   int64_t r = 0;
   if constexpr (kQ == 1)
     for (; r + 8 <= n_b; r += 8) dot_rows_body<kTag, kQ, 8>(a, b, stride, n, out, r);
-  for (; r + 4 <= n_b; r += 4) dot_rows_body<kTag, kQ, 4>(a, b, stride, n, out, r);
+  if constexpr (kQ <= 2)
+    for (; r + 4 <= n_b; r += 4) dot_rows_body<kTag, kQ, 4>(a, b, stride, n, out, r);
+  if constexpr (kQ == 4)
+    for (; r + 2 <= n_b; r += 2) dot_rows_body<kTag, kQ, 2>(a, b, stride, n, out, r);
   for (; r < n_b; ++r) dot_rows_body<kTag, kQ, 1>(a, b, stride, n, out, r);
 }
 
@@ -149,12 +153,12 @@ __attribute__((always_inline)) static inline void axpy_rows_chunk(const float* c
   for (int q = 0; q < kQ; ++q) __builtin_memcpy(y[q] + i0, acc[q], sizeof(acc[q]));
 }
 
-// All n elements: 64 at a time for one output, 32 for two, then 8, then one by one.
+// All n elements: 64 at a time for one output, 32 for two, 16 for four, then 8, then one by one.
 template <int kTag, int kQ>
 __attribute__((always_inline)) static inline void axpy_rows_all(const float* const* s, const float* x, int64_t stride,
                                                                 int64_t n_x, float* const* y, int64_t n) {
   if (n_x <= 0) return;  // no rows: y stays (and x may be null)
-  constexpr int kWide = kQ == 1 ? 8 : 4;
+  constexpr int kWide = kQ == 1 ? 8 : 8 / kQ;
   int64_t i = 0;
   for (; i + 8 * kWide <= n; i += 8 * kWide) axpy_rows_chunk<kTag, kQ, kWide>(s, x, stride, n_x, y, i);
   for (; i + 8 <= n; i += 8) axpy_rows_chunk<kTag, kQ, 1>(s, x, stride, n_x, y, i);
@@ -185,6 +189,14 @@ __attribute__((target("avx2"))) void axpy_rows2_avx2(const float* const* s, cons
                                                      float* const* y, int64_t n) {
   axpy_rows_all<1, 2>(s, x, stride, n_x, y, n);
 }
+__attribute__((target("avx2"))) void dot_rows4_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
+                                                    int64_t n, float* const* out) {
+  dot_rows_all<1, 4>(a, b, stride, n_b, n, out);
+}
+__attribute__((target("avx2"))) void axpy_rows4_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
+                                                     float* const* y, int64_t n) {
+  axpy_rows_all<1, 4>(s, x, stride, n_x, y, n);
+}
 bool cpu_has_avx2() {
   __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
   return __builtin_cpu_supports("avx2");
@@ -204,6 +216,12 @@ void axpy_rows1_avx2(const float* const* s, const float* x, int64_t stride, int6
 }
 void axpy_rows2_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
   axpy_rows_all<0, 2>(s, x, stride, n_x, y, n);
+}
+void dot_rows4_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
+  dot_rows_all<0, 4>(a, b, stride, n_b, n, out);
+}
+void axpy_rows4_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
+  axpy_rows_all<0, 4>(s, x, stride, n_x, y, n);
 }
 #endif
 }  // namespace
@@ -255,6 +273,20 @@ void axpy_f32_rows2(const float* s0, const float* s1, const float* x, int64_t st
     axpy_rows2_avx2(ss, x, stride, n_x, ys, n);
   else
     axpy_rows_all<0, 2>(ss, x, stride, n_x, ys, n);
+}
+
+void dot_f32_rows4(const float* const a[4], const float* b, int64_t stride, int64_t n_b, int64_t n, float* const out[4]) {
+  if (kHaveAvx2)
+    dot_rows4_avx2(a, b, stride, n_b, n, out);
+  else
+    dot_rows_all<0, 4>(a, b, stride, n_b, n, out);
+}
+
+void axpy_f32_rows4(const float* const s[4], const float* x, int64_t stride, int64_t n_x, float* const y[4], int64_t n) {
+  if (kHaveAvx2)
+    axpy_rows4_avx2(s, x, stride, n_x, y, n);
+  else
+    axpy_rows_all<0, 4>(s, x, stride, n_x, y, n);
 }
 
 void add_f32(float* y, const float* x, int64_t n) {

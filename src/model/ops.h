@@ -59,6 +59,13 @@ void dot_f32_rows2(const float* a0, const float* a1, const float* b, int64_t str
 void axpy_f32_rows2(const float* s0, const float* s1, const float* x, int64_t stride, int64_t n_x, float* y0,
                     float* y1, int64_t n);
 
+// dot_f32_rows for four queries against the same rows (out[q] from a[q]), bit for bit.
+void dot_f32_rows4(const float* const a[4], const float* b, int64_t stride, int64_t n_b, int64_t n, float* const out[4]);
+
+// axpy_f32_rows for four outputs over the same rows (y[q] with s[q]), bit for bit: each row's load of x
+// serves four outputs (attention's heads of one KV head, four at a time).
+void axpy_f32_rows4(const float* const s[4], const float* x, int64_t stride, int64_t n_x, float* const y[4], int64_t n);
+
 // y[i] = y[i] + x[i]: residual additions.
 void add_f32(float* y, const float* x, int64_t n);
 

@@ -324,5 +324,53 @@ TEST(Ops, AxpyF32Rows2EqualsOneOutputAtATime) {
     }
 }
 
+// The four-query forms likewise: each query's results bit for bit the one-query form's, around the two-row
+// dot bodies and the sixteen-element axpy chunks, with and without tails.
+TEST(Ops, DotF32Rows4EqualsOneQueryAtATime) {
+  std::mt19937 rng(31);
+  for (int64_t n : {1, 7, 8, 9, 64, 131, 256})
+    for (int64_t n_b : {1, 2, 3, 4, 5, 13, 64}) {
+      const int64_t stride = n + 3;
+      std::vector<std::vector<float>> a, want, got;
+      for (int q = 0; q < 4; ++q) {
+        a.push_back(gaussian(size_t(n), rng));
+        want.emplace_back(size_t(n_b));
+        got.emplace_back(size_t(n_b));
+      }
+      const std::vector<float> b = gaussian(size_t(stride * n_b), rng);
+      for (int q = 0; q < 4; ++q) dot_f32_rows(a[size_t(q)].data(), b.data(), stride, n_b, n, want[size_t(q)].data());
+      const float* as[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
+      float* outs[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+      dot_f32_rows4(as, b.data(), stride, n_b, n, outs);
+      for (int q = 0; q < 4; ++q)
+        for (int64_t r = 0; r < n_b; ++r)
+          EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(q)][size_t(r)]), std::bit_cast<uint32_t>(want[size_t(q)][size_t(r)]))
+              << "n " << n << " rows " << n_b << " query " << q << " row " << r;
+    }
+}
+
+TEST(Ops, AxpyF32Rows4EqualsOneOutputAtATime) {
+  std::mt19937 rng(32);
+  for (int64_t n : {1, 7, 8, 9, 16, 24, 40, 64, 131, 256})
+    for (int64_t n_x : {0, 1, 2, 5, 64}) {
+      const int64_t stride = n + 5;
+      std::vector<std::vector<float>> s4, want, got;
+      for (int q = 0; q < 4; ++q) {
+        s4.push_back(gaussian(size_t(n_x), rng));
+        want.push_back(gaussian(size_t(n), rng));
+        got.push_back(want.back());
+      }
+      const std::vector<float> x = gaussian(size_t(stride * n_x), rng);
+      for (int q = 0; q < 4; ++q) axpy_f32_rows(s4[size_t(q)].data(), x.data(), stride, n_x, want[size_t(q)].data(), n);
+      const float* ss[4] = {s4[0].data(), s4[1].data(), s4[2].data(), s4[3].data()};
+      float* ys[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+      axpy_f32_rows4(ss, x.data(), stride, n_x, ys, n);
+      for (int q = 0; q < 4; ++q)
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(q)][size_t(i)]), std::bit_cast<uint32_t>(want[size_t(q)][size_t(i)]))
+              << "n " << n << " rows " << n_x << " output " << q << " element " << i;
+    }
+}
+
 }  // namespace
 }  // namespace essaim
