@@ -20,16 +20,17 @@ namespace essaim {
 
 inline bool lanes_matmul_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
 
-// Products take groups of eight activation rows, from 8 rows for Q4_K and Q6_K: below that the dot kernels
-// were faster (the weights are unpacked once per call and the activations transposed into lanes, which a
-// few rows do not repay). Q6_K started at 16 until its 3072 x 1024 products (an expert's down) of 8 rows
-// measured 107 GFLOP/s on the dot kernels and 128 in the lanes on the AMD EPYC (Zen 5), one thread; its
-// 1024 x 3072 products of 8 rows 135 and 130. Groups run in pairs (sixteen rows at once). A last partial
-// group pads its lanes with zeros; matmul_rows gives it to the lanes from five rows on (pp512 1-2 % faster
-// on the AMD EPYC, Zen 3, than the dot kernels for those rows; four or fewer: no gain).
+// Products take groups of eight activation rows, from 8 rows for Q4_K and 16 for Q6_K: below that the dot
+// kernels were faster (the weights are unpacked once per call and the activations transposed into lanes,
+// which a few rows do not repay; Q6_K's eight-row dot kernel needs fewer operations than Q4_K's). Q6_K from
+// 8 rows measured faster for its 3072 x 1024 products alone (kernels_bench: 107 -> 128 GFLOP/s at 8 rows)
+// but made a whole pp512 of the qwen3moe file 2.7 % slower (alternating binaries, AMD EPYC Zen 5), so it
+// stays at 16. Groups run in pairs (sixteen rows at once). A last partial group pads its lanes with zeros;
+// matmul_rows gives it to the lanes from five rows on (pp512 1-2 % faster on the AMD EPYC, Zen 3, than the
+// dot kernels for those rows; four or fewer: no gain).
 inline constexpr int64_t kLanesGroup = 8;
 inline constexpr int64_t kLanesPadFrom = 5;
-inline int64_t lanes_min_rows(GgmlType) { return 8; }
+inline int64_t lanes_min_rows(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 8; }
 
 // xprep: n_rows Q8_K activation rows of w.cols values in w.type's AVX2 layout (prepare_q8k_q45k_avx2,
 // prepare_q8k_q6k_avx2), x_stride bytes apart; lanes_matmul_type(w.type). Requires AVX2, FMA and F16C.
