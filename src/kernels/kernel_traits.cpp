@@ -287,6 +287,28 @@ void set_amx_enabled(bool on) { g_amx_wanted.store(on, std::memory_order_relaxed
 
 bool lanes_enabled() { return g_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX2; }
 bool rowlanes_enabled() { return g_lanes_wanted.load(std::memory_order_relaxed) && kernels_isa() == Isa::AVX512; }
+
+namespace {
+std::atomic<uint64_t> g_lane_pass_override{0};
+
+uint64_t l2_bytes_per_core() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? uint64_t(l2) : 0;
+#else
+  return 0;
+#endif
+}
+
+uint64_t measured_pass_bytes(uint64_t with_big_l2) {
+  if (const uint64_t o = g_lane_pass_override.load(std::memory_order_relaxed)) return o;
+  return l2_bytes_per_core() >= (1u << 20) ? with_big_l2 : 192 * 1024;
+}
+}  // namespace
+
+uint64_t lanes_pass_bytes() { return measured_pass_bytes(320 * 1024); }
+uint64_t rowlanes_pass_bytes() { return measured_pass_bytes(512 * 1024); }
+void set_lane_pass_bytes(uint64_t bytes) { g_lane_pass_override.store(bytes, std::memory_order_relaxed); }
 void set_lanes_enabled(bool on) { g_lanes_wanted.store(on, std::memory_order_relaxed); }
 bool lanes_switch() { return g_lanes_wanted.load(std::memory_order_relaxed); }
 

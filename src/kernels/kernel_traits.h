@@ -69,6 +69,18 @@ bool lanes_switch();  // the switch itself, whatever the ISA (what set_lanes_ena
 // exact integers and f32 steps as the dot kernels: speed only, never a bit.
 bool rowlanes_enabled();
 
+// Activation bytes one pass of the lane products keeps in L2 while it streams every weight row once (AVX2
+// lanes: transposed blocks; AVX-512 row lanes: prepared rows). Larger passes unpack and stream the weights
+// fewer times. With an L2 of 1 MiB or more per core: 320 KiB (lanes) and 512 KiB (row lanes), measured in
+// paired runs on the AMD EPYC (Zen 5, 1 MiB L2) — the 8192-column products of 512 rows ~9 % faster than
+// with 192 KiB, the 3072-column ones 1.5 % (lanes) and 4–6 % (row lanes), larger budgets slower again;
+// with a smaller or unknown L2 the 192 KiB measured on a Zen 3 (512 KiB L2). Speed only: every activation
+// row's sums are the same whatever the pass it falls in. set_lane_pass_bytes overrides both (0: back to
+// the measured ones; tests use it to take several passes at known row counts).
+uint64_t lanes_pass_bytes();
+uint64_t rowlanes_pass_bytes();
+void set_lane_pass_bytes(uint64_t bytes);
+
 // Version of the kernels' numerical contract: block formats, activation quantisation and every accumulation
 // order (docs/kernels.md). Two builds with the same value compute bit-identical results on any ISA; bump it
 // whenever a change could alter one output bit. Peers of the expert protocol compare it in their HELLO.

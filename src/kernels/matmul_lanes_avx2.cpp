@@ -34,6 +34,7 @@
 
 #include "core/status.h"
 #include "kernels/blocks.h"
+#include "kernels/kernel_traits.h"
 #include "kernels/kquant_unpack_avx2.h"
 
 namespace essaim {
@@ -41,7 +42,6 @@ namespace {
 
 constexpr int kLanes = 8;         // activation rows per vector
 constexpr int kMaxChunkRows = 16;  // most weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
-constexpr uint64_t kLaneBudget = 192 * 1024;  // transposed activation bytes per pass, in L2
 
 // One super-block of 8·kH activation rows in lanes (rows past the end of the batch are zeros), as 2·kH
 // quads of four rows: q[u][Q][i] holds, in lane l, dword 8u + i of row 4Q + l and, in lane 4 + l, dword
@@ -428,7 +428,7 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
   // passes as the budget allows, of equal size and an even number of groups: each pass unpacks every
   // weight row once more.
   const int64_t max_per_pass =
-      std::clamp<int64_t>(int64_t(kLaneBudget / (uint64_t(n_sb) * sizeof(LaneBlock<1>))) / 2 * 2, 2, std::max<int64_t>(n_groups, 2));
+      std::clamp<int64_t>(int64_t(lanes_pass_bytes() / (uint64_t(n_sb) * sizeof(LaneBlock<1>))) / 2 * 2, 2, std::max<int64_t>(n_groups, 2));
   const int64_t passes = (n_groups + max_per_pass - 1) / max_per_pass;
   const int64_t groups_per_pass = ((n_groups + passes - 1) / passes + 1) / 2 * 2;
   thread_local std::vector<LaneBlock<2>> wide;

@@ -26,6 +26,7 @@
 
 #include "core/status.h"
 #include "kernels/blocks.h"
+#include "kernels/kernel_traits.h"
 #include "kernels/q6k_arrange_avx512.h"
 #include "kernels/transpose_avx512.h"
 
@@ -35,7 +36,6 @@ namespace {
 constexpr int kLaneRows = 16;                 // weight rows per vector
 constexpr int kGroupRows = 4;                 // activation rows sharing each load of the weight vectors (3 measured
                                               // the same, 2 and 6-8 slower)
-constexpr uint64_t kPassBytes = 192 * 1024;   // prepared activation bytes per pass over the weights (L2)
 
 // One super-block of sixteen weight rows; lane r of every vector is row r's.
 struct alignas(64) RowLanesQ4k {
@@ -378,7 +378,7 @@ void rowlanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_strid
                    int64_t o_begin, int64_t o_end, float* const* y) {
   const int64_t n_sb = w.cols / kQK_K;
   // As few passes over the weights as keep one pass's activation rows in L2, of equal size.
-  const int64_t max_per_pass = std::clamp<int64_t>(int64_t(kPassBytes / x_stride), kGroupRows, n_rows);
+  const int64_t max_per_pass = std::clamp<int64_t>(int64_t(rowlanes_pass_bytes() / x_stride), kGroupRows, n_rows);
   const int64_t passes = (n_rows + max_per_pass - 1) / max_per_pass;
   const int64_t per_pass = (n_rows + passes - 1) / passes;
   std::vector<Acc16> acc(static_cast<size_t>(per_pass));

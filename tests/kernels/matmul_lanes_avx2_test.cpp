@@ -52,8 +52,11 @@ TEST(Lanes, EqualsTheDotKernelsAndTheScalarReference) {
         KernelCase{.name = "lanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 11 : 12));
     // Groups of eight in pairs (sixteen rows at once), an odd last group alone; 3072 columns hold six groups
-    // per pass: 63, 100 and 300 rows take several passes, 300 ends on a pass of one group.
+    // per pass of 192 KiB and ten of 320 KiB (lanes_pass_bytes): 63, 100 and 300 rows take several passes,
+    // 300 ends on a pass of one group with the first.
+    for (const uint64_t pass_bytes : {192u * 1024, 320u * 1024})
     for (const int64_t n : {5, 7, 8, 9, 13, 16, 17, 24, 63, 100, 300}) {
+      set_lane_pass_bytes(pass_bytes);
       const std::vector<uint8_t> xq = quantised(p, n);
       for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
         SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +

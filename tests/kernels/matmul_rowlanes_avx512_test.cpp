@@ -53,8 +53,11 @@ TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
     const KernelProblem p = kernel_problem_build(
         KernelCase{.name = "rowlanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 21 : 22));
-    // 3072 columns keep 56 rows per pass: 63, 100 and 300 rows take several passes.
+    // 3072 columns keep 56 rows per pass of 192 KiB and 149 of 512 KiB (rowlanes_pass_bytes): 63, 100 and
+    // 300 rows take several passes with the first, 300 with the second.
+    for (const uint64_t pass_bytes : {192u * 1024, 512u * 1024})
     for (const int64_t n : {1, 2, 3, 4, 5, 6, 7, 9, 16, 17, 63, 100, 300}) {
+      set_lane_pass_bytes(pass_bytes);
       const std::vector<uint8_t> xq = quantised(p, n);
       for (const auto& [o_begin, o_end] : {std::pair<int64_t, int64_t>{0, 70}, {3, 65}, {15, 17}, {69, 70}}) {
         SCOPED_TRACE(std::string(type_name(type)) + ", " + std::to_string(cols) + " cols, " + std::to_string(n) + " rows, weight rows " +

@@ -29,6 +29,7 @@ class KernelChoiceGuard {
     (void)set_kernel_isa(isa_);
     set_amx_enabled(amx_);
     set_lanes_enabled(lanes_);
+    set_lane_pass_bytes(0);
   }
   KernelChoiceGuard(const KernelChoiceGuard&) = delete;
   KernelChoiceGuard& operator=(const KernelChoiceGuard&) = delete;
