@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Paired comparison of two versions of src/kernels/matmul_lanes_avx2.cpp in one process (bench/ab/lanes_ab.cpp):
-# for hosts where separate runs of the same binary differ by more than the change being measured.
+# Paired comparison of two versions of src/kernels/matmul_lanes_avx2.cpp — or of
+# src/kernels/matmul_rowlanes_avx512.cpp, told apart by the function they define — in one process
+# (bench/ab/lanes_ab.cpp): for hosts where separate runs of the same binary differ by more than the change
+# being measured.
 #   scripts/lanes-ab.sh A.cpp B.cpp COLS ROWS ACT_ROWS q4_k|q6_k COPIES [PAIRS]
 #   git show HEAD~1:src/kernels/matmul_lanes_avx2.cpp > /tmp/old.cpp
 #   scripts/lanes-ab.sh /tmp/old.cpp src/kernels/matmul_lanes_avx2.cpp 1024 3072 16 q6_k 16 60
@@ -15,10 +17,15 @@ shift 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 flags=(-O2 -std=c++20 -mavx2 -mfma -mf16c -ffp-contract=off -I src)
+fn=lanes_matmul_rows
+if grep -q "^void rowlanes_matmul_rows(" "$A"; then
+  fn=rowlanes_matmul_rows
+  flags+=(-mavx512f -mavx512bw -mavx512vl -mavx512vnni -DAB_ROWLANES)
+fi
 for v in a b; do
   src=$([ $v = a ] && echo "$A" || echo "$B")
-  sed 's/^void lanes_matmul_rows(const WeightMatrix/void lanes_'$v'(const WeightMatrix/' "$src" > "$work/$v.cpp"
-  grep -q "^void lanes_$v(" "$work/$v.cpp" || { echo "lanes-ab: $src defines no lanes_matmul_rows" >&2; exit 2; }
+  sed 's/^void '$fn'(const WeightMatrix/void lanes_'$v'(const WeightMatrix/' "$src" > "$work/$v.cpp"
+  grep -q "^void lanes_$v(" "$work/$v.cpp" || { echo "lanes-ab: $src defines no $fn" >&2; exit 2; }
   g++ "${flags[@]}" -c "$work/$v.cpp" -o "$work/$v.o"
 done
 g++ "${flags[@]}" bench/ab/lanes_ab.cpp "$work/a.o" "$work/b.o" \

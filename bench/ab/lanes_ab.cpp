@@ -1,4 +1,5 @@
-// Paired comparison of two versions of the AVX2 lanes kernel (matmul_lanes_avx2.cpp) in one process, for
+// Paired comparison of two versions of the AVX2 lanes kernel (matmul_lanes_avx2.cpp) — or, built with
+// -DAB_ROWLANES, of the AVX-512 row-lane kernel (matmul_rowlanes_avx512.cpp) — in one process, for
 // hosts too noisy for separate runs. scripts/lanes-ab.sh compiles each version under its own name
 // (lanes_a, lanes_b) and links them here. Both are checked against matmul_rows (the dot kernels) bit for
 // bit, then called alternately, `pairs` times, on weights spread over `copies` copies (enough copies put
@@ -28,11 +29,17 @@ void lanes_b(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, int
 
 using namespace essaim;
 
+#ifdef AB_ROWLANES
+constexpr Isa kIsa = Isa::AVX512;
+#else
+constexpr Isa kIsa = Isa::AVX2;
+#endif
+
 int main(int argc, char** argv) {
   ab::Args args;
   if (!ab::parse_args(argc, argv, "lanes_ab", {"q4_k", "q6_k"}, &args)) return 2;
-  if (!isa_supported(Isa::AVX2)) {
-    std::fprintf(stderr, "lanes_ab: this CPU has no AVX2\n");
+  if (!isa_supported(kIsa)) {
+    std::fprintf(stderr, "lanes_ab: this CPU has no %s\n", kIsa == Isa::AVX2 ? "AVX2" : "AVX-512 VNNI");
     return 2;
   }
   const int64_t cols = args.cols, rows = args.rows, nx = args.act_rows, copies = args.copies;
@@ -44,7 +51,7 @@ int main(int argc, char** argv) {
   const uint64_t xs = activation_row_bytes(wt, cols);
   const std::vector<uint8_t> xq = ab::quantized_rows(GgmlType::Q8_K, cols, nx, xs, rng);
   std::vector<uint8_t> xp = xq;
-  if (PrepareFn prep = kernel_traits(wt)->prepare_for(Isa::AVX2))
+  if (PrepareFn prep = kernel_traits(wt)->prepare_for(kIsa))
     for (int64_t t = 0; t < nx; ++t) prep(xq.data() + uint64_t(t) * xs, xp.data() + uint64_t(t) * xs, cols);
 
   std::vector<float> want(size_t(nx * rows)), got(size_t(nx * rows));
@@ -53,7 +60,7 @@ int main(int argc, char** argv) {
     want_rows[size_t(t)] = want.data() + t * rows;
     got_rows[size_t(t)] = got.data() + t * rows;
   }
-  const Status isa = set_kernel_isa(Isa::AVX2);
+  const Status isa = set_kernel_isa(kIsa);
   if (!isa.is_ok()) {
     std::fprintf(stderr, "lanes_ab: %s\n", isa.message().c_str());
     return 2;
