@@ -41,7 +41,7 @@ namespace essaim {
 namespace {
 
 constexpr int kLanes = 8;         // activation rows per vector
-constexpr int kMaxChunkRows = 16;  // most weight rows unpacked at once (all their super-blocks: ~60 KB at 3072 columns)
+constexpr int kMaxChunkRows = 16;  // most weight rows per chunk (one super-block of each unpacked at a time: 4.7 KB)
 
 // One super-block of 8·kH activation rows in lanes (rows past the end of the batch are zeros), as 2·kH
 // quads of four rows: q[u][Q][i] holds, in lane l, dword 8u + i of row 4Q + l and, in lane 4 + l, dword
@@ -437,7 +437,7 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
   thread_local std::vector<Acc8> acc;
   wide.resize(size_t(groups_per_pass / 2 * n_sb));
   narrow.resize(size_t(n_sb));
-  unpacked.resize(size_t(n_sb * kChunkRows));
+  unpacked.resize(size_t(kChunkRows));
   acc.resize(size_t(groups_per_pass * kChunkRows));
 
   for (int64_t g0 = 0; g0 < n_groups; g0 += groups_per_pass) {
@@ -457,12 +457,11 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
     for (int64_t o0 = o_begin; o0 < o_end; o0 += kChunkRows) {
       const int n = int(std::min<int64_t>(kChunkRows, o_end - o0));
       std::fill(acc.begin(), acc.begin() + gn * kChunkRows, Acc8{_mm256_setzero_ps()});
-      // Each weight row read front to back (the order the hardware prefetchers follow from memory), into
-      // unpacked[k * kChunkRows + r]; then super-block by super-block, every group against the same rows.
-      for (int r = 0; r < n; ++r) {
-        const auto* blocks = reinterpret_cast<const Block*>(w.data + uint64_t(o0 + r) * w.row_stride);
-        for (int64_t k = 0; k < n_sb; ++k) unpack(blocks[k], &unpacked[size_t(k * kChunkRows + r)]);
-      }
+      // Super-block by super-block: block k of the chunk's rows unpacked (into L1), then every group against
+      // them. Unpacking each row whole first (all its super-blocks, ~60 KB at 3072 columns, in the order the
+      // hardware prefetchers follow a row) measured 2.5-5 % slower for Q4_K products of 16-24 rows and 1 %
+      // for Q6_K on the AMD EPYC (Zen 5), weights beyond the caches (scripts/lanes-ab.sh, 200 copies): the
+      // unpacked rows no longer fit in L1, and the next chunk's prefetches below bring its blocks in anyway.
       const int64_t next = o0 + kChunkRows;
       const int n_next = int(std::clamp<int64_t>(o_end - next, 0, kChunkRows));
       for (int64_t k = 0; k < n_sb; ++k) {
@@ -472,7 +471,9 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
           for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(b + off, kPrefetchHintOf<Weights>);
           _mm_prefetch(b + sizeof(Block) - 1, kPrefetchHintOf<Weights>);
         }
-        const Weights* wk = &unpacked[size_t(k * kChunkRows)];
+        for (int r = 0; r < n; ++r)
+          unpack(reinterpret_cast<const Block*>(w.data + uint64_t(o0 + r) * w.row_stride)[k], &unpacked[size_t(r)]);
+        const Weights* wk = &unpacked[0];
         for (int64_t i = 0; i < pairs; ++i)
           super_block(wk, n, wide[size_t(i * n_sb + k)], &acc[size_t(2 * i * kChunkRows)]);
         if (odd) super_block(wk, n, narrow[size_t(k)], &acc[size_t(2 * pairs * kChunkRows)]);
