@@ -370,13 +370,17 @@ constexpr int kChunkRowsOf = std::is_same_v<Weights, Q6kWeights> ? 8 : kMaxChunk
 // The canonical steps of one super-block for rows w[0..n) against one lane block, in every lane: Q4_K
 // acc = fma(d·y.d, A, acc), acc = fma(-(dmin·y.d), M, acc); Q6_K acc = fma(d·y.d, A, acc).
 // acc[h * kChunkRowsOf<Weights> + r]: weight row r against half h of the block.
+// Q4_K goes row by row, its four pairs' sums in registers (products of 8-512 rows 1-5 % faster on the AMD
+// EPYC, Zen 5, than pair by pair over all rows with the sums in memory); Q6_K stays chunk by chunk over all
+// rows (row by row, its eight chunks, measured 11 % slower).
 template <int kH>
 void super_block(const Q4kWeights* w, int n, const LaneBlock<kH>& L, Acc8* acc) {
   constexpr int kQuads = 2 * kH, stride = kChunkRowsOf<Q4kWeights>;
-  __m256i A[kQuads * kMaxChunkRows];
-  q4k_pair<true>(w, n, 0, L, A);
-  for (int p = 1; p < 4; ++p) q4k_pair<false>(w, n, p, L, A);
-  for (int r = 0; r < n; ++r)
+  for (int r = 0; r < n; ++r) {
+    __m256i A[kQuads];
+    q4k_pair<true>(w + r, 1, 0, L, A);
+#pragma GCC unroll 3
+    for (int p = 1; p < 4; ++p) q4k_pair<false>(w + r, 1, p, L, A);
     for (int h = 0; h < kH; ++h) {
       // M = Σ_s m[s]·B[s]: four madd where the pair sums fit in words, else eight against the bsums themselves.
       __m256i M;
@@ -392,9 +396,10 @@ void super_block(const Q4kWeights* w, int n, const LaneBlock<kH>& L, Acc8* acc) 
       const __m256 dy = _mm256_mul_ps(_mm256_set1_ps(w[r].d), L.d[h]);
       const __m256 my = _mm256_mul_ps(_mm256_set1_ps(w[r].dmin), L.d[h]);
       Acc8& a = acc[h * stride + r];
-      a.v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[kQuads * r + 2 * h], A[kQuads * r + 2 * h + 1])), a.v);
+      a.v = _mm256_fmadd_ps(dy, _mm256_cvtepi32_ps(fold_quads(A[2 * h], A[2 * h + 1])), a.v);
       a.v = _mm256_fnmadd_ps(my, _mm256_cvtepi32_ps(M), a.v);
     }
+  }
 }
 
 template <int kH>
