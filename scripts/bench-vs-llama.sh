@@ -3,7 +3,8 @@
 # alternating round by round in one process tree, on the synth q35-122b files (qwen35moe 4 layers: 3 Gated
 # DeltaNet + 1 attention; qwen3moe 2 layers; Q4_K_M). Prints one JSON document: per file and engine the
 # median over rounds of pp and tg tokens/s, essaim's fraction of the read bandwidth, and essaim / peer — as
-# the ratio of the medians ("ratios") and as the median of each round's ratio ("paired_ratios").
+# the ratio of the medians ("ratios") and as the median of each round's ratio ("paired_ratios") — and every
+# round's figures ("per_round").
 #
 #   scripts/bench-vs-llama.sh                          # 3 rounds, 2 threads, -p 512 -n 64, -r 1 per round
 #   ROUNDS=5 THREADS=2 scripts/bench-vs-llama.sh --essaim build/src/cli/essaim
@@ -115,6 +116,9 @@ for file in "${MODELS[@]}"; do
                         tg_vs_llama_cpp: (if $llama then ($rows | paired("llama.cpp"; "tg")) else null end),
                         pp_vs_ik_llama_cpp: (if $ik then ($rows | paired("ik_llama.cpp"; "pp")) else null end),
                         tg_vs_ik_llama_cpp: (if $ik then ($rows | paired("ik_llama.cpp"; "tg")) else null end)}
+    # Every round as measured, so a spread can be read back (the medians hide which engine moved).
+    | .per_round = [$rows | group_by(.round)[] | {round: .[0].round,
+                     engines: map({key: .engine, value: {pp, tg}}) | from_entries}]
   ' "$out" >"$out.summary"
 done
 jq -s --arg threads "$THREADS" --arg p "$P" --arg n "$N" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
