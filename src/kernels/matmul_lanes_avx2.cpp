@@ -197,104 +197,97 @@ inline __attribute__((always_inline)) void keep_chains(__m256i& a, __m256i& b, _
   asm("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d));
 }
 
-// A[2r + Q] = (kFirst) or += the contribution of pair p (chunks 2p, 2p+1) of Q4_K rows w[0..n) against quad
-// Q. Each shuffle of a weight chunk feeds both quads; eight maddubs per quad add up as words, then one
-// madd by the pair's scales.
+// A[Q] = (kFirst) or += the contribution of pair p (chunks 2p, 2p+1) of Q4_K row w against quad Q. Each
+// shuffle of a weight chunk feeds both quads; eight maddubs per quad add up as words, then one madd by the
+// pair's scales.
 template <bool kFirst>
-inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock<1>& L, __m256i* A) {
+inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights& w, int p, const LaneBlock<1>& L, __m256i* A) {
   const __m256i* x00 = L.q[2 * p][0];  // [chunk][quad]
   const __m256i* x01 = L.q[2 * p][1];
   const __m256i* x10 = L.q[2 * p + 1][0];
   const __m256i* x11 = L.q[2 * p + 1][1];
-#pragma GCC unroll 2
-  for (int r = 0; r < n; ++r) {
-    // The activation vectors stay memory operands: GCC otherwise copies them to the stack once per call (they
-    // do not fit in registers), a load and a store each per call. An empty asm that claims to change the
-    // pointers keeps the loads in the loop.
-    asm("" : "+r"(x00), "+r"(x01), "+r"(x10), "+r"(x11));
-    const uint8_t* q = w[r].q + 64 * p;
-    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
-    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
-    // s[quad][chain], each started by its first product.
-    __m256i t = _mm256_shuffle_epi32(w0, 0x00);
-    __m256i s00 = _mm256_maddubs_epi16(t, x00[0]), s10 = _mm256_maddubs_epi16(t, x01[0]);
-    t = _mm256_shuffle_epi32(w0, 0x55);
-    __m256i s01 = _mm256_maddubs_epi16(t, x00[1]), s11 = _mm256_maddubs_epi16(t, x01[1]);
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w0, 0xAA);
-    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x00[2]));
-    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x01[2]));
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w0, 0xFF);
-    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x00[3]));
-    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x01[3]));
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w1, 0x00);
-    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[0]));
-    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[0]));
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w1, 0x55);
-    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[1]));
-    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[1]));
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w1, 0xAA);
-    s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[2]));
-    s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[2]));
-    keep_chains(s00, s10, s01, s11);
-    t = _mm256_shuffle_epi32(w1, 0xFF);
-    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[3]));
-    s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[3]));
-    const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
-    const __m256i a0 = _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc);
-    const __m256i a1 = _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc);
-    A[2 * r] = kFirst ? a0 : _mm256_add_epi32(A[2 * r], a0);
-    A[2 * r + 1] = kFirst ? a1 : _mm256_add_epi32(A[2 * r + 1], a1);
-  }
+  // The activation vectors stay memory operands: GCC otherwise copies them to the stack once per call of
+  // the row loop (they do not fit in registers), a load and a store each. An empty asm that claims to
+  // change the pointers keeps the loads here, once per row.
+  asm("" : "+r"(x00), "+r"(x01), "+r"(x10), "+r"(x11));
+  const uint8_t* q = w.q + 64 * p;
+  const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
+  // s[quad][chain], each started by its first product.
+  __m256i t = _mm256_shuffle_epi32(w0, 0x00);
+  __m256i s00 = _mm256_maddubs_epi16(t, x00[0]), s10 = _mm256_maddubs_epi16(t, x01[0]);
+  t = _mm256_shuffle_epi32(w0, 0x55);
+  __m256i s01 = _mm256_maddubs_epi16(t, x00[1]), s11 = _mm256_maddubs_epi16(t, x01[1]);
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w0, 0xAA);
+  s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x00[2]));
+  s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x01[2]));
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w0, 0xFF);
+  s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x00[3]));
+  s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x01[3]));
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w1, 0x00);
+  s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[0]));
+  s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[0]));
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w1, 0x55);
+  s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[1]));
+  s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[1]));
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w1, 0xAA);
+  s00 = _mm256_add_epi16(s00, _mm256_maddubs_epi16(t, x10[2]));
+  s10 = _mm256_add_epi16(s10, _mm256_maddubs_epi16(t, x11[2]));
+  keep_chains(s00, s10, s01, s11);
+  t = _mm256_shuffle_epi32(w1, 0xFF);
+  s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(t, x10[3]));
+  s11 = _mm256_add_epi16(s11, _mm256_maddubs_epi16(t, x11[3]));
+  const __m256i sc = _mm256_set1_epi32(w.scale[p]);
+  const __m256i a0 = _mm256_madd_epi16(_mm256_add_epi16(s00, s01), sc);
+  const __m256i a1 = _mm256_madd_epi16(_mm256_add_epi16(s10, s11), sc);
+  A[0] = kFirst ? a0 : _mm256_add_epi32(A[0], a0);
+  A[1] = kFirst ? a1 : _mm256_add_epi32(A[1], a1);
 }
 
 // The same for sixteen rows (four quads): each shuffle of a weight chunk feeds four maddubs, one per quad,
 // and each quad's eight products add up in one chain of words (|Σ| <= 8·2·15·128 = 30 720, as above) —
-// per 1024 multiply-adds 8 shuffles instead of 16 and no add of two chains. A[4r + Q].
+// per 1024 multiply-adds 8 shuffles instead of 16 and no add of two chains. A[Q].
 template <bool kFirst>
-inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights* w, int n, int p, const LaneBlock<2>& L, __m256i* A) {
+inline __attribute__((always_inline)) void q4k_pair(const Q4kWeights& w, int p, const LaneBlock<2>& L, __m256i* A) {
   const __m256i* x0 = L.q[2 * p][0];  // [quad][i], quads 0..3 contiguous
   const __m256i* x1 = L.q[2 * p + 1][0];
-#pragma GCC unroll 2
-  for (int r = 0; r < n; ++r) {
-    asm("" : "+r"(x0), "+r"(x1));  // memory operands, not copies (as in the eight-row form)
-    const uint8_t* q = w[r].q + 64 * p;
-    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
-    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
-    __m256i t = _mm256_shuffle_epi32(w0, 0x00);
-    __m256i s0 = _mm256_maddubs_epi16(t, x0[0]), s1 = _mm256_maddubs_epi16(t, x0[4]);
-    __m256i s2 = _mm256_maddubs_epi16(t, x0[8]), s3 = _mm256_maddubs_epi16(t, x0[12]);
+  asm("" : "+r"(x0), "+r"(x1));  // memory operands, not copies (as in the eight-row form)
+  const uint8_t* q = w.q + 64 * p;
+  const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
+  __m256i t = _mm256_shuffle_epi32(w0, 0x00);
+  __m256i s0 = _mm256_maddubs_epi16(t, x0[0]), s1 = _mm256_maddubs_epi16(t, x0[4]);
+  __m256i s2 = _mm256_maddubs_epi16(t, x0[8]), s3 = _mm256_maddubs_epi16(t, x0[12]);
+  keep_chains(s0, s1, s2, s3);
+  const auto step = [&](__m256i wv, auto imm, const __m256i* x, int i) __attribute__((always_inline)) {
+    t = _mm256_shuffle_epi32(wv, decltype(imm)::value);
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(t, x[i]));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(t, x[4 + i]));
+    s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(t, x[8 + i]));
+    s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(t, x[12 + i]));
     keep_chains(s0, s1, s2, s3);
-    const auto step = [&](__m256i wv, auto imm, const __m256i* x, int i) __attribute__((always_inline)) {
-      t = _mm256_shuffle_epi32(wv, decltype(imm)::value);
-      s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(t, x[i]));
-      s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(t, x[4 + i]));
-      s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(t, x[8 + i]));
-      s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(t, x[12 + i]));
-      keep_chains(s0, s1, s2, s3);
-    };
-    step(w0, std::integral_constant<int, 0x55>{}, x0, 1);
-    step(w0, std::integral_constant<int, 0xAA>{}, x0, 2);
-    step(w0, std::integral_constant<int, 0xFF>{}, x0, 3);
-    step(w1, std::integral_constant<int, 0x00>{}, x1, 0);
-    step(w1, std::integral_constant<int, 0x55>{}, x1, 1);
-    step(w1, std::integral_constant<int, 0xAA>{}, x1, 2);
-    step(w1, std::integral_constant<int, 0xFF>{}, x1, 3);
-    const __m256i sc = _mm256_set1_epi32(w[r].scale[p]);
-    s0 = _mm256_madd_epi16(s0, sc);
-    s1 = _mm256_madd_epi16(s1, sc);
-    s2 = _mm256_madd_epi16(s2, sc);
-    s3 = _mm256_madd_epi16(s3, sc);
-    __m256i* a = A + 4 * r;
-    a[0] = kFirst ? s0 : _mm256_add_epi32(a[0], s0);
-    a[1] = kFirst ? s1 : _mm256_add_epi32(a[1], s1);
-    a[2] = kFirst ? s2 : _mm256_add_epi32(a[2], s2);
-    a[3] = kFirst ? s3 : _mm256_add_epi32(a[3], s3);
-  }
+  };
+  step(w0, std::integral_constant<int, 0x55>{}, x0, 1);
+  step(w0, std::integral_constant<int, 0xAA>{}, x0, 2);
+  step(w0, std::integral_constant<int, 0xFF>{}, x0, 3);
+  step(w1, std::integral_constant<int, 0x00>{}, x1, 0);
+  step(w1, std::integral_constant<int, 0x55>{}, x1, 1);
+  step(w1, std::integral_constant<int, 0xAA>{}, x1, 2);
+  step(w1, std::integral_constant<int, 0xFF>{}, x1, 3);
+  const __m256i sc = _mm256_set1_epi32(w.scale[p]);
+  s0 = _mm256_madd_epi16(s0, sc);
+  s1 = _mm256_madd_epi16(s1, sc);
+  s2 = _mm256_madd_epi16(s2, sc);
+  s3 = _mm256_madd_epi16(s3, sc);
+  A[0] = kFirst ? s0 : _mm256_add_epi32(A[0], s0);
+  A[1] = kFirst ? s1 : _mm256_add_epi32(A[1], s1);
+  A[2] = kFirst ? s2 : _mm256_add_epi32(A[2], s2);
+  A[3] = kFirst ? s3 : _mm256_add_epi32(A[3], s3);
 }
 
 // Q6_K chunk u (sub-blocks 2u in the low lanes, 2u+1 in the high lanes): two maddubs add up as words, then
@@ -378,9 +371,9 @@ void super_block(const Q4kWeights* w, int n, const LaneBlock<kH>& L, Acc8* acc) 
   constexpr int kQuads = 2 * kH, stride = kChunkRowsOf<Q4kWeights>;
   for (int r = 0; r < n; ++r) {
     __m256i A[kQuads];
-    q4k_pair<true>(w + r, 1, 0, L, A);
+    q4k_pair<true>(w[r], 0, L, A);
 #pragma GCC unroll 3
-    for (int p = 1; p < 4; ++p) q4k_pair<false>(w + r, 1, p, L, A);
+    for (int p = 1; p < 4; ++p) q4k_pair<false>(w[r], p, L, A);
     for (int h = 0; h < kH; ++h) {
       // M = Σ_s m[s]·B[s]: four madd where the pair sums fit in words, else eight against the bsums themselves.
       __m256i M;
@@ -438,11 +431,9 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
   const int64_t groups_per_pass = ((n_groups + passes - 1) / passes + 1) / 2 * 2;
   thread_local std::vector<LaneBlock<2>> wide;
   thread_local std::vector<LaneBlock<1>> narrow;
-  thread_local std::vector<Weights> unpacked;
   thread_local std::vector<Acc8> acc;
   wide.resize(size_t(groups_per_pass / 2 * n_sb));
   narrow.resize(size_t(n_sb));
-  unpacked.resize(size_t(kChunkRows));
   acc.resize(size_t(groups_per_pass * kChunkRows));
 
   for (int64_t g0 = 0; g0 < n_groups; g0 += groups_per_pass) {
@@ -476,9 +467,8 @@ void lanes_rows(const WeightMatrix& w, const uint8_t* xprep, uint64_t x_stride, 
           for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(b + off, kPrefetchHintOf<Weights>);
           _mm_prefetch(b + sizeof(Block) - 1, kPrefetchHintOf<Weights>);
         }
-        for (int r = 0; r < n; ++r)
-          unpack(reinterpret_cast<const Block*>(w.data + uint64_t(o0 + r) * w.row_stride)[k], &unpacked[size_t(r)]);
-        const Weights* wk = &unpacked[0];
+        Weights wk[kChunkRows];
+        for (int r = 0; r < n; ++r) unpack(reinterpret_cast<const Block*>(w.data + uint64_t(o0 + r) * w.row_stride)[k], &wk[r]);
         for (int64_t i = 0; i < pairs; ++i)
           super_block(wk, n, wide[size_t(i * n_sb + k)], &acc[size_t(2 * i * kChunkRows)]);
         if (odd) super_block(wk, n, narrow[size_t(k)], &acc[size_t(2 * pairs * kChunkRows)]);

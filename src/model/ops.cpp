@@ -171,59 +171,40 @@ __attribute__((always_inline)) static inline void axpy_rows_all(const float* con
 }
 
 namespace {
-// The AVX2 clones of the forms attention calls: one and two queries (outputs).
+// The AVX2 clones of the forms attention calls (kQ = 1, 2, 4 queries or outputs), and the choice between
+// them and the baseline forms, made once from the CPU.
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void dot_rows1_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
-                                                    int64_t n, float* const* out) {
-  dot_rows_all<1, 1>(a, b, stride, n_b, n, out);
+template <int kQ>
+__attribute__((target("avx2"))) void dot_rows_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
+                                                   int64_t n, float* const* out) {
+  dot_rows_all<1, kQ>(a, b, stride, n_b, n, out);
 }
-__attribute__((target("avx2"))) void dot_rows2_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
-                                                    int64_t n, float* const* out) {
-  dot_rows_all<1, 2>(a, b, stride, n_b, n, out);
-}
-__attribute__((target("avx2"))) void axpy_rows1_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
-                                                     float* const* y, int64_t n) {
-  axpy_rows_all<1, 1>(s, x, stride, n_x, y, n);
-}
-__attribute__((target("avx2"))) void axpy_rows2_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
-                                                     float* const* y, int64_t n) {
-  axpy_rows_all<1, 2>(s, x, stride, n_x, y, n);
-}
-__attribute__((target("avx2"))) void dot_rows4_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b,
-                                                    int64_t n, float* const* out) {
-  dot_rows_all<1, 4>(a, b, stride, n_b, n, out);
-}
-__attribute__((target("avx2"))) void axpy_rows4_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
-                                                     float* const* y, int64_t n) {
-  axpy_rows_all<1, 4>(s, x, stride, n_x, y, n);
+template <int kQ>
+__attribute__((target("avx2"))) void axpy_rows_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x,
+                                                    float* const* y, int64_t n) {
+  axpy_rows_all<1, kQ>(s, x, stride, n_x, y, n);
 }
 bool cpu_has_avx2() {
   __builtin_cpu_init();  // this runs from a static initializer, possibly before libgcc's own
   return __builtin_cpu_supports("avx2");
 }
 const bool kHaveAvx2 = cpu_has_avx2();
-#else
-const bool kHaveAvx2 = false;
-// Not called (kHaveAvx2 is false); the baseline forms, so the dispatch below compiles everywhere.
-void dot_rows1_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
-  dot_rows_all<0, 1>(a, b, stride, n_b, n, out);
-}
-void dot_rows2_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
-  dot_rows_all<0, 2>(a, b, stride, n_b, n, out);
-}
-void axpy_rows1_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
-  axpy_rows_all<0, 1>(s, x, stride, n_x, y, n);
-}
-void axpy_rows2_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
-  axpy_rows_all<0, 2>(s, x, stride, n_x, y, n);
-}
-void dot_rows4_avx2(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
-  dot_rows_all<0, 4>(a, b, stride, n_b, n, out);
-}
-void axpy_rows4_avx2(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
-  axpy_rows_all<0, 4>(s, x, stride, n_x, y, n);
-}
 #endif
+
+template <int kQ>
+void dot_rows(const float* const* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* const* out) {
+#if defined(__x86_64__)
+  if (kHaveAvx2) return dot_rows_avx2<kQ>(a, b, stride, n_b, n, out);
+#endif
+  dot_rows_all<0, kQ>(a, b, stride, n_b, n, out);
+}
+template <int kQ>
+void axpy_rows(const float* const* s, const float* x, int64_t stride, int64_t n_x, float* const* y, int64_t n) {
+#if defined(__x86_64__)
+  if (kHaveAvx2) return axpy_rows_avx2<kQ>(s, x, stride, n_x, y, n);
+#endif
+  axpy_rows_all<0, kQ>(s, x, stride, n_x, y, n);
+}
 }  // namespace
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -240,53 +221,35 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 void dot_f32_rows(const float* a, const float* b, int64_t stride, int64_t n_b, int64_t n, float* out) {
   const float* const as[1] = {a};
   float* const outs[1] = {out};
-  if (kHaveAvx2)
-    dot_rows1_avx2(as, b, stride, n_b, n, outs);
-  else
-    dot_rows_all<0, 1>(as, b, stride, n_b, n, outs);
+  dot_rows<1>(as, b, stride, n_b, n, outs);
 }
 
 void axpy_f32_rows(const float* s, const float* x, int64_t stride, int64_t n_x, float* y, int64_t n) {
   const float* const ss[1] = {s};
   float* const ys[1] = {y};
-  if (kHaveAvx2)
-    axpy_rows1_avx2(ss, x, stride, n_x, ys, n);
-  else
-    axpy_rows_all<0, 1>(ss, x, stride, n_x, ys, n);
+  axpy_rows<1>(ss, x, stride, n_x, ys, n);
 }
 
 void dot_f32_rows2(const float* a0, const float* a1, const float* b, int64_t stride, int64_t n_b, int64_t n,
                    float* out0, float* out1) {
   const float* const as[2] = {a0, a1};
   float* const outs[2] = {out0, out1};
-  if (kHaveAvx2)
-    dot_rows2_avx2(as, b, stride, n_b, n, outs);
-  else
-    dot_rows_all<0, 2>(as, b, stride, n_b, n, outs);
+  dot_rows<2>(as, b, stride, n_b, n, outs);
 }
 
 void axpy_f32_rows2(const float* s0, const float* s1, const float* x, int64_t stride, int64_t n_x, float* y0,
                     float* y1, int64_t n) {
   const float* const ss[2] = {s0, s1};
   float* const ys[2] = {y0, y1};
-  if (kHaveAvx2)
-    axpy_rows2_avx2(ss, x, stride, n_x, ys, n);
-  else
-    axpy_rows_all<0, 2>(ss, x, stride, n_x, ys, n);
+  axpy_rows<2>(ss, x, stride, n_x, ys, n);
 }
 
 void dot_f32_rows4(const float* const a[4], const float* b, int64_t stride, int64_t n_b, int64_t n, float* const out[4]) {
-  if (kHaveAvx2)
-    dot_rows4_avx2(a, b, stride, n_b, n, out);
-  else
-    dot_rows_all<0, 4>(a, b, stride, n_b, n, out);
+  dot_rows<4>(a, b, stride, n_b, n, out);
 }
 
 void axpy_f32_rows4(const float* const s[4], const float* x, int64_t stride, int64_t n_x, float* const y[4], int64_t n) {
-  if (kHaveAvx2)
-    axpy_rows4_avx2(s, x, stride, n_x, y, n);
-  else
-    axpy_rows_all<0, 4>(s, x, stride, n_x, y, n);
+  axpy_rows<4>(s, x, stride, n_x, y, n);
 }
 
 void add_f32(float* y, const float* x, int64_t n) {

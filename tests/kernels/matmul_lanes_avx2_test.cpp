@@ -52,8 +52,9 @@ TEST(Lanes, EqualsTheDotKernelsAndTheScalarReference) {
         KernelCase{.name = "lanes", .type = type, .cols = cols, .rows = 70, .n_rows = 300, .fill = fill},
         uint64_t(cols) + (fill == WeightFill::QUANTIZED ? 11 : 12));
     // Groups of eight in pairs (sixteen rows at once), an odd last group alone; 3072 columns hold six groups
-    // per pass of 192 KiB and ten of 320 KiB (lanes_pass_bytes): 63, 100 and 300 rows take several passes,
-    // 300 ends on a pass of one group with the first.
+    // per pass of 192 KiB and ten of 320 KiB (lanes_pass_bytes): 63, 100 and 300 rows take several passes
+    // with the first (100 ends on a pass of one group), 100 and 300 with the second (100 ends on five groups:
+    // pairs and one alone).
     for (const uint64_t pass_bytes : {192u * 1024, 320u * 1024})
     for (const int64_t n : {5, 7, 8, 9, 13, 16, 17, 24, 63, 100, 300}) {
       set_lane_pass_bytes(pass_bytes);
