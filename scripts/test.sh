@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install dependencies, build, run every test.
 #   1. Release build + ctest (unit, model, multi-process tests)
-#   2. ASan + UBSan build (clang) running the tests labelled "sanitize" (hostile-input tests)
-#   3. libFuzzer targets (clang), each for a bounded time over its seed corpus
+#   2. one ASan + UBSan build (clang, libFuzzer-instrumented) running the tests labelled "sanitize"
+#      (hostile-input tests), then every libFuzzer target of that build for a bounded time over its seed
+#      corpus, one target per CPU at a time
 #   The ARM64 worker is cross-built before the release tests: its kernel and worker tests run under
 #   qemu-user, and the release ctest's mixed swarm (x86 backbone, ARM64 workers) uses its binary.
 set -euo pipefail
@@ -21,14 +22,12 @@ echo "== release tests"
 ESSAIM_ARM64_WORKER="$PWD/build-arm64/src/cli/essaim-worker" \
   ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
 
-echo "== sanitizer build (ASan + UBSan) and hostile-input tests"
-CC=clang CXX=clang++ BUILD_DIR=build-asan BUILD_TARGETS=labelled_tests \
-  scripts/build.sh -DESSAIM_SANITIZE=ON -DESSAIM_BENCH=OFF
+echo "== sanitizer build (ASan + UBSan, libFuzzer-instrumented): hostile-input tests and fuzz targets from one build"
+CC=clang CXX=clang++ BUILD_DIR=build-asan BUILD_TARGETS="labelled_tests fuzz_targets" \
+  scripts/build.sh -DESSAIM_SANITIZE=ON -DESSAIM_FUZZ=ON -DESSAIM_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -L sanitize --timeout 900
 
-echo "== fuzzing (bounded)"
-CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS=fuzz_targets \
-  scripts/build.sh -DESSAIM_FUZZ=ON -DESSAIM_TESTS=OFF -DESSAIM_BENCH=OFF
-FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh build-fuzz
+echo "== fuzzing (bounded, one target per CPU at a time)"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh build-asan
 echo "== all tests passed"
