@@ -8,6 +8,8 @@
 #   scripts/lanes-ab.sh /tmp/old.cpp src/kernels/matmul_lanes_avx2.cpp 1024 3072 16 q6_k 16 60
 # Needs an x86-64 build in $BUILD_DIR (default build/) for the kernel and core libraries. Prints JSON;
 # b_over_a_median < 1 means B is faster. A version compared with itself reads 0.98-1.02 on a noisy host.
+# AB_THREADS=2 runs each call's weight rows as two halves on two threads at once (a decode's two threads
+# sharing the memory bus); the default is one thread.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 7 ] || { sed -n 2,8p "$0" >&2; exit 2; }

@@ -4,13 +4,17 @@
 // (lanes_a, lanes_b) and links them here. Both are checked against matmul_rows (the dot kernels) bit for
 // bit, then called alternately, `pairs` times, on weights spread over `copies` copies (enough copies put
 // them beyond the caches, as an expert's weights are in a prefill); each pair's B/A ratio cancels the
-// host's slow drifts, and the median ratio with its quartiles is printed as JSON.
+// host's slow drifts, and the median ratio with its quartiles is printed as JSON. AB_THREADS=2 splits each
+// call's weight rows into two halves run at once on two threads (a decode's two threads sharing the
+// memory bus; times include starting the second thread once per timing, amortised over its calls).
 //
 //   scripts/lanes-ab.sh OLD.cpp NEW.cpp 1024 3072 16 q6_k 16 [pairs]   # cols rows act_rows type copies
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "ab_pairs.h"
@@ -77,13 +81,26 @@ int main(int argc, char** argv) {
   }
 
   const int reps = ab::calls_per_timing(args);
+  const char* threads_env = std::getenv("AB_THREADS");
+  const bool two_threads = threads_env && std::atoi(threads_env) == 2;
+  const int64_t half = rows / 32 * 16;  // the second thread's rows start on a multiple of 16
   int64_t call = 0;
+  auto run_calls = [&](LanesFn fn, int64_t first_call, int64_t o_begin, int64_t o_end) {
+    for (int k = 0; k < reps; ++k) {
+      const WeightMatrix w{wt, cols, rows, weights.data() + uint64_t((first_call + k) % copies) * rs * uint64_t(rows), rs};
+      fn(w, xp.data(), xs, nx, o_begin, o_end, got_rows.data());
+    }
+  };
   auto time_us = [&](LanesFn fn) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < reps; ++k, ++call) {
-      const WeightMatrix w{wt, cols, rows, weights.data() + uint64_t(call % copies) * rs * uint64_t(rows), rs};
-      fn(w, xp.data(), xs, nx, 0, rows, got_rows.data());
+    if (two_threads && half > 0) {
+      std::thread second([&] { run_calls(fn, call, half, rows); });
+      run_calls(fn, call, 0, half);
+      second.join();
+    } else {
+      run_calls(fn, call, 0, rows);
     }
+    call += reps;
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
   ab::run_pairs(args, [&] { return time_us(lanes_a); }, [&] { return time_us(lanes_b); });
