@@ -49,8 +49,6 @@ int run(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 1024));
   app.add_option("--reset-every", reset_every, "tokens per sequence before both start again")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
-  const bool restore_lanes = lanes_switch(), restore_amx = amx_enabled();
-  const int64_t restore_bytes = weight_prefetch_bytes();
   std::function<void(bool)> set_switch;
   if (which == "prefetch") set_switch = [on_bytes](bool on) { set_weight_prefetch_bytes(on ? on_bytes : 0); };
   else if (which == "lanes") set_switch = [](bool on) { set_lanes_enabled(on); };
@@ -120,9 +118,6 @@ int run(int argc, char** argv) {
     ratios.push_back(seconds[1] / seconds[0]);
     for (int side = 0; side < 2; ++side) ms[side].push_back(1e3 * seconds[side]);
   }
-  set_lanes_enabled(restore_lanes);
-  set_amx_enabled(restore_amx);
-  set_weight_prefetch_bytes(restore_bytes);
   const nlohmann::json out = {{"benchmark", "decode_ab"},    {"switch", which},
                               {"model", path},               {"threads", threads},
                               {"pairs", pairs},              {"off_ms_median", quantile(ms[0], 0.5)},
