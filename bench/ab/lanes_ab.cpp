@@ -11,8 +11,8 @@
 //   scripts/lanes-ab.sh OLD.cpp NEW.cpp 1024 3072 16 q6_k 16 [pairs]   # cols rows act_rows type copies
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>

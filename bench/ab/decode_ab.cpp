@@ -10,7 +10,6 @@
 // lanes (the AVX2 lanes and AVX-512 row lanes: set_lanes_enabled), amx (set_amx_enabled). A new switch is
 // one more case in set_switch.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ab_pairs.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
@@ -31,11 +31,7 @@ namespace essaim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
-}
+using ab::quantile;
 
 int run(int argc, char** argv) {
   CLI::App app{"essaim decode A/B of a run-time switch, token by token (JSON on stdout)"};
@@ -47,7 +43,7 @@ int run(int argc, char** argv) {
   app.add_option("--on-bytes", on_bytes, "prefetch: the distance when on (off is 0)")->check(CLI::Range(0, 65536));
   app.add_option("--pairs", pairs, "token pairs timed")->check(CLI::Range(1, 100000));
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 1024));
-  app.add_option("--reset-every", reset_every, "tokens per sequence before both start again")->check(CLI::Range(1, 4096));
+  app.add_option("--reset-every", reset_every, "tokens decoded into the timed sequence before it starts again")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
   std::function<void(bool)> set_switch;
   if (which == "prefetch") set_switch = [on_bytes](bool on) { set_weight_prefetch_bytes(on ? on_bytes : 0); };
