@@ -6,7 +6,7 @@
 // read-ahead cannot stream faster than "sequential + read-ahead", and the AVX-512 row lanes cannot stream
 // faster than "row lanes order" with their read-ahead (docs/engine.md, "The read ceiling of a decode kernel").
 //
-//   build/bench/read_ceiling [--threads 2] [--mb 1024] [--rounds 7] [--cols 3072]
+//   build/bench/read_ceiling [--threads 2] [--mb 1024] [--rounds 7] [--cols 3072] [--isa best|avx512|avx2]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -95,6 +95,51 @@ __attribute__((target("avx512f"))) uint64_t row_lanes_order(const uint8_t* p, si
   }
   return fold(a);
 }
+// The same forms with 32-byte loads, for AVX2 machines (or --isa avx2): sequential, with read-ahead, and
+// the AVX2 decode kernel's order — four Q4_K rows, super-block k of each in turn — with its hints (the four
+// rows' 576 bytes per step swept twice the prefetch distance ahead into L1 and eight times into L2,
+// dot_quant_avx2.cpp's hint_four_rows).
+__attribute__((target("avx2"))) uint64_t fold256(__m256i v) {
+  uint64_t lane[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane), v);
+  return lane[0] + lane[1] + lane[2] + lane[3];
+}
+
+__attribute__((target("avx2"))) uint64_t sequential_avx2(const uint8_t* p, size_t n, size_t ahead) {
+  __m256i a = _mm256_setzero_si256(), b = a;
+  for (size_t i = 0; i + kLine <= n; i += kLine) {
+    if (ahead != 0) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+    a = _mm256_xor_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_xor_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+  }
+  return fold256(_mm256_xor_si256(a, b));
+}
+
+template <bool kHints>
+__attribute__((target("avx2"))) uint64_t four_rows_order(const uint8_t* p, size_t n, size_t row) {
+  constexpr size_t kRows = 4;
+  const size_t chunk = kRows * row, n_sb = row / kQ4kBlockBytes, ahead = 1536;
+  __m256i a = _mm256_setzero_si256();
+  for (size_t c = 0; c + chunk + 8 * ahead + kRows * kQ4kBlockBytes <= n; c += chunk) {
+    const uint8_t* f = p + c;
+    for (size_t k = 0; k < n_sb; ++k) {
+      if constexpr (kHints) {
+        const uint8_t* at = f + k * kRows * kQ4kBlockBytes;
+        for (size_t o = 0; o < kRows * kQ4kBlockBytes; o += kLine) {
+          _mm_prefetch(reinterpret_cast<const char*>(at + 2 * ahead + o), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(at + 8 * ahead + o), _MM_HINT_T1);
+        }
+      }
+      for (size_t r = 0; r < kRows; ++r) {
+        const uint8_t* q = f + r * row + k * kQ4kBlockBytes;
+        for (size_t o = 0; o < 128; o += 32)
+          a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o)));
+        a = _mm256_xor_si256(a, _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 128))));
+      }
+    }
+  }
+  return fold256(a);
+}
 #endif
 
 // Portable form of the sequential read (one word per line), for machines without AVX-512.
@@ -144,11 +189,15 @@ double timed_read(const Form& form, const uint8_t* buf, size_t share, int thread
 int main(int argc, char** argv) {
   CLI::App app{"The read rate of a decode kernel's access forms against plain sequential loads (no arithmetic)"};
   int threads = 2, mb = 1024, rounds = 7, cols = 3072;
+  std::string isa = "best";
   app.add_option("--threads", threads, "threads reading at once, each a contiguous share")->check(CLI::Range(1, 256));
   app.add_option("--mb", mb, "buffer size in MiB (far beyond the caches)")->check(CLI::Range(64, 65536));
   app.add_option("--rounds", rounds, "rounds; the forms alternate within each")->check(CLI::Range(1, 1000));
   app.add_option("--cols", cols, "columns of the Q4_K rows in the row-lanes forms (a multiple of 256)")
       ->check(CLI::Range(256, 1 << 20));
+  app.add_option("--isa", isa, "load width and kernel order: avx512 (the row lanes), avx2 (the four-row kernel), "
+                 "or best (the widest this CPU has)")
+      ->check(CLI::IsMember({"best", "avx512", "avx2"}));
   CLI11_PARSE(app, argc, argv);
   if (cols % 256 != 0) {
     std::cerr << "read_ceiling: --cols must be a multiple of 256\n";
@@ -157,25 +206,37 @@ int main(int argc, char** argv) {
 
   std::vector<Form> forms;
 #if defined(__x86_64__)
-  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool has_avx512 = __builtin_cpu_supports("avx512f"), has_avx2 = __builtin_cpu_supports("avx2");
 #else
-  const bool avx512 = false;
+  const bool has_avx512 = false, has_avx2 = false;
 #endif
+  if (isa == "best") isa = has_avx512 ? "avx512" : has_avx2 ? "avx2" : "none";
+  if ((isa == "avx512" && !has_avx512) || (isa == "avx2" && !has_avx2)) {
+    std::cerr << "read_ceiling: this CPU has no " << isa << "\n";
+    return 2;
+  }
   const size_t row = size_t(cols) / 256 * kQ4kBlockBytes;
-  if (avx512) {
 #if defined(__x86_64__)
+  const std::string one_chunk = " (" + std::to_string(kLaneRows * row) + " B)";
+  if (isa == "avx512")
     forms = {{"sequential", sequential, 0},
              {"sequential, read-ahead 512 B", sequential, 512},
              {"sequential, read-ahead 2 KiB", sequential, 2048},
              {"sequential, read-ahead 8 KiB", sequential, 8192},
-             {"sequential, read-ahead one chunk (" + std::to_string(kLaneRows * row) + " B)", sequential,
-              kLaneRows * row},
+             {"sequential, read-ahead one chunk of sixteen rows" + one_chunk, sequential, kLaneRows * row},
              {"row lanes order", row_lanes_order<false>, row},
              {"row lanes order, kernel's read-ahead", row_lanes_order<true>, row}};
+  if (isa == "avx2")
+    forms = {{"sequential", sequential_avx2, 0},
+             {"sequential, read-ahead 512 B", sequential_avx2, 512},
+             {"sequential, read-ahead 2 KiB", sequential_avx2, 2048},
+             {"sequential, read-ahead 8 KiB", sequential_avx2, 8192},
+             {"four rows order", four_rows_order<false>, row},
+             {"four rows order, kernel's hints", four_rows_order<true>, row}};
 #endif
-  } else {
+  if (forms.empty()) {
     forms = {{"sequential", sequential_words, 0}};
-    std::cerr << "read_ceiling: no AVX-512 here; only the sequential form is measured\n";
+    std::cerr << "read_ceiling: no AVX2 here; only the sequential form is measured\n";
   }
 
   const size_t bytes = size_t(mb) << 20;
@@ -213,6 +274,7 @@ int main(int argc, char** argv) {
   for (uint64_t s : sink) all ^= s;
   nlohmann::json out{{"benchmark", "read_ceiling"},
                      {"cpu", essaim::cpu_model_name()},
+                     {"isa", isa},
                      {"threads", threads},
                      {"buffer_mib", mb},
                      {"rounds", rounds},
