@@ -7,9 +7,8 @@
 //
 //   build/bench/decode_ab -m model.gguf --switch prefetch --on-bytes 1536 --pairs 400 -t 2
 // Switches: prefetch (the decode kernels' prefetch distance: off 0, on --on-bytes; set_weight_prefetch_bytes),
-// lanes (the AVX2 lanes and AVX-512 row lanes: set_lanes_enabled), amx (set_amx_enabled), interleave (the
-// AVX-512 decode kernel reading row-interleaved copies of the Q4_K tensors, made here at the start:
-// interleaved_rows.h). A new switch is one more case in set_switch.
+// lanes (the AVX2 lanes and AVX-512 row lanes: set_lanes_enabled), amx (set_amx_enabled). A new switch is
+// one more case in set_switch.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +23,6 @@
 #include "ab_pairs.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
-#include "kernels/interleaved_rows.h"
 #include "kernels/kernel_traits.h"
 #include "model/model.h"
 #include "moe/executor.h"
@@ -42,7 +40,7 @@ int run(int argc, char** argv) {
   int pairs = 300, threads = 2, reset_every = 128;
   int64_t on_bytes = 1536;
   app.add_option("-m,--model", path, "GGUF model")->required();
-  app.add_option("--switch", which, "what to switch: prefetch, lanes, amx, interleave");
+  app.add_option("--switch", which, "what to switch: prefetch, lanes, amx");
   app.add_option("--on-bytes", on_bytes, "prefetch: the distance when on (off is 0)")->check(CLI::Range(0, 65536));
   app.add_option("--pairs", pairs, "token pairs timed")->check(CLI::Range(1, 100000));
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 1024));
@@ -52,9 +50,8 @@ int run(int argc, char** argv) {
   if (which == "prefetch") set_switch = [on_bytes](bool on) { set_weight_prefetch_bytes(on ? on_bytes : 0); };
   else if (which == "lanes") set_switch = [](bool on) { set_lanes_enabled(on); };
   else if (which == "amx") set_switch = [](bool on) { set_amx_enabled(on); };
-  else if (which == "interleave") set_switch = [](bool on) { set_interleaved_rows_enabled(on); };
   if (!set_switch) {
-    std::fprintf(stderr, "decode_ab: unknown switch '%s' (prefetch, lanes, amx, interleave)\n", which.c_str());
+    std::fprintf(stderr, "decode_ab: unknown switch '%s' (prefetch, lanes, amx)\n", which.c_str());
     return 2;
   }
 
@@ -63,21 +60,11 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "decode_ab: %s\n", loaded.status().message().c_str());
     return 1;
   }
-  // The mapping in 2 MiB pages, as `essaim bench` has it (cli/model_load.cpp), so neither side pays 4 KiB
-  // pages' TLB misses the other does not.
+  // The mapping in 2 MiB pages, as `essaim bench` has it (cli/model_load.cpp): with 4 KiB pages a decode
+  // pays TLB misses that depend on its access order, and a switch that changes the order would read faster
+  // or slower for that alone (docs/engine.md, "tenth session").
   const std::string huge = map_in_huge_pages((*loaded)->file().mapping()).describe(path);
   if (!huge.empty()) std::fprintf(stderr, "decode_ab: %s\n", huge.c_str());
-  // interleave: the row-interleaved copies of the Q4_K tensors (LoadOptions::interleave_rows), made here.
-  if (which == "interleave") {
-    if (const Status s = (*loaded)->interleave_q4k_rows(); !s.is_ok()) {
-      std::fprintf(stderr, "decode_ab: %s\n", s.message().c_str());
-      return 1;
-    }
-    if ((*loaded)->interleaved_bytes() == 0) {
-      std::fprintf(stderr, "decode_ab: interleave: nothing copied (no AVX-512 row lanes here, or no Q4_K rows)\n");
-      return 2;
-    }
-  }
   const Model& m = **loaded;
   ThreadPool pool{size_t(threads)};
   LocalExpertExecutor experts(m.expert_store(), &pool);
@@ -139,8 +126,7 @@ int run(int argc, char** argv) {
                               {"on_ms_median", quantile(ms[1], 0.5)},
                               {"on_over_off_median", quantile(ratios, 0.5)},
                               {"on_over_off_q1", quantile(ratios, 0.25)},
-                              {"on_over_off_q3", quantile(ratios, 0.75)},
-                              {"interleaved_bytes", m.interleaved_bytes()}};
+                              {"on_over_off_q3", quantile(ratios, 0.75)}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -41,7 +41,6 @@ struct BenchArgs {
   bool json_out = false;
   bool mlock = false;
   bool no_mmap = false;
-  bool interleave_rows = false;
   bool keep_page_cache = false;
   int64_t bandwidth_mb = 512;
 };
@@ -49,8 +48,7 @@ struct BenchArgs {
 Status run_bench(const BenchArgs& a) {
   keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                          load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .interleave_rows = a.interleave_rows},
-                                             a.keep_page_cache));
+                          load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap}, a.keep_page_cache));
   const ModelInfo& info = model->info();
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   LocalExpertExecutor experts(model->expert_store(), &pool);
@@ -80,7 +78,6 @@ Status run_bench(const BenchArgs& a) {
            {"amx", amx_enabled()},
            {"lanes", lanes_enabled()},
            {"row_lanes", rowlanes_enabled()},
-           {"interleaved_bytes", model->interleaved_bytes()},
            {"read_gb_per_s", bw.read_gb_per_s},
            {"read_gb_per_s_best", bw.read_gb_per_s_best},
            {"tests", json::array()}};
@@ -141,7 +138,6 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_flag("--mlock", args->mlock,
                 "Read the model into RAM and pin it there (as run --mlock): no page of it is reclaimed while timing");
   add_no_mmap_flag(*cmd, args->no_mmap);
-  add_interleave_rows_flag(*cmd, args->interleave_rows);
   add_keep_page_cache_flag(*cmd, args->keep_page_cache);
   cmd->add_option("--bandwidth-mb", args->bandwidth_mb, "Buffer of the read-bandwidth probe in MiB (default 512)")
       ->check(CLI::Range(16, 1 << 16));

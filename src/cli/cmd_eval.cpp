@@ -42,7 +42,6 @@ struct EvalArgs {
   std::string kv_type = "f16";
   bool mlock = false;
   bool no_mmap = false;
-  bool interleave_rows = false;
   bool keep_page_cache = false;
   bool json = false;
   DispatchFlags swarm;
@@ -77,8 +76,7 @@ Status run_eval(const EvalArgs& a) {
   keep_freed_memory_for_reuse();
   ESSAIM_ASSIGN_OR_RETURN(
       std::unique_ptr<Model> model,
-      load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone(),
-                          .interleave_rows = a.interleave_rows},
+      load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()},
                          a.keep_page_cache));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
@@ -155,7 +153,6 @@ void register_eval(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_flag("--mlock", args->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
   add_no_mmap_flag(*cmd, args->no_mmap);
-  add_interleave_rows_flag(*cmd, args->interleave_rows);
   add_keep_page_cache_flag(*cmd, args->keep_page_cache);
   add_json_flag(*cmd, args->json);
   add_dispatch_flags(*cmd, args->swarm);

@@ -118,7 +118,6 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
   add_no_mmap_flag(*cmd, o.no_mmap);
-  add_interleave_rows_flag(*cmd, o.interleave_rows);
   add_keep_page_cache_flag(*cmd, o.keep_page_cache);
   add_dispatch_flags(*cmd, a->swarm);
   cmd->callback([a, &exit_code] {

@@ -21,13 +21,6 @@ CLI::Option* add_no_mmap_flag(CLI::App& cmd, bool& no_mmap) {
                       "load; faster weight streams on some machines (docs/engine.md)");
 }
 
-CLI::Option* add_interleave_rows_flag(CLI::App& cmd, bool& on) {
-  return cmd.add_flag("--interleave-rows", on,
-                      "AVX-512: keep a copy of the Q4_K weights with sixteen rows side by side per super-block, which "
-                      "the decode kernel reads as one stream (faster decode; the Q4_K weights' size again in RAM, "
-                      "one pass at load; same results; docs/kernels.md)");
-}
-
 CLI::Option* add_keep_page_cache_flag(CLI::App& cmd, bool& keep) {
   return cmd.add_flag("--keep-page-cache", keep,
                       "Map the model as the page cache holds it: do not drop and read again a model cached in 4 KiB "

@@ -43,8 +43,6 @@ CLI::Option* add_parallel_flag(CLI::App& cmd, int32_t& n_parallel, const std::st
 void add_host_port_flags(CLI::App& cmd, std::string& host, int32_t& port, const std::string& what);
 // --no-mmap (llama.cpp's spelling): read the model into private memory instead of mapping it.
 CLI::Option* add_no_mmap_flag(CLI::App& cmd, bool& no_mmap);
-// --interleave-rows: row-interleaved copies of the Q4_K weights for the AVX-512 decode kernel.
-CLI::Option* add_interleave_rows_flag(CLI::App& cmd, bool& on);
 // --keep-page-cache: no re-read of a model cached in 4 KiB pages (cli/model_load.h).
 CLI::Option* add_keep_page_cache_flag(CLI::App& cmd, bool& keep);
 // --json: a machine-readable summary on stdout instead of human text (the fields: docs/cli.md).

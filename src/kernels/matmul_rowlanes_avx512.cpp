@@ -26,7 +26,6 @@
 
 #include "core/status.h"
 #include "kernels/blocks.h"
-#include "kernels/interleaved_rows.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/q6k_arrange_avx512.h"
 #include "kernels/transpose_avx512.h"
@@ -348,24 +347,6 @@ inline __attribute__((always_inline)) void one_row_block(const uint8_t* const ro
   acc = _mm512_fnmadd_ps(_mm512_mul_ps(h.dmin, dx), _mm512_cvtepi32_ps(M), acc);
 }
 
-// Sixteen rows from their row-interleaved copy (interleaved_rows.h): super-block k of row r at
-// copy + (16·k + r)·144, so the sixteen rows are one sequential stream. Each step asks for the sixteen rows'
-// super-block four steps on (2304 bytes, 9 KB ahead; past the chunk into what follows it in the copy) — the
-// distance a sequential stream wants here (docs/engine.md, "The read ceiling of a decode kernel"). The
-// same one_row_block on the same bytes as the file-layout path, so the same bits.
-inline void one_row_q4k_interleaved(const uint8_t* copy, int64_t n_sb, const BlockQ8K* x, float* y) {
-  constexpr uint64_t kStep = uint64_t(kLaneRows) * sizeof(BlockQ4K), kAhead = 4 * kStep;
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n_sb; ++k) {
-    const uint8_t* at = copy + uint64_t(k) * kStep;
-    for (uint64_t l = 0; l < kStep; l += 64) _mm_prefetch(reinterpret_cast<const char*>(at + kAhead + l), _MM_HINT_T0);
-    const uint8_t* block_rows[kLaneRows];
-    for (int r = 0; r < kLaneRows; ++r) block_rows[r] = at + uint64_t(r) * sizeof(BlockQ4K);
-    one_row_block(block_rows, x[k], acc);
-  }
-  _mm512_storeu_ps(y, acc);
-}
-
 // One activation row against weight rows [o_begin, o_end) of a Q4_K matrix, sixteen at a time. Besides the
 // next super-block of the sixteen rows, each step requests its share of the next sixteen rows' bytes (one
 // contiguous stretch), so the stream runs ahead of the strided reads.
@@ -376,12 +357,6 @@ void rowlanes_one_row_q4k(const WeightMatrix& w, const BlockQ8K* x, int64_t o_be
   for (int64_t o = o_begin; o < o_end; o += kLaneRows) {
     const int valid = int(std::min<int64_t>(kLaneRows, o_end - o));
     const uint8_t* first = w.data + uint64_t(o) * w.row_stride;
-    if (valid == kLaneRows) {
-      if (const uint8_t* copy = interleaved_chunk(first, w.row_stride)) {
-        one_row_q4k_interleaved(copy, n_sb, x, y + o);
-        continue;
-      }
-    }
     const uintptr_t next_chunk = reinterpret_cast<uintptr_t>(first) + chunk_bytes;
     const uint8_t* rows[kLaneRows];
     for (int r = 0; r < kLaneRows; ++r) rows[r] = first + uint64_t(std::min(r, valid - 1)) * w.row_stride;

@@ -28,7 +28,6 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
-#include "kernels/interleaved_rows.h"
 #include "kernels/matmul.h"
 #include "model/cache.h"
 #include "moe/executor.h"
@@ -58,11 +57,6 @@ struct LoadOptions {
   // its records only (a shape-only expert store: expert_store().shape_only()), to be served by workers.
   // A backbone file without this flag, or a full model with it, is refused with a message saying which.
   bool backbone_file = false;
-  // A row-interleaved copy of every Q4_K weight matrix (sixteen rows per super-block side by side) in
-  // anonymous memory, read by the AVX-512 decode kernel as one sequential stream instead of sixteen strided
-  // ones (docs/kernels.md "Row-interleaved copies"): the Q4_K weights' size again in RAM and one pass at
-  // load, for a faster decode. Same bits. Ignored (nothing copied) where that kernel does not run.
-  bool interleave_rows = false;
 };
 
 struct CacheOptions {
@@ -110,11 +104,6 @@ class Model {
   const ModelInfo& info() const { return info_; }
   const GgufFile& file() const { return *file_; }
   const ExpertStore& expert_store() const { return experts_; }
-  // Bytes of the row-interleaved copies (LoadOptions::interleave_rows), 0 when none were made.
-  uint64_t interleaved_bytes() const;
-  // Makes them: every Q4_K tensor with bytes whose rows come in sixteens, when the kernels run the AVX-512
-  // row lanes (else nothing). load_model calls it for LoadOptions::interleave_rows.
-  Status interleave_q4k_rows();
 
   virtual SequenceCache new_cache(const CacheOptions& options) const = 0;
   // Untrusted-input errors (token id out of range, context full, executor failure) are values; the cache
@@ -156,7 +145,6 @@ class Model {
   std::unique_ptr<GgufFile> file_;
   ModelInfo info_;
   ExpertStore experts_;
-  std::vector<InterleavedRows> interleaved_;  // registered while the model lives
 };
 
 // Opens the GGUF file (mmap, no copy), picks the architecture from general.architecture and binds it.

@@ -3,9 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/thread_pool.h"
 #include "gguf/backbone_experts.h"
-#include "kernels/kernel_traits.h"
 #include "model/architectures.h"
 #include "model/model.h"
 #include "kernels/quantize.h"
@@ -54,9 +52,7 @@ Result<std::unique_ptr<Model>> load_model(std::unique_ptr<GgufFile> file, const 
   for (const ArchEntry& a : kArchitectures) {
     if (a.name != arch) continue;
     if (options.mlock) ESSAIM_RETURN_IF_ERROR(file->mapping().lock().with_context("--mlock"));
-    ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, a.load(std::move(file)));
-    if (options.interleave_rows) ESSAIM_RETURN_IF_ERROR(m->interleave_q4k_rows().with_context("--interleave-rows"));
-    return m;
+    return a.load(std::move(file));
   }
   std::string known;
   for (const ArchEntry& a : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(a.name);
@@ -69,24 +65,6 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   Result<std::unique_ptr<Model>> m = load_model(std::make_unique<GgufFile>(std::move(*f)), options);
   if (!m) return m.status().with_context(path);
   return m;
-}
-
-uint64_t Model::interleaved_bytes() const {
-  uint64_t n = 0;
-  for (const InterleavedRows& c : interleaved_) n += c.bytes();
-  return n;
-}
-
-Status Model::interleave_q4k_rows() {
-  if (!interleaved_.empty() || kernels_isa() != Isa::AVX512 || !rowlanes_enabled()) return Status::ok();
-  ThreadPool pool(0);
-  for (const GgufTensor& t : file_->tensors()) {
-    const int64_t rows = t.ne[1] * t.ne[2] * t.ne[3];
-    if (t.data == nullptr || t.type != GgmlType::Q4_K || t.ne[0] % 256 != 0 || rows % kInterleavedRows != 0) continue;
-    ESSAIM_ASSIGN_OR_RETURN(InterleavedRows copy, InterleavedRows::build(t.data, rows, t.row_bytes(), &pool));
-    interleaved_.push_back(std::move(copy));
-  }
-  return Status::ok();
 }
 
 namespace {

@@ -32,9 +32,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
 }
 
 Status Server::load() {
-  ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path, {.no_mmap = options_.no_mmap,
-                                                                   .backbone_file = options_.backbone_file,
-                                                                   .interleave_rows = options_.interleave_rows}));
+  ESSAIM_ASSIGN_OR_RETURN(model_, load_model(options_.model_path, {.no_mmap = options_.no_mmap, .backbone_file = options_.backbone_file}));
   if (!options_.no_mmap && !options_.keep_page_cache) {
     const std::string note = map_in_huge_pages(model_->file().mapping()).describe(options_.model_path);
     if (!note.empty()) std::fprintf(stderr, "essaim serve: %s\n", note.c_str());

@@ -42,7 +42,6 @@ struct ServerOptions {
   bool backbone_file = false;    // model_path is a backbone file: experts only through `executor` (a swarm)
   bool keep_page_cache = false;  // no re-read of a mapped model cached in 4 KiB pages (core/huge_pages.h)
   bool no_mmap = false;          // read the model into private memory (--no-mmap) instead of mapping it
-  bool interleave_rows = false;  // row-interleaved Q4_K copies for the AVX-512 decode kernel (--interleave-rows)
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   int32_t parallel = 4;          // sequences in flight

@@ -6,15 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "kernels/blocks.h"
-#include "kernels/interleaved_rows.h"
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
@@ -73,47 +70,6 @@ TEST(RowLanes, EqualTheDotKernelsAndTheScalarReference) {
                                                            cols == 768 && (n == 9 || n == 100)));
       }
     }
-  }
-}
-
-// The one-row Q4_K kernel reading row-interleaved copies (interleaved_rows.h) gives the bits it gives from
-// the file's layout: whole matrices and ranges that start or end inside a chunk of sixteen rows (those
-// chunks read the file's layout), with the copy switched on and off; the registry answers only rows on a
-// copy's grid, and nothing once the copy is gone.
-TEST(RowLanes, OneRowFromInterleavedCopiesEqualsTheFileLayout) {
-  SKIP_WITHOUT_AVX512();
-  KernelChoiceGuard guard;
-  set_amx_enabled(false);
-  ThreadPool pool(2);
-  for (const int64_t cols : {256, 3072})
-  for (const WeightFill fill : {WeightFill::QUANTIZED, WeightFill::RANDOM_BITS}) {
-    const KernelProblem p = kernel_problem_build(
-        KernelCase{.name = "interleaved", .type = GgmlType::Q4_K, .cols = cols, .rows = 80, .n_rows = 1, .fill = fill},
-        uint64_t(cols) + 5);
-    const WeightMatrix w = p.weights();
-    const std::vector<uint8_t> xq = quantised(p, 1);
-    const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 80}, {16, 48}, {3, 77}, {0, 40}, {40, 80}, {64, 80}};
-    std::vector<std::vector<float>> want;
-    for (const auto& [b, e] : ranges) want.push_back(rowlanes_product(w, xq, 1, b, e));
-    {
-      Result<InterleavedRows> copy = InterleavedRows::build(w.data, w.rows, w.row_stride, &pool);
-      ASSERT_TRUE(copy.is_ok()) << copy.status().message();
-      EXPECT_EQ(copy->bytes(), uint64_t(w.rows) * w.row_stride);
-      EXPECT_NE(interleaved_chunk(w.data + 16 * w.row_stride, w.row_stride), nullptr);
-      EXPECT_EQ(interleaved_chunk(w.data + 3 * w.row_stride, w.row_stride), nullptr);  // off the grid
-      EXPECT_EQ(interleaved_chunk(w.data + 16 * w.row_stride, w.row_stride + 144), nullptr);
-      for (const bool on : {true, false}) {
-        set_interleaved_rows_enabled(on);
-        for (size_t i = 0; i < ranges.size(); ++i) {
-          SCOPED_TRACE(std::to_string(cols) + " cols, rows " + std::to_string(ranges[i].first) + ".." +
-                       std::to_string(ranges[i].second) + (on ? ", copy on" : ", copy off"));
-          const std::vector<float> got = rowlanes_product(w, xq, 1, ranges[i].first, ranges[i].second);
-          ASSERT_EQ(0, std::memcmp(got.data(), want[i].data(), got.size() * sizeof(float)));
-        }
-      }
-      set_interleaved_rows_enabled(true);
-    }
-    EXPECT_EQ(interleaved_chunk(w.data + 16 * w.row_stride, w.row_stride), nullptr);  // unregistered
   }
 }
 
