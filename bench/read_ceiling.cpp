@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -47,9 +46,7 @@ __attribute__((target("avx512f"))) uint64_t fold(__m512i v) {
   for (uint64_t x : lane) s += x;
   return s;
 }
-#endif
 
-#if defined(__x86_64__)
 // Two 64-byte loads per step, as the probe; with `ahead` > 0 also one T0 prefetch per line `ahead` bytes on.
 __attribute__((target("avx512f"))) uint64_t sequential(const uint8_t* p, size_t n, size_t ahead) {
   __m512i a = _mm512_setzero_si512(), b = a;
