@@ -7,12 +7,14 @@
 // faster than "row lanes order" with their read-ahead (docs/engine.md, "The read ceiling of a decode kernel").
 //
 //   build/bench/read_ceiling [--threads 2] [--mb 1024] [--rounds 7] [--cols 3072] [--isa best|avx512|avx2]
+//                            [--pages 2m|4k]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -21,6 +23,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -156,6 +159,21 @@ struct Form {
   size_t param;
 };
 
+// AnonHugePages of this process (/proc/self/status has no such field; smaps_rollup has), in MiB.
+double anon_huge_mib() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string key;
+  double kb = 0;
+  while (f >> key) {
+    if (key == "AnonHugePages:") {
+      f >> kb;
+      break;
+    }
+    f.ignore(1 << 16, '\n');
+  }
+  return kb / 1024;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -186,7 +204,7 @@ double timed_read(const Form& form, const uint8_t* buf, size_t share, int thread
 int main(int argc, char** argv) {
   CLI::App app{"The read rate of a decode kernel's access forms against plain sequential loads (no arithmetic)"};
   int threads = 2, mb = 1024, rounds = 7, cols = 3072;
-  std::string isa = "best";
+  std::string isa = "best", pages = "2m";
   app.add_option("--threads", threads, "threads reading at once, each a contiguous share")->check(CLI::Range(1, 256));
   app.add_option("--mb", mb, "buffer size in MiB (far beyond the caches)")->check(CLI::Range(64, 65536));
   app.add_option("--rounds", rounds, "rounds; the forms alternate within each")->check(CLI::Range(1, 1000));
@@ -195,6 +213,9 @@ int main(int argc, char** argv) {
   app.add_option("--isa", isa, "load width and kernel order: avx512 (the row lanes), avx2 (the four-row kernel), "
                  "or best (the widest this CPU has)")
       ->check(CLI::IsMember({"best", "avx512", "avx2"}));
+  app.add_option("--pages", pages, "page size asked for the buffer: 2m (as the model's mapping, docs/engine.md) or 4k "
+                 "(sixteen strided rows then touch seven pages per step: TLB misses, not the bus)")
+      ->check(CLI::IsMember({"2m", "4k"}));
   CLI11_PARSE(app, argc, argv);
   if (cols % 256 != 0) {
     std::cerr << "read_ceiling: --cols must be a multiple of 256\n";
@@ -237,11 +258,13 @@ int main(int argc, char** argv) {
   }
 
   const size_t bytes = size_t(mb) << 20;
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(size_t(2) << 20, bytes));
-  if (buf == nullptr) {
-    std::cerr << "read_ceiling: cannot allocate " << mb << " MiB\n";
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) {
+    std::cerr << "read_ceiling: cannot map " << mb << " MiB\n";
     return 1;
   }
+  auto* buf = static_cast<uint8_t*>(mapped);
+  madvise(buf, bytes, pages == "2m" ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   for (size_t i = 0; i < bytes; i += 4096) std::memset(buf + i, int(i >> 12) & 0xFF, 4096);
   const size_t share = bytes / size_t(threads) / kLine * kLine;
   std::vector<uint64_t> sink(size_t(threads), 0);
@@ -274,11 +297,13 @@ int main(int argc, char** argv) {
                      {"isa", isa},
                      {"threads", threads},
                      {"buffer_mib", mb},
+                     {"pages", pages},
+                     {"anon_huge_pages_mib", anon_huge_mib()},
                      {"rounds", rounds},
                      {"row_lanes_cols", cols},
                      {"checksum", all},
                      {"cases", cases}};
   std::cout << out.dump(2) << "\n";
-  std::free(buf);
+  munmap(buf, bytes);
   return 0;
 }
