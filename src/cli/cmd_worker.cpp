@@ -206,7 +206,6 @@ int run(Args a) {
   if (device->executor) std::fprintf(stderr, "essaim worker: computing on %s\n", device->description.c_str());
   if (!a.quiet) options.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
   worker::Worker w(*state, options);
-  for (const std::string& note : state->page_notes()) std::fprintf(stderr, "essaim worker: %s\n", note.c_str());
   std::fprintf(stderr, "essaim worker: model %s (%s), %zu slice(s), %.1f MiB: %s; kernels ABI %u (%s)\n",
                digest_hex(state->model()).c_str(), state->source_architecture().c_str(), state->slices().size(),
                double(state->slice_bytes()) / (1 << 20), holdings_text(*state).c_str(),

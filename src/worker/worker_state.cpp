@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/huge_pages.h"
 #include "gguf/expert_digest.h"
 #include "kernels/kernel_traits.h"
 
@@ -62,11 +61,6 @@ Result<WorkerState> WorkerState::from_slices(std::vector<ExpertSlice> slices) {
       return Status::error(name + ": cut from model " + digest_hex(s.source_model()) + ", but " +
                            slices.front().gguf().path() + " from model " + digest_hex(w.model_) +
                            "; one worker serves one model");
-    // The slice mapped in 2 MiB pages where the page cache can hold it so (a slice just downloaded or
-    // copied is often cached in 4 KiB pages): a decode's one-row products over a slice cached in 4 KiB pages
-    // ran 4 % slower (docs/worker.md). Before the digests, so their read is the re-read's.
-    const HugePageReport huge = map_in_huge_pages(s.gguf().mapping());
-    if (const std::string note = huge.describe(name); !note.empty()) w.page_notes_.push_back(note);
     // The bytes must be the ones the slice was cut with: the digests go into the HELLO, and a backbone
     // refuses holdings whose digests are not those of its own bytes (docs/protocol.md, WEIGHTS).
     ESSAIM_RETURN_IF_ERROR(s.verify_digests());

@@ -43,9 +43,6 @@ class WorkerState {
   const std::vector<proto::Holding>& holdings() const { return holdings_; }
   std::span<const ExpertSlice> slices() const { return slices_; }
   uint64_t slice_bytes() const;  // sum of the slice files' sizes
-  // What opening the slices did to their page cache (one line per slice re-read in 2 MiB pages, or why it
-  // could not be), for the log.
-  const std::vector<std::string>& page_notes() const { return page_notes_; }
 
   // The HELLO this worker sends: role, fingerprint, model, holdings. max_payload_bytes is set by the
   // connection (net::handshake replaces it with the connection's own limit).
@@ -59,7 +56,6 @@ class WorkerState {
   proto::ModelId model_{};
   std::string source_architecture_;
   std::vector<proto::Holding> holdings_;
-  std::vector<std::string> page_notes_;
 };
 
 }  // namespace essaim::worker
