@@ -46,6 +46,9 @@ struct ModelInfo {
   uint64_t weight_bytes = 0;    // tensor data bytes in the file
   uint64_t expert_bytes = 0;    // of which routed experts
   uint64_t active_bytes_per_token = 0;  // weights one decoded token reads: dense + k experts per MoE layer
+  // Per sequence, the recurrent layers' conv windows and delta-rule states (0 without recurrent layers): a
+  // decoded token reads each once and writes it back, memory traffic beside the weights it streams.
+  uint64_t recurrent_state_bytes = 0;
 };
 
 struct LoadOptions {

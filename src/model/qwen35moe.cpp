@@ -228,6 +228,10 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
   // embedding table (one row), all of the LM head, and K routed experts per layer; MTP blocks not at all.
   info_.active_bytes_per_token = info_.weight_bytes - expert_bytes - nextn_bytes - embd->nbytes +
                                  embd->row_bytes() + (out ? 0 : embd->nbytes) + active_expert_bytes;
+  for (const Layer& l : layers_)
+    if (l.recurrent)
+      info_.recurrent_state_bytes +=
+          (gdn_shape_.conv_state_size() + gdn_shape_.recurrent_state_size()) * sizeof(float);
   return Status::ok();
 }
 

@@ -75,6 +75,10 @@ TEST(Json, BenchWithMlock) {
   expect_fields(j, {"model", "arch", "threads", "reps", "mlock", "read_gb_per_s"});
   EXPECT_EQ(j["mlock"], true) << j.dump();
   EXPECT_EQ(j["threads"], 1) << j.dump();
+  // The tg row gives the weight bytes a token reads and, apart, the recurrent state it moves (none here).
+  ASSERT_EQ(j["tests"].size(), 2u) << j.dump();
+  EXPECT_GT(j["tests"][1]["bytes_per_token"].get<uint64_t>(), 0u) << j.dump();
+  EXPECT_EQ(j["tests"][1]["recurrent_state_bytes"], 0) << j.dump();
 }
 
 // bench --json says whether the Q4_K / Q6_K products of several rows ran on the AVX2 lanes (only under the

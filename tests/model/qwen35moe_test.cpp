@@ -272,6 +272,8 @@ TEST(Qwen35Cache, LayersHoldKvOrRecurrentStateByKind) {
     EXPECT_EQ(c.recurrent(il).state.size(), 4u * 64u * 64u);
   }
   EXPECT_TRUE(std::holds_alternative<KvCache>(c.layer(3)));
+  // What `essaim bench` reports a decoded token moves beside the weights: exactly these states' bytes.
+  EXPECT_EQ(m->info().recurrent_state_bytes, 3u * (3u * 512u + 4u * 64u * 64u) * sizeof(float));
   std::remove(p.c_str());
 }
 
