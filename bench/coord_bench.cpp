@@ -21,6 +21,7 @@
 
 #include "coord/coordinator.h"
 #include "gguf/model_identity.h"
+#include "median.h"
 
 namespace {
 
@@ -68,10 +69,7 @@ std::pair<int, std::string> call(uint16_t port, const std::string& method, const
   return {ec ? 0 : p.get().result_int(), std::to_string(n)};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using essaim::bench::median;
 
 }  // namespace
 

@@ -33,6 +33,7 @@
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
 #include "moe/executor.h"
+#include "median.h"
 
 namespace essaim {
 namespace {
@@ -55,10 +56,7 @@ struct Options {
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::median;
 
 std::string cpu_name() {
   std::ifstream f("/proc/cpuinfo");

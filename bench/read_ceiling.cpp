@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "speed/memory_bandwidth.h"
+#include "median.h"
 
 namespace {
 
@@ -174,10 +175,7 @@ double anon_huge_mib() {
   return kb / 1024;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using essaim::bench::median;
 
 // All threads read their share at once (started together); seconds until the last one is done.
 double timed_read(const Form& form, const uint8_t* buf, size_t share, int threads, std::vector<uint64_t>& sink) {

@@ -24,6 +24,7 @@
 #include "kernels/kernel_traits.h"
 #include "model/gated_deltanet.h"
 #include "speed/memory_bandwidth.h"
+#include "median.h"
 
 namespace essaim {
 namespace {
@@ -51,10 +52,7 @@ struct Weights {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
 
 }  // namespace
 }  // namespace essaim

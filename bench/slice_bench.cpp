@@ -27,6 +27,7 @@
 #include "gguf/gguf_slice.h"
 #include "gguf/model_identity.h"
 #include "synth/synth.h"
+#include "median.h"
 
 namespace essaim {
 namespace {
@@ -51,10 +52,7 @@ double load_average() {
   return ::getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 // read() + write() of `bytes` bytes from `src` at `offset` into a new file, 8 MiB at a time: what any
 // copy costs through the page cache, with the slicer's chunk size.

@@ -23,6 +23,7 @@
 #include "synth/synth.h"
 #include "synth/synth_fill.h"
 #include "synth/synth_random.h"
+#include "median.h"
 
 namespace essaim {
 namespace {
@@ -32,10 +33,7 @@ namespace fs = std::filesystem;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 bool fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);

@@ -7,13 +7,9 @@
 #include <fstream>
 
 #include "synth/synth.h"
+#include "median.h"
 
 namespace essaim::bench {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 double load_average() {
   std::ifstream in("/proc/loadavg");

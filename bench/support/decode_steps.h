@@ -14,12 +14,12 @@
 #include "backbone/remote_executor.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "median.h"
 #include "model/model.h"
 #include "worker_processes.h"
 
 namespace essaim::bench {
 
-double median(std::vector<double> v);
 double load_average();  // the 1-minute load average (/proc/loadavg), 0 when unreadable
 
 // <data_dir>/qwen3moe-q35-122b-<layers>l-q4_k_m.gguf, written (to .part, then renamed) when missing; `who`

@@ -12,6 +12,7 @@
 #include "kernels/kernel_traits.h"
 #if defined(__x86_64__)
 #include "kernels/matmul_amx.h"
+#include "median.h"
 #endif
 
 namespace essaim::bench {
@@ -31,11 +32,6 @@ double thread_cpu_now() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 // Int8 multiply-accumulates per CPU-second of one thread (its own CPU time, so a shared machine's other

@@ -92,8 +92,8 @@ Status run_bench(const BenchArgs& a) {
       // Against the fastest probe repetition: on a loaded machine the median understates the bandwidth
       // and so overstates the fraction; the best one errs the other way, which is the honest side.
       t["fraction_of_read_bandwidth"] = gb_per_s / bw.read_gb_per_s_best;
-      // Not in the fraction: the measure is the weight stream. A hybrid model's token also reads and
-      // writes its sequence's recurrent state (qwen35moe's 122B shapes: 4 MiB per Gated DeltaNet layer).
+      // Apart from the fraction, which is the weight stream's: a hybrid model's token also reads and writes
+      // back its sequence's recurrent state (qwen35moe's 122B shapes: 4.3 MB per Gated DeltaNet layer).
       t["recurrent_state_bytes"] = info.recurrent_state_bytes;
     }
     doc["tests"].push_back(std::move(t));
