@@ -22,6 +22,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "gguf/expert_slice.h"
 #include "model/model.h"
 #include "synth/synth.h"
+#include "text/tokenizer.h"
 #include "worker_processes.h"
 
 namespace essaim {
@@ -56,6 +58,9 @@ struct Options {
   int prompt = 8;
   int warmup = 16;
   int decode = 16;
+  std::string model_file;              // --model: a given file (the trained model) instead of synth models
+  std::string text_file;               // --text: prompts cut from this text instead of random tokens
+  std::vector<int32_t> text_tokens;    // the text, tokenised with the model's vocabulary
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -101,7 +106,11 @@ Run decode(const Model& m, const Options& o, int N, ExpertExecutor& ex, const ba
   for (int i = 0; i < N; ++i) {
     caches.push_back(m.new_cache({.n_ctx = o.prompt + o.warmup + o.decode + 2}));
     std::mt19937 rng(uint32_t(1000 + i));
-    for (int t = 0; t < o.prompt; ++t) prompts[size_t(i)].push_back(int32_t(rng() % uint32_t(V)));
+    for (int t = 0; t < o.prompt; ++t)
+      prompts[size_t(i)].push_back(o.text_tokens.empty()
+                                       ? int32_t(rng() % uint32_t(V))
+                                       : o.text_tokens[(size_t(i) * 97 * size_t(o.prompt) + size_t(t)) %
+                                                       o.text_tokens.size()]);
   }
   std::vector<BatchItem> items(static_cast<size_t>(N));
   for (int i = 0; i < N; ++i)
@@ -131,16 +140,33 @@ Run decode(const Model& m, const Options& o, int N, ExpertExecutor& ex, const ba
   return r;
 }
 
-int run(const Options& o) {
+std::vector<int32_t> tokenize_text(const Model& m, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) die("cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  Result<Vocab> v = vocab_from_gguf(m.file());
+  if (!v) die(v.status().message());
+  Result<Tokenizer> t = Tokenizer::create(std::move(*v));
+  if (!t) die(t.status().message());
+  std::vector<int32_t> ids = t->encode(text.str(), false);
+  if (ids.empty()) die(path + " encodes to no tokens");
+  return ids;
+}
+
+int run(Options o) {
   if (o.worker_bin.empty()) die("--worker-bin is required when the default path does not exist");
   json rows = json::array();
   std::vector<std::string> table;
   const double load_before = bench::load_average();
-  for (double skew : o.skews) {
-    const std::string path = ensure_model(o, skew);
+  // A given model is measured once with its own router (reported as skew -1).
+  const std::vector<double> skews = o.model_file.empty() ? o.skews : std::vector<double>{-1};
+  for (double skew : skews) {
+    const std::string path = o.model_file.empty() ? ensure_model(o, skew) : o.model_file;
     Result<std::unique_ptr<Model>> loaded = load_model(path);
     if (!loaded) die(loaded.status().message());
     const Model& m = **loaded;
+    if (!o.text_file.empty()) o.text_tokens = tokenize_text(m, o.text_file);
     Result<std::vector<std::vector<std::string>>> slices = bench::ensure_slices(m, path, o.workers, o.data_dir);
     if (!slices) die(slices.status().message());
     Result<ModelIdentity> id = source_model_identity(m.file());
@@ -248,7 +274,10 @@ int run(const Options& o) {
   json doc;
   doc["benchmark"] = "hot_cache";
   doc["cpu"] = cpu_name();
-  doc["model"] = "synth qwen3moe tiny, " + std::to_string(o.layers) + " layers, Q4_K_M, 6 experts, top-2";
+  doc["model"] = o.model_file.empty()
+                     ? "synth qwen3moe tiny, " + std::to_string(o.layers) + " layers, Q4_K_M, 6 experts, top-2"
+                     : o.model_file;
+  doc["prompts"] = o.text_file.empty() ? "random tokens" : o.text_file;
   doc["workers"] = o.workers;
   doc["rtt_ms"] = o.rtt_ms;
   doc["backbone_threads"] = o.threads;
@@ -282,6 +311,11 @@ int main(int argc, char** argv) {
   app.add_option("--rtt-ms", o.rtt_ms, "Injected round trip per request (default 20)")->check(CLI::Range(0, 10000));
   app.add_option("--warmup", o.warmup, "Decode steps before the cache round (default 16)")->check(CLI::Range(1, 4096));
   app.add_option("--decode", o.decode, "Timed decode steps (default 16)")->check(CLI::Range(1, 4096));
+  app.add_option("--model", o.model_file, "Measure this model file (e.g. models/kjv-moe-q4_k_m.gguf) with its own "
+                                         "router instead of the synth models")->check(CLI::ExistingFile);
+  app.add_option("--text", o.text_file, "Cut the prompts from this text instead of drawing random tokens")
+      ->check(CLI::ExistingFile);
+  app.add_option("--prompt", o.prompt, "Prompt tokens per sequence (default 8)")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
   return essaim::run(o);
 }

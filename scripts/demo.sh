@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The main job, from a fresh machine: install dependencies, build, then run essaim on an embedded default —
-# a synthetic model written by `essaim synth` (no weights can be downloaded here) — as a local swarm: the
-# model cut into expert slices, served by `essaim coordinator`, three `essaim worker` processes that join the
-# coverage market by themselves (each volunteers, downloads and serves two slices), a backbone that maps
-# only the backbone file (the dense path, no expert bytes) generating text through the coordinator's live
-# expert map, its logits compared with the monolithic full-model ones (max |Δ| must be 0; docs/dispatch.md),
-# and `essaim serve` from the same backbone file on the same swarm answering one OpenAI-style chat request
-# (docs/serve.md); then the 122B shapes: one layer with Qwen3.5-122B-A10B's attention and 256 experts, its
-# backbone file (2 % of the model) over 4 workers giving the full model's logits bit for bit.
+# The main job, from a fresh machine: install dependencies, build, then run essaim on its embedded default —
+# kjv-moe, the qwen35moe model trained in this repository (models/README.md: Gated DeltaNet + gated attention,
+# 32 experts top-8 per layer, an MTP block; trained on the King James Bible) — as a local swarm: the model cut
+# into expert slices, served by `essaim coordinator`, three `essaim worker` processes that join the coverage
+# market by themselves (each volunteers, downloads and serves its slices), a backbone that maps only the
+# backbone file (the dense path, no expert bytes) writing text through the coordinator's live expert map, its
+# logits compared with the monolithic full-model ones (max |Δ| must be 0; docs/dispatch.md), and `essaim serve`
+# from the same backbone file on the same swarm answering one OpenAI-style chat request (docs/serve.md); then
+# the 122B shapes (`essaim synth`): one layer with Qwen3.5-122B-A10B's attention and 256 experts, its backbone
+# file (2 % of the model) over 4 workers giving the full model's logits bit for bit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -15,24 +16,26 @@ BUILD_DIR=build scripts/build.sh
 bin=build/src/cli/essaim
 out=${ESSAIM_DEMO_DIR:-out/demo}
 mkdir -p "$out"
+model=models/kjv-moe-q4_k_m.gguf
 
-echo "== essaim synth: a tiny qwen3moe model (q4_k_m)"
-"$bin" synth --arch qwen3moe --preset tiny --types q4_k_m --seed 1 -o "$out/tiny-q4k.gguf"
-echo "== essaim inspect"
-"$bin" inspect "$out/tiny-q4k.gguf" | head -n 60
+echo "== the model: $model (trained here; models/README.md)"
+"$bin" inspect "$model" | head -n 40
+echo "== essaim run: one machine, greedy"
+"$bin" run -m "$model" -p "In the beginning" -n 48 --temp 0
 
-echo "== essaim slice: cut every layer into slices of 2 experts (byte ranges of the source, + manifest) and the backbone file"
+echo "== essaim slice: cut every layer into slices of 8 experts (byte ranges of the source, + manifest) and the backbone file"
 rm -rf "$out/slices"
-"$bin" slice -m "$out/tiny-q4k.gguf" --plan 2 --backbone -o "$out/slices"
-backbone="$out/slices/qwen3moe.backbone.gguf"
-echo "backbone file: $(wc -c < "$backbone") bytes of the full model's $(wc -c < "$out/tiny-q4k.gguf") (no routed expert)"
+"$bin" slice -m "$model" --plan 8 --backbone -o "$out/slices"
+backbone="$out/slices/qwen35moe.backbone.gguf"
+echo "backbone file: $(wc -c < "$backbone") bytes of the full model's $(wc -c < "$model") (no routed expert)"
+n_slices=$(grep -o '"expert_first"' "$out/slices/manifest.json" | wc -l)
 
 echo "== essaim coordinator: the coverage market for these slices (SQLite; port 0: the OS picks)"
 admin=demo-admin-token-0123456789
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 rm -rf "$out/market" && mkdir -p "$out/market"
-"$bin" coordinator --model "$out/tiny-q4k.gguf" --slices "$out/slices" --db "$out/market/coord.sqlite" \
+"$bin" coordinator --model "$model" --slices "$out/slices" --db "$out/market/coord.sqlite" \
   --listen 127.0.0.1:0 --admin-token "$admin" --replicas 1 --heartbeat-s 2 > "$out/market/coord.out" 2> "$out/market/coord.err" &
 pids+=($!)
 for _ in $(seq 100); do grep -q '^listening on ' "$out/market/coord.out" && break; sleep 0.1; done
@@ -40,13 +43,13 @@ coordinator="http://$(sed -n 's/^listening on //p' "$out/market/coord.out")"
 [ "$coordinator" != "http://" ] || { echo "the coordinator did not start:" >&2; cat "$out/market/coord.err" >&2; exit 1; }
 echo "coordinator on $coordinator"
 
-echo "== essaim worker x3: each joins by itself with a 0.5 MiB budget (two slices): volunteers, downloads, serves"
+echo "== essaim worker x3: each joins by itself with a 2 MiB budget (a third of the slices): volunteers, downloads, serves"
 start=$(date +%s.%N)
 for i in 1 2 3; do
   token=$(curl -sf -X POST "$coordinator/api/nodes" -H "Authorization: Bearer $admin" -d "{\"name\":\"demo-$i\"}" \
     | sed -n 's/.*"token":"\([0-9a-f]*\)".*/\1/p')
   [ -n "$token" ] || { echo "could not register worker $i" >&2; exit 1; }
-  "$bin" worker --coordinator "$coordinator" --token "$token" --budget-mb 0.5 --data-dir "$out/market/worker$i" \
+  "$bin" worker --coordinator "$coordinator" --token "$token" --budget-mb 2 --data-dir "$out/market/worker$i" \
     --listen 127.0.0.1:0 --threads 1 --quiet > "$out/market/worker$i.out" 2> "$out/market/worker$i.err" &
   pids+=($!)
 done
@@ -54,22 +57,22 @@ held=0
 for _ in $(seq 300); do
   # (an empty map, or a coordinator still busy, is not an error yet: grep finding nothing would end the script)
   held=$({ curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin" || true; } | { grep -o '"expert_first"' || true; } | wc -l)
-  [ "$held" -ge 6 ] && break
+  [ "$held" -ge "$n_slices" ] && break
   sleep 0.1
 done
-[ "$held" -ge 6 ] || { echo "the swarm did not cover the model:" >&2; cat "$out"/market/worker*.err >&2; exit 1; }
-echo "full coverage (6 slices on 3 workers) in $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s:"
+[ "$held" -ge "$n_slices" ] || { echo "the swarm did not cover the model:" >&2; cat "$out"/market/worker*.err >&2; exit 1; }
+echo "full coverage ($n_slices slices on 3 workers) in $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s:"
 curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin"; echo
 workers=(--coordinator "$coordinator" --token "$admin")
 
-echo "== essaim run: the backbone file (dense path only) generates through the swarm (greedy; random weights, so the text is noise)"
-"$bin" run --backbone-file "$backbone" -p "Once upon a time" -n 32 --temp 0 "${workers[@]}"
+echo "== essaim run: the backbone file (dense path only) writes through the swarm (greedy: the same text as on one machine)"
+"$bin" run --backbone-file "$backbone" -p "In the beginning" -n 48 --temp 0 "${workers[@]}"
 
 echo "== essaim eval: teacher-forced logits of every position, monolithic (full model) and from the backbone file over the swarm, as .npy"
-"$bin" eval -m "$out/tiny-q4k.gguf" -p "Once upon a time" --logits-out "$out/tiny-q4k.logits.npy"
-"$bin" eval --backbone-file "$backbone" -p "Once upon a time" --logits-out "$out/tiny-q4k.swarm.logits.npy" "${workers[@]}"
+"$bin" eval -m "$model" -p "And God said unto Noah" --logits-out "$out/kjv.logits.npy"
+"$bin" eval --backbone-file "$backbone" -p "And God said unto Noah" --logits-out "$out/kjv.swarm.logits.npy" "${workers[@]}"
 echo "== essaim npy-diff: the sharded logits equal the monolithic ones bit for bit"
-"$bin" npy-diff "$out/tiny-q4k.logits.npy" "$out/tiny-q4k.swarm.logits.npy"
+"$bin" npy-diff "$out/kjv.logits.npy" "$out/kjv.swarm.logits.npy"
 
 echo "== essaim serve: the OpenAI API on the same swarm (port 0: the OS picks), then one curl request"
 "$bin" serve --backbone-file "$backbone" --host 127.0.0.1 --port 0 -np 4 -c 512 -t 1 "${workers[@]}" \
@@ -81,7 +84,7 @@ server=$(sed -n 's/^listening on //p' "$out/serve.out")
 for _ in $(seq 100); do curl -sf "http://$server/health" > /dev/null && break; sleep 0.1; done
 echo "essaim serve on $server"
 curl -sS "http://$server/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"messages":[{"role":"user","content":"Hello, swarm!"}],"max_tokens":16,"temperature":0}'
+  -d '{"messages":[{"role":"user","content":"And the LORD spake unto Moses, saying,"}],"max_tokens":48,"temperature":0}'
 echo
 curl -sS "http://$server/metrics" | grep -E '^essaim_(serve_generated_tokens_total|dispatch_worker_pairs_served_total)'
 echo "== the market's ledger: the pairs each worker's answers were accepted for (a backbone without the experts audits nothing)"

@@ -32,16 +32,18 @@ void register_synth(CLI::App& app, int& exit_code) {
       "the small synthetic vocabulary (a real 248320-token one would make token_embd and output ~760 MB each).");
   cmd->add_option("--arch", args->arch, "Architecture")->required()->check(CLI::IsMember({"qwen3moe", "qwen35moe"}));
   cmd->add_option("--preset", args->preset,
-                  "tiny (unit tests, a few MB) or q35-122b (Qwen3.5-122B-A10B per-layer shapes)")
+                  "tiny (unit tests, a few MB), small (the trained model's shapes: 8 layers, 32 experts top-8) or "
+                  "q35-122b (Qwen3.5-122B-A10B per-layer shapes)")
       ->required()
-      ->check(CLI::IsMember({"tiny", "q35-122b"}));
+      ->check(CLI::IsMember({"tiny", "small", "q35-122b"}));
   cmd->add_option("--layers", args->layers, "Executed layers (default: tiny qwen3moe 2, tiny qwen35moe 4, q35-122b 2)")
       ->check(CLI::Range(1, 512));
   cmd->add_option("--experts", args->experts, "Routed experts per layer (default: tiny 6, q35-122b 256)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--types", args->types, "Type mix (q4_k_m: llama-quantize's Q4_K_M rule)")
+  cmd->add_option("--types", args->types,
+                  "Type mix: f32, bf16 or q8_0 (every weight llama.cpp converts), q4_k_m (llama-quantize's rule)")
       ->required()
-      ->check(CLI::IsMember({"f32", "q4_k_m"}));
+      ->check(CLI::IsMember({"f32", "bf16", "q8_0", "q4_k_m"}));
   cmd->add_option("-s,--seed", args->options.seed, "Random seed; the same seed gives a byte-identical file")
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->options.tokenizer_json,
@@ -60,14 +62,24 @@ void register_synth(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--fused-gate-up", args->options.fused_gate_up,
                 "qwen35moe: ffn_gate_up_exps [E, 2F, X] instead of ffn_gate_exps + ffn_up_exps");
+  cmd->add_option("--weights", args->options.weights_dir,
+                  "Directory of DIR/<tensor name>.npy (float32, ne reversed) giving every tensor's values instead "
+                  "of random ones: how the trained model of models/ is written (models/README.md)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--name", args->options.name, "general.name (default: essaim-synth ARCH PRESET)");
   add_threads_flag(*cmd, args->options.threads, "Generation threads (0 = all cores; never changes the bytes)");
   cmd->add_option("-o,--output", args->out, "Output GGUF file")->required();
 
   cmd->callback([args, &exit_code] {
     SynthOptions o = args->options;
     o.arch = args->arch == "qwen35moe" ? SynthArch::QWEN35MOE : SynthArch::QWEN3MOE;
-    o.preset = args->preset == "q35-122b" ? SynthPreset::Q35_122B : SynthPreset::TINY;
-    o.types = args->types == "q4_k_m" ? SynthTypeMix::Q4_K_M : SynthTypeMix::F32;
+    o.preset = args->preset == "q35-122b" ? SynthPreset::Q35_122B
+               : args->preset == "small"  ? SynthPreset::SMALL
+                                          : SynthPreset::TINY;
+    o.types = args->types == "q4_k_m" ? SynthTypeMix::Q4_K_M
+              : args->types == "q8_0" ? SynthTypeMix::Q8_0
+              : args->types == "bf16" ? SynthTypeMix::BF16
+                                      : SynthTypeMix::F32;
     if (args->layers > 0) o.layers = args->layers;
     if (args->experts > 0) o.experts = args->experts;
     Result<SynthPlan> plan = synth_plan(o);

@@ -17,6 +17,7 @@ void register_slice(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
 void register_run(CLI::App& app, int& exit_code);
 void register_eval(CLI::App& app, int& exit_code);
+void register_perplexity(CLI::App& app, int& exit_code);
 void register_worker(CLI::App& app, int& exit_code);
 void register_relay(CLI::App& app, int& exit_code);
 void register_npy_diff(CLI::App& app, int& exit_code);

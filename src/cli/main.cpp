@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   essaim::cli::register_tokenize(app, exit_code);
   essaim::cli::register_run(app, exit_code);
   essaim::cli::register_eval(app, exit_code);
+  essaim::cli::register_perplexity(app, exit_code);
   essaim::cli::register_worker(app, exit_code);
   essaim::cli::register_relay(app, exit_code);
   essaim::cli::register_npy_diff(app, exit_code);

@@ -38,6 +38,8 @@ struct SynthOptions {
   uint32_t nextn = 0;              // MTP blocks appended (block_count includes them)
   bool fused_gate_up = false;      // ffn_gate_up_exps [E, 2F, X]
   size_t threads = 0;              // generation threads; 0 = all cores (never changes the bytes)
+  std::string weights_dir = {};    // trained values: DIR/<tensor name>.npy for every tensor (synth_weights.h)
+  std::string name = {};           // general.name; empty = "essaim-synth <arch> <preset>"
 };
 
 struct SynthTensor {

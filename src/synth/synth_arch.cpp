@@ -88,6 +88,7 @@ std::string_view synth_arch_name(SynthArch a) {
 std::string_view synth_preset_name(SynthPreset p) {
   switch (p) {
     case SynthPreset::TINY: return "tiny";
+    case SynthPreset::SMALL: return "small";
     case SynthPreset::Q35_122B: return "q35-122b";
     case SynthPreset::COUNT: break;
   }
@@ -97,6 +98,8 @@ std::string_view synth_preset_name(SynthPreset p) {
 std::string_view synth_type_mix_name(SynthTypeMix t) {
   switch (t) {
     case SynthTypeMix::F32: return "f32";
+    case SynthTypeMix::BF16: return "bf16";
+    case SynthTypeMix::Q8_0: return "q8_0";
     case SynthTypeMix::Q4_K_M: return "q4_k_m";
     case SynthTypeMix::COUNT: break;
   }

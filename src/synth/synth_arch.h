@@ -22,12 +22,12 @@
 namespace essaim {
 
 enum class SynthArch { QWEN3MOE, QWEN35MOE, COUNT };
-enum class SynthPreset { TINY, Q35_122B, COUNT };
-enum class SynthTypeMix { F32, Q4_K_M, COUNT };
+enum class SynthPreset { TINY, SMALL, Q35_122B, COUNT };
+enum class SynthTypeMix { F32, BF16, Q8_0, Q4_K_M, COUNT };
 
 std::string_view synth_arch_name(SynthArch a);       // "qwen3moe"
-std::string_view synth_preset_name(SynthPreset p);   // "tiny", "q35-122b"
-std::string_view synth_type_mix_name(SynthTypeMix t);  // "f32", "q4_k_m"
+std::string_view synth_preset_name(SynthPreset p);   // "tiny", "small", "q35-122b"
+std::string_view synth_type_mix_name(SynthTypeMix t);  // "f32", "bf16", "q8_0", "q4_k_m"
 
 struct SynthHparams {
   uint32_t n_embd = 0;          // E

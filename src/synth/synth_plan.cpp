@@ -147,23 +147,26 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
   }
   uint32_t attn_v_ordinal = 0;
   for (SynthTensor& t : plan.tensors) {
-    const SynthTypeQuery q{.kind = t.kind, .n_dims = uint32_t(t.ne.size()),
+    const SynthTypeQuery q{.kind = t.kind, .n_dims = uint32_t(t.ne.size()), .ne0 = t.ne[0],
                            .layer = t.layer < 0 ? 0u : uint32_t(t.layer), .block_count = hp.block_count(),
                            .attn_v_ordinal = attn_v_ordinal, .attn_v_count = attn_v_count,
                            .has_output = has_output};
     if (t.kind == SynthTensorKind::ATTN_V || t.kind == SynthTensorKind::ATTN_QKV) ++attn_v_ordinal;
     t.type = synth_tensor_type(options.types, q);
     const TypeTraits& tt = type_traits(t.type);
-    // The presets keep every quantised row a whole number of blocks (docs/reference.md 3 fallbacks never apply).
-    ESSAIM_CHECK(t.ne[0] % tt.block_size == 0);
+    // Every quantised row is a whole number of blocks (the rule falls back to Q8_0 where 256 does not divide).
+    if (t.ne[0] % tt.block_size != 0)
+      return Status::error(t.name + ": rows of " + std::to_string(t.ne[0]) + " elements are not whole " +
+                           std::string(type_traits(t.type).name) + " blocks");
     t.nbytes = tt.row_bytes(uint64_t(t.ne[0])) * t.rows();
   }
 
   // Metadata: general.*, the architecture's keys, the tokenizer.
   SynthMetadata& m = plan.metadata;
   m.set_string("general.architecture", arch.name);
-  m.set_string("general.name", "essaim-synth " + std::string(arch.name) + " " +
-                                   std::string(synth_preset_name(options.preset)));
+  m.set_string("general.name", !options.name.empty() ? options.name
+                                                     : "essaim-synth " + std::string(arch.name) + " " +
+                                                           std::string(synth_preset_name(options.preset)));
   m.set_u32("general.file_type", synth_file_type(options.types));
   if (options.types != SynthTypeMix::F32) m.set_u32("general.quantization_version", 2);
   arch.metadata(hp, m);

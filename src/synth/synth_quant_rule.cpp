@@ -29,11 +29,9 @@ bool q4_k_m_more_bits(int64_t i, int64_t n) {
   return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
-GgmlType synth_tensor_type(SynthTypeMix mix, const SynthTypeQuery& q) {
-  ESSAIM_CHECK(q.kind < K::COUNT);
-  if (mix == SynthTypeMix::F32) return GgmlType::F32;
-  ESSAIM_CHECK(mix == SynthTypeMix::Q4_K_M);
-  if (q.n_dims < 2 || never_quantised(q.kind)) return GgmlType::F32;
+namespace {
+
+GgmlType q4_k_m_choice(const SynthTypeQuery& q) {
   switch (q.kind) {
     case K::OUTPUT:
       return GgmlType::Q6_K;
@@ -49,6 +47,24 @@ GgmlType synth_tensor_type(SynthTypeMix mix, const SynthTypeQuery& q) {
   }
 }
 
-uint32_t synth_file_type(SynthTypeMix mix) { return mix == SynthTypeMix::Q4_K_M ? 15 : 0; }
+}  // namespace
+
+GgmlType synth_tensor_type(SynthTypeMix mix, const SynthTypeQuery& q) {
+  ESSAIM_CHECK(q.kind < K::COUNT && mix < SynthTypeMix::COUNT);
+  if (mix == SynthTypeMix::F32 || q.n_dims < 2 || never_quantised(q.kind)) return GgmlType::F32;
+  if (mix == SynthTypeMix::BF16) return GgmlType::BF16;
+  if (mix == SynthTypeMix::Q8_0) return GgmlType::Q8_0;
+  const GgmlType t = q4_k_m_choice(q);
+  return q.ne0 % 256 == 0 ? t : GgmlType::Q8_0;
+}
+
+uint32_t synth_file_type(SynthTypeMix mix) {
+  switch (mix) {
+    case SynthTypeMix::BF16: return 32;
+    case SynthTypeMix::Q8_0: return 7;
+    case SynthTypeMix::Q4_K_M: return 15;
+    default: return 0;
+  }
+}
 
 }  // namespace essaim

@@ -35,6 +35,15 @@ SynthHparams qwen35moe_preset(SynthPreset p) {
     h.ssm_state_size = 64;
     h.ssm_group_count = 2;
     h.ssm_time_step_rank = 4;
+  } else if (p == SynthPreset::SMALL) {
+    // The trained model of models/ (models/README.md): tiny's attention and GDN shapes, eight executed layers
+    // (two rounds of the 3:1 pattern) and the real router's fan-out, 32 experts top-8, each 32 wide (so the
+    // expert down projections, ne[0] = 32, take the Q8_0 fallback in the K-quant mixes).
+    h = qwen35moe_preset(SynthPreset::TINY);
+    h.n_layer = 8;
+    h.n_expert = 32;
+    h.n_expert_used = 8;
+    h.expert_ff = 32;
   } else {
     // Qwen3.5-122B-A10B per-layer shapes (docs/reference.md 6).
     h.n_embd = 3072;

@@ -25,6 +25,13 @@ SynthHparams qwen3moe_preset(SynthPreset p) {
     h.n_expert = 6;
     h.n_expert_used = 2;
     h.expert_ff = 256;
+  } else if (p == SynthPreset::SMALL) {
+    // qwen35moe's small preset in a plain qwen3moe stack: 8 layers, 32 experts top-8, 32 wide.
+    h = qwen3moe_preset(SynthPreset::TINY);
+    h.n_layer = 8;
+    h.n_expert = 32;
+    h.n_expert_used = 8;
+    h.expert_ff = 32;
   } else {
     // The attention and expert shapes of Qwen3.5-122B-A10B (docs/reference.md 6) in a plain qwen3moe stack.
     h.n_embd = 3072;

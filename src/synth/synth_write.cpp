@@ -11,12 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/thread_pool.h"
 #include "gguf/gguf_writer.h"
 #include "synth/synth.h"
 #include "synth/synth_fill.h"
+#include "synth/synth_weights.h"
 
 namespace essaim {
 namespace {
@@ -57,6 +59,11 @@ struct Pipeline {
 
 Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path, Progress* progress) {
   const auto start = std::chrono::steady_clock::now();
+  std::optional<SynthWeights> weights;  // checked in full before a byte is written
+  if (!plan.options.weights_dir.empty()) {
+    ESSAIM_ASSIGN_OR_RETURN(SynthWeights loaded, SynthWeights::load(plan, plan.options.weights_dir));
+    weights = std::move(loaded);
+  }
   GgufWriter writer;
   for (const GgufKv& kv : plan.metadata.kvs) writer.set_value(kv.key, kv.value);
   for (const SynthTensor& t : plan.tensors) writer.add_tensor(t.name, t.type, t.ne);
@@ -89,7 +96,10 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path,
       const Piece& piece = pieces[p];
       std::vector<uint8_t>& buf = slots[p % n_slots];
       buf.resize(size_t(piece.bytes));
-      synth_fill_rows(ctx, plan.tensors[piece.tensor], piece.row_begin, piece.row_end, buf.data());
+      if (weights)
+        weights->fill_rows(piece.tensor, piece.row_begin, piece.row_end, buf.data());
+      else
+        synth_fill_rows(ctx, plan.tensors[piece.tensor], piece.row_begin, piece.row_end, buf.data());
       {
         std::lock_guard<std::mutex> lock(pipe.mu);
         pipe.ready[p] = 1;

@@ -101,6 +101,44 @@ TEST(BackboneFile, Qwen35MoeFusedWithAnMtpBlockOverThreeWorkersEqualsTheFullMode
   expect_same_logits(c, {"0-1", "2-3", "4-5"}, "");
 }
 
+// The trained model of models/ (readable text, a router with real skew), its Q4_K_M file cut into slices of
+// 11 experts: three workers hold every expert of every layer, the backbone none, so every pair is remote.
+CutModel cut_shipped(const std::string& name, const std::string& file, int per_slice) {
+  CutModel c;
+  const std::string dir = make_temp_dir(name);
+  c.model = std::string(ESSAIM_SOURCE_DIR) + "/models/" + file;
+  c.slices = dir + "/slices";
+  const CliRun p = run_cli("essaim slice -m " + c.model + " --plan " + std::to_string(per_slice) +
+                               " --backbone --stem m -o " + c.slices, "", 600);
+  EXPECT_EQ(p.code, 0) << p.err;
+  c.backbone = c.slices + "/m.backbone.gguf";
+  return c;
+}
+
+TEST(BackboneFile, TheTrainedModelOverThreeWorkersEqualsTheFullModel) {
+  const CutModel c = cut_shipped("trained", "kjv-moe-q4_k_m.gguf", 11);
+  expect_same_logits(c, {"0-10", "11-21", "22-31"}, "");
+}
+
+// `essaim perplexity` of the held-out text: the same figure, to the last digit, from the backbone file over
+// workers as from the full file; and far below what a unigram model scores (models/README.md).
+TEST(BackboneFile, TheTrainedModelsPerplexityThroughWorkersIsTheMonolithicOne) {
+  const CutModel c = cut_shipped("trained_ppl", "kjv-moe-q4_k_m.gguf", 16);
+  const std::string args = " -f " + std::string(ESSAIM_SOURCE_DIR) + "/models/heldout.txt -c 128 --chunks 3 --json";
+  const CliRun mono = run_cli("essaim perplexity -m " + c.model + args);
+  ASSERT_EQ(mono.code, 0) << mono.err;
+  Workers w = start_workers(c.slices, {"0-15", "16-31"});
+  const CliRun swarm = run_cli("essaim perplexity --backbone-file " + c.backbone + args + w.flags + " --require-workers");
+  ASSERT_EQ(swarm.code, 0) << swarm.err;
+  EXPECT_NE(mono.out.find("Final estimate: PPL = "), std::string::npos) << mono.out;
+  EXPECT_NE(mono.out.find("[1]"), std::string::npos) << mono.out;
+  const auto ppl = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.rfind("{\"command\""))).at("ppl").get<double>();
+  };
+  EXPECT_EQ(ppl(mono.out), ppl(swarm.out));
+  EXPECT_LT(ppl(mono.out), 100.0) << "the unigram baseline of the held-out text is ~300 (models/README.md)";
+}
+
 TEST(BackboneFile, The122bShapedLayerThroughWorkersEqualsTheFullModel) {
   const auto t0 = Clock::now();
   const CutModel c = cut_model("q122", "--arch qwen3moe --preset q35-122b --layers 1 --types q4_k_m --seed 2", 128);

@@ -1,0 +1,195 @@
+// `essaim perplexity -m FILE -f TEXT [-c N] [--chunks N] [-b N] [-t N] [--kv-type f16|f32] [--router-stats]
+//  [--json] [swarm flags]`: llama-perplexity's figure for a text (model/perplexity.h), its output form
+// ("[1]a,[2]b,..." running estimates, then "Final estimate: PPL = x +/- y"), computed here or through a swarm.
+//
+//   essaim perplexity -m models/kjv-q4_k_m.gguf -f models/heldout.txt -c 256
+//   essaim perplexity -m models/kjv-bf16.gguf -f models/heldout.txt -c 256 --router-stats --json
+//
+// With --router-stats the router's picks on the text are recorded and summarised per layer (expert usage
+// entropy, share of the top 10 % of experts, reuse of the previous token's experts: moe/routing_stats.h).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/dispatch_flags.h"
+#include "cli/model_load.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "moe/routing_stats.h"
+#include "text/tokenizer.h"
+
+namespace essaim::cli {
+namespace {
+
+struct PerplexityArgs {
+  ModelSource source;
+  std::string text_file;
+  int32_t n_ctx = 512;
+  int32_t max_chunks = -1;
+  int32_t batch = 0;
+  int32_t threads = 0;
+  std::string kv_type = "f16";
+  bool router_stats = false;
+  bool json = false;
+  DispatchFlags swarm;
+};
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error("cannot open " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TextTokens {
+  std::vector<int32_t> ids;
+  std::optional<int32_t> bos;  // set when the vocabulary adds BOS: each chunk then starts with it
+};
+
+Result<TextTokens> tokenize_file(const Model& model, const std::string& path, const std::string& text) {
+  Result<Vocab> vocab = vocab_from_gguf(model.file());
+  if (!vocab) return vocab.status().with_context(path);
+  TextTokens out;
+  if (vocab->add_bos && vocab->bos_id) out.bos = int32_t(*vocab->bos_id);
+  Result<Tokenizer> tok = Tokenizer::create(std::move(*vocab));
+  if (!tok) return tok.status().with_context(path);
+  out.ids = tok->encode(text, /*parse_special=*/false);
+  return out;
+}
+
+nlohmann::json routing_json(const std::vector<LayerRoutingStats>& stats) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerRoutingStats& s : stats)
+    layers.push_back({{"layer", s.layer},
+                      {"tokens", s.tokens},
+                      {"entropy_bits", s.entropy_bits},
+                      {"max_entropy_bits", s.max_entropy_bits},
+                      {"top_experts", s.top_experts},
+                      {"top_share", s.top_share},
+                      {"reuse", s.reuse},
+                      {"reuse_if_random", s.reuse_if_random},
+                      {"picks", s.picks}});
+  return layers;
+}
+
+void print_routing(const std::vector<LayerRoutingStats>& stats) {
+  std::fprintf(stderr, "router: layer  entropy (bits, of max)  top %d%% share  reuse (random)\n", 10);
+  for (const LayerRoutingStats& s : stats)
+    std::fprintf(stderr, "router: %5d  %6.3f of %.3f         %6.3f (%d experts)  %.3f (%.3f)\n", s.layer,
+                 s.entropy_bits, s.max_entropy_bits, s.top_share, s.top_experts, s.reuse, s.reuse_if_random);
+}
+
+Status run_perplexity(const PerplexityArgs& a) {
+  using clock = std::chrono::steady_clock;
+  keep_freed_memory_for_reuse();
+  const std::string& path = a.source.path();
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          load_model_for_cli(path, {.backbone_file = a.source.is_backbone()}));
+  ESSAIM_ASSIGN_OR_RETURN(const std::string text, read_text(a.text_file));
+  ESSAIM_ASSIGN_OR_RETURN(TextTokens tokens, tokenize_file(*model, a.text_file, text));
+  const std::vector<int32_t>& ids = tokens.ids;
+  const size_t n_ctx = size_t(a.n_ctx);
+  if (ids.size() < 2 * n_ctx)
+    return Status::error(a.text_file + " has " + std::to_string(ids.size()) + " tokens; -c " +
+                         std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx));
+  size_t n_chunks = ids.size() / n_ctx;
+  if (a.max_chunks > 0) n_chunks = std::min(n_chunks, size_t(a.max_chunks));
+
+  ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
+  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(*model, &pool, a.swarm, "essaim perplexity"));
+  RoutingRecorder recorder(*chosen.executor);
+  ExpertExecutor& experts = a.router_stats ? static_cast<ExpertExecutor&>(recorder) : *chosen.executor;
+  const size_t V = size_t(model->info().n_vocab);
+  const size_t step = a.batch > 0 ? size_t(a.batch) : n_ctx;
+  std::vector<float> logits(n_ctx * V);
+  std::fprintf(stderr, "perplexity: calculating perplexity over %zu chunks, n_ctx=%zu, batch_size=%zu\n", n_chunks,
+               n_ctx, step);
+  PerplexityTally tally;
+  const auto t0 = clock::now();
+  for (size_t c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t> chunk(ids.begin() + std::ptrdiff_t(c * n_ctx), ids.begin() + std::ptrdiff_t((c + 1) * n_ctx));
+    if (tokens.bos) chunk[0] = *tokens.bos;  // as llama-perplexity: the chunk's first token becomes BOS
+    SequenceCache cache = model->new_cache(
+        {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = int32_t(n_ctx)});
+    recorder.start_sequence();
+    for (size_t b = 0; b < n_ctx; b += step) {
+      const size_t n = std::min(step, n_ctx - b);
+      ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const int32_t>(chunk).subspan(b, n), .cache = &cache, .experts = &experts,
+                                             .pool = &pool, .logits_mode = LogitsMode::ALL,
+                                             .logits = std::span<float>(logits).subspan(b * V, n * V)}));
+    }
+    tally.add_chunk(logits, chunk, V);
+    std::printf("[%zu]%.4f,", c + 1, tally.ppl());
+    std::fflush(stdout);
+  }
+  const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", tally.ppl(), tally.ppl_error());
+  std::fflush(stdout);
+  std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s, %zu thread%s\n", size_t(tally.count), seconds,
+               pool.size(), pool.size() == 1 ? "" : "s");
+  print_dispatch_stats(chosen, "essaim perplexity");
+  nlohmann::json routing = nullptr;
+  if (a.router_stats) {
+    ESSAIM_ASSIGN_OR_RETURN(std::vector<LayerRoutingStats> stats,
+                            routing_stats(recorder.picks(), int32_t(model->info().n_expert)));
+    print_routing(stats);
+    routing = routing_json(stats);
+  }
+  if (a.json) {
+    nlohmann::json j{{"command", "perplexity"}, {"model", path},          {"text", a.text_file},
+                     {"n_ctx", n_ctx},          {"chunks", n_chunks},      {"tokens", ids.size()},
+                     {"scored", tally.count},   {"ppl", tally.ppl()},      {"ppl_error", tally.ppl_error()},
+                     {"mean_nll", tally.count ? tally.nll / double(tally.count) : 0.0},
+                     {"seconds", seconds},      {"router", routing}};
+    std::fputs((j.dump() + "\n").c_str(), stdout);
+  }
+  if (std::fflush(stdout) != 0) return Status::error("cannot write the output");
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PerplexityArgs>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text file, as llama-perplexity computes it");
+  add_model_source_flags(*cmd, args->source);
+  cmd->add_option("-f,--file", args->text_file, "Text file to score")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-c,--ctx-size", args->n_ctx, "Tokens per chunk; each chunk is scored on its second half")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 1 << 20));
+  cmd->add_option("--chunks", args->max_chunks, "Score at most N chunks (default: every whole chunk)")
+      ->check(CLI::Range(1, 1 << 30));
+  add_batch_flag(*cmd, args->batch, "Evaluate each chunk in pieces of N tokens (default: the whole chunk)");
+  add_threads_flag(*cmd, args->threads);
+  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_flag("--router-stats", args->router_stats,
+                "Also summarise the router's picks per layer: usage entropy, top 10% share, reuse of the previous "
+                "token's experts");
+  add_json_flag(*cmd, args->json);
+  add_dispatch_flags(*cmd, args->swarm);
+  cmd->callback([args, &exit_code] {
+    check_model_source(args->source, args->swarm);
+    Status s = run_perplexity(*args);
+    if (!s) {
+      std::fprintf(stderr, "essaim perplexity: %s\n", s.message().c_str());
+      exit_code = kExitFailure;
+      return;
+    }
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace essaim::cli
