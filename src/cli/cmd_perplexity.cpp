@@ -117,6 +117,7 @@ Status run_perplexity(const PerplexityArgs& a) {
   std::fprintf(stderr, "perplexity: calculating perplexity over %zu chunks, n_ctx=%zu, batch_size=%zu\n", n_chunks,
                n_ctx, step);
   PerplexityTally tally;
+  FILE* human = a.json ? stderr : stdout;  // with --json, stdout holds the JSON document alone
   const auto t0 = clock::now();
   for (size_t c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk(ids.begin() + std::ptrdiff_t(c * n_ctx), ids.begin() + std::ptrdiff_t((c + 1) * n_ctx));
@@ -131,12 +132,12 @@ Status run_perplexity(const PerplexityArgs& a) {
                                              .logits = std::span<float>(logits).subspan(b * V, n * V)}));
     }
     tally.add_chunk(logits, chunk, V);
-    std::printf("[%zu]%.4f,", c + 1, tally.ppl());
-    std::fflush(stdout);
+    std::fprintf(human, "[%zu]%.4f,", c + 1, tally.ppl());
+    std::fflush(human);
   }
   const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", tally.ppl(), tally.ppl_error());
-  std::fflush(stdout);
+  std::fprintf(human, "\nFinal estimate: PPL = %.4f +/- %.5f\n", tally.ppl(), tally.ppl_error());
+  std::fflush(human);
   std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s, %zu thread%s\n", size_t(tally.count), seconds,
                pool.size(), pool.size() == 1 ? "" : "s");
   print_dispatch_stats(chosen, "essaim perplexity");

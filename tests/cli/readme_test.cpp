@@ -1,4 +1,5 @@
-// The README's "Use it" commands run as written, in a fresh folder, on the model they make themselves.
+// The README's "Use it" commands run as written, in a fresh folder that stands for the repository's root:
+// it holds a link `models` to the repository's models/ (the shipped model the commands use) and nothing else.
 // Substituted, and only this: each worker line (ending in '&') runs in the background with `--host
 // 0.0.0.0 --port 900N` replaced by `--host 127.0.0.1 --port 0` (loopback only, an OS-chosen port, so
 // parallel CI jobs cannot collide), and `hostN:900N` in later lines by that worker's 127.0.0.1:PORT.
@@ -7,6 +8,7 @@
 // workers connected.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -38,6 +40,7 @@ TEST(Readme, TheSwarmExampleRunsAsWritten) {
   const std::vector<std::string> lines = readme_block("swarm");
   ASSERT_GE(lines.size(), 6u) << "README.md has no <!-- readme_test: swarm --> block";
   const std::string dir = make_temp_dir("readme");
+  std::filesystem::create_directory_symlink(std::string(ESSAIM_SOURCE_DIR) + "/models", dir + "/models");
   std::vector<std::unique_ptr<BackgroundProcess>> workers;
   std::vector<std::pair<std::string, std::string>> addresses;  // "hostN:900N" -> "127.0.0.1:PORT"
   std::vector<CliRun> runs;                                     // the `essaim run` lines, in order
