@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,9 @@ Result<std::vector<RangeRef>> get_ranges(const json& o, const char* key, bool wi
   if (it->size() > kMaxHoldings) return Status::error(std::string("'") + key + "' has more than " + std::to_string(kMaxHoldings) + " entries");
   std::vector<RangeRef> out;
   out.reserve(it->size());
+  // A node holds a range once: a list repeating one is refused, not counted once, so what the answer says
+  // was accepted is what the node holds (and a heartbeat cannot make the store rewrite one row 8,000 times).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> seen;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& h = (*it)[i];
     const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
@@ -79,6 +84,11 @@ Result<std::vector<RangeRef>> get_ranges(const json& o, const char* key, bool wi
       if (!sha) return sha.status().with_context(where);
       if (!is_hex(*sha, 64)) return Status::error(where + ": 'sha256' must be 64 lowercase hex digits");
       r.sha256 = *sha;
+    }
+    if (auto [at, fresh] = seen.try_emplace({r.layer, r.expert_first, r.expert_count}, i); !fresh) {
+      return Status::error(where + " repeats " + key + "[" + std::to_string(at->second) + "] (layer " +
+                           std::to_string(r.layer) + ", experts " + std::to_string(r.expert_first) + "-" +
+                           std::to_string(r.expert_first + r.expert_count - 1) + "): list each range once");
     }
     out.push_back(std::move(r));
   }

@@ -284,6 +284,12 @@ net::HttpReply Coordinator::Impl::route(const net::HttpRequestView& req) {
     return json_reply(200, {{"ranges", ranges}});
   }
   if (path == "/api/expert-usage" && m == "POST") {
+    // Usage decides which ranges look scarce: a worker reporting it could steer the market towards the ranges
+    // it wants (or away from the ones it holds), so only what a backbone's router picked counts.
+    if (!admin && who.node.role != "backbone") {
+      return error(403, "usage is reported by backbones (a node registered with role \"backbone\", or the admin "
+                        "token): a worker's token cannot report router picks", "forbidden");
+    }
     Result<std::vector<UsageLayer>> u = parse_usage(req.body, cat.n_experts);
     if (!u) return error(400, u.status().message(), "invalid_body");
     Status st = store->exclusive([&]() -> Status {

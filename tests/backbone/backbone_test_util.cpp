@@ -106,6 +106,26 @@ std::vector<std::vector<std::string>> SwarmModel::split_experts(uint32_t parts) 
   return out;
 }
 
+std::string backbone_file_path(const SwarmModel& m) {
+  // m.dir is this process's; write_out_file renames a finished file into place, so rewriting it per test
+  // never changes bytes a mapping sees.
+  const std::string path = m.dir + "/lean.backbone.gguf";
+  Result<MoeLayout> moe = moe_layout(m.model->file());
+  EXPECT_TRUE(moe) << moe.status().message();
+  if (!moe) return path;
+  Result<WrittenFile> w = write_out_file(backbone_file(m.model->file(), *moe), path, /*hash=*/false);
+  EXPECT_TRUE(w) << w.status().message();
+  return path;
+}
+
+std::unique_ptr<Model> backbone_only_model(const SwarmModel& m) {
+  Result<std::unique_ptr<Model>> b = load_model(backbone_file_path(m), {.backbone_file = true});
+  EXPECT_TRUE(b) << b.status().message();
+  if (!b) return nullptr;
+  EXPECT_TRUE((*b)->expert_store().shape_only());
+  return std::move(*b);
+}
+
 std::vector<int32_t> SwarmModel::tokens(size_t n, uint64_t seed) const {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(n);

@@ -67,6 +67,12 @@ class SwarmModel {
   std::vector<int32_t> tokens(size_t n, uint64_t seed = 7) const;
 };
 
+// `m` loaded from its backbone file (`essaim slice --backbone`: every tensor but the routed experts, docs/dispatch.md
+// "A backbone without the experts"): a shape-only expert store, so a pair no live worker answers fails the call
+// instead of being computed locally. Tests of coverage and churn dispatch from it (docs/invariants.md, invariant 5).
+std::unique_ptr<Model> backbone_only_model(const SwarmModel& m);
+std::string backbone_file_path(const SwarmModel& m);  // that file, written on each call (for `--backbone-file`)
+
 // Teacher-forced logits [n][n_vocab] through `experts`, in chunks of `batch` tokens (0 = all at once).
 std::vector<float> eval_logits(const SwarmModel& m, std::span<const int32_t> tokens, ExpertExecutor& experts,
                                size_t batch = 0);

@@ -247,24 +247,6 @@ TEST(DispatchHandshake, AnUnreachableWorkerNeverDelaysALayerCall) {
   EXPECT_EQ(s.requests, 0u);
 }
 
-// A backbone loaded from the backbone file of `m` (docs/dispatch.md, "A backbone without the experts"):
-// the dense path only, a shape-only expert store.
-std::unique_ptr<Model> backbone_only(const SwarmModel& m) {
-  // m.dir is this process's; write_out_file renames a finished file into place, so rewriting it per test
-  // never changes bytes a mapping sees.
-  const std::string path = m.dir + "/lean.backbone.gguf";
-  Result<MoeLayout> moe = moe_layout(m.model->file());
-  EXPECT_TRUE(moe) << moe.status().message();
-  if (!moe) return nullptr;
-  Result<WrittenFile> w = write_out_file(backbone_file(m.model->file(), *moe), path, /*hash=*/false);
-  EXPECT_TRUE(w) << w.status().message();
-  Result<std::unique_ptr<Model>> b = load_model(path, {.backbone_file = true});
-  EXPECT_TRUE(b) << b.status().message();
-  if (!b) return nullptr;
-  EXPECT_TRUE((*b)->expert_store().shape_only());
-  return std::move(*b);
-}
-
 // Logits [n][V] of one forward over all tokens, or the forward's error.
 Result<std::vector<float>> forward_all(const Model& model, std::span<const int32_t> tokens, ExpertExecutor& ex) {
   ThreadPool pool(2);
@@ -283,7 +265,7 @@ class LeanFault : public ::testing::TestWithParam<FaultCase> {};
 TEST_P(LeanFault, AnotherReplicaAnswersWithTheMonolithicBits) {
   const FaultCase fc = GetParam();
   const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
-  const std::unique_ptr<Model> lean = backbone_only(m);
+  const std::unique_ptr<Model> lean = backbone_only_model(m);
   ASSERT_NE(lean, nullptr);
   const std::vector<int32_t> tokens = m.tokens(8, 13);
   ThreadPool pool(2);
@@ -327,7 +309,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_P(LeanFault, WithNoReplicaLeftTheCallFailsNamingLayerAndExperts) {
   const FaultCase fc = GetParam();
   const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
-  const std::unique_ptr<Model> lean = backbone_only(m);
+  const std::unique_ptr<Model> lean = backbone_only_model(m);
   ASSERT_NE(lean, nullptr);
   ThreadPool pool(2);
   BadWorker bad(m, fc.how, m.identity);

@@ -55,6 +55,9 @@ INSTANTIATE_TEST_SUITE_P(Models, DispatchTcp, ::testing::ValuesIn(exactness_spec
 
 class DispatchKill : public ::testing::TestWithParam<ModelSpec> {};
 
+// This tests the local fallback itself (one replica per part, the backbone recomputes the killed worker's
+// experts from its own copy), so its backbone holds the whole model. Churn with no local copy to hide a hole:
+// backbone_swarm_harness_test, cli_test MarketSwarm.Churn*, cli_test BackboneFile.*.
 TEST_P(DispatchKill, AWorkerKilledMidGenerationChangesNoToken) {
   const SwarmModel& m = SwarmModel::get(GetParam());
   const std::vector<int32_t> prompt = m.tokens(6, 29);

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "backbone_test_util.h"
+#include "skip.h"
 
 namespace essaim::backbone::testing {
 namespace {
@@ -37,7 +38,7 @@ class MixedIsa : public ::testing::TestWithParam<MixedCase> {};
 
 TEST_P(MixedIsa, Arm64WorkersUnderQemuGiveTheMonolithicX86Logits) {
   const std::string binary = arm64_worker();
-  if (binary.empty()) GTEST_SKIP() << "ESSAIM_ARM64_WORKER is not set (scripts/build-arm64.sh builds the ARM64 worker)";
+  if (binary.empty()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::ARM64_WORKER, "ESSAIM_ARM64_WORKER is not set");
   ASSERT_TRUE(std::filesystem::exists(binary)) << binary;
   const SwarmModel& m = SwarmModel::get(GetParam().spec);
   std::vector<std::unique_ptr<WorkerProcess>> workers;

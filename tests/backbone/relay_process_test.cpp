@@ -1,7 +1,9 @@
 // Workers behind a relay, as processes (docs/relay.md): `essaim relay`, three `essaim-worker --relay`
 // processes and `essaim eval --worker ws://.../node/ID --token T` give the monolithic logits bit for bit;
 // killing the relay in the middle of a generation changes no token (the backbone computes locally), and
-// the workers register again when a relay returns on the same port.
+// the workers register again when a relay returns on the same port. The exactness eval runs from the
+// backbone file (no local copy: a worker the relay failed to pair fails it); the relay-dies run uses the
+// full model on purpose: it tests the local fallback itself.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -76,7 +78,8 @@ TEST(RelayProcesses, EvalThroughTheRelayEqualsMonolithicAndSurvivesTheRelayDying
   const std::string bin = essaim_binary(), d = swarm.dir;
   const std::string tokens = " --tokens 5,17,99,3,42,7,250,11,64 --threads 1";
   ASSERT_EQ(run_shell(bin + " eval -m " + m.path + tokens + " --logits-out " + d + "/mono.npy 2>/dev/null"), 0);
-  ASSERT_EQ(run_shell(bin + " eval -m " + m.path + tokens + swarm.worker_flags + " --require-workers --logits-out " + d +
+  ASSERT_EQ(run_shell(bin + " eval --backbone-file " + backbone_file_path(m) + tokens + swarm.worker_flags +
+                      " --require-workers --logits-out " + d +
                       "/relay.npy 2>" + d + "/eval.err"),
             0)
       << read_file(d + "/eval.err");
@@ -84,7 +87,8 @@ TEST(RelayProcesses, EvalThroughTheRelayEqualsMonolithicAndSurvivesTheRelayDying
   EXPECT_EQ(run_shell(bin + " npy-diff " + d + "/mono.npy " + d + "/relay.npy > " + d + "/diff.txt"), 0);
   EXPECT_NE(read_file(d + "/diff.txt").find("max |Δ| = 0 "), std::string::npos) << read_file(d + "/diff.txt");
 
-  // The relay dies in the middle of a generation: same text (the backbone computes what is missing).
+  // The relay dies in the middle of a generation: same text (the backbone computes what is missing). This
+  // tests the local fallback itself, so this backbone holds the whole model (-m).
   const std::string run = " run -m " + m.path + " -p 'Once upon a time' --threads 1 -n 160 --temp 0";
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(run_shell(bin + run + " > " + d + "/mono.txt 2>/dev/null"), 0);

@@ -4,6 +4,9 @@
 // way), a backbone serving 8 concurrent greedy requests through the serve scheduler with the
 // nearest-replica choice and hedging, and 3 seeded SIGKILLs each followed by a restart on a new port while
 // the requests run.
+// The backbone of the swarm runs from the backbone file (no expert bytes): a part with no live replica fails
+// its requests instead of being computed locally, so the tokens prove the swarm covered every expert
+// throughout the churn (docs/invariants.md, invariant 5).
 // - every request's tokens equal the same request's run alone on one node (the local executor, one
 //   sequence at a time), token for token;
 // - no request waits past its deadline (kRequestDeadline, measured per request from submit to its last
@@ -74,15 +77,17 @@ TEST(SwarmHarness, ConcurrentRequestsThroughSeededKillsAndRestartsGiveTheSingleN
   ASSERT_TRUE(swarm) << swarm.status().message();
   bench::Swarm& s = **swarm;
   ASSERT_EQ(s.size(), 6u);
+  const std::unique_ptr<Model> lean = backbone_only_model(m);
+  ASSERT_NE(lean, nullptr);
   Result<std::unique_ptr<RemoteExpertExecutor>> remote =
-      remote_executor_for_model(model, s.map(), &pool, swarm_options());
+      remote_executor_for_model(*lean, s.map(), &pool, swarm_options());
   ASSERT_TRUE(remote) << remote.status().message();
   RemoteExpertExecutor& ex = **remote;
   ASSERT_EQ(ex.connected(), 6u) << ex.stats().to_text();
 
   // Kills in the first three quarters of the traffic (counted in generated tokens), seeded; the victims are
   // the fast replicas, which the nearest-replica choice gives most requests, so a kill is likely to find
-  // requests in flight on the killed worker (each one then goes to the other replica or is recomputed).
+  // requests in flight on the killed worker (each one then goes to the other replica: nothing is recomputed).
   const uint64_t total = uint64_t(kRequests) * kMaxTokens;
   const std::vector<bench::ChaosEvent> plan =
       bench::chaos_schedule({.seed = 7, .kills = 3, .nodes = s.size(), .replicas = 2, .first = total / 8,
@@ -93,27 +98,29 @@ TEST(SwarmHarness, ConcurrentRequestsThroughSeededKillsAndRestartsGiveTheSingleN
   EXPECT_EQ(victims, (std::set<size_t>{0, 2, 4}));  // drawn without replacement: each fast replica once
   bench::ChaosRunner chaos(s, plan);
   Result<bench::ServedRun> served =
-      bench::serve_concurrently(model, &ex, &pool, requests, scheduler_options(kRequests), std::chrono::seconds(60),
+      bench::serve_concurrently(*lean, &ex, &pool, requests, scheduler_options(kRequests), std::chrono::seconds(60),
                                 [&](uint64_t tokens) { chaos.progress(tokens); });
   chaos.finish();
   ASSERT_TRUE(served) << served.status().message();
 
-  const std::vector<bench::ChaosRunner::Applied> applied = chaos.applied();
-  ASSERT_EQ(applied.size(), plan.size());
-  for (const bench::ChaosRunner::Applied& a : applied) EXPECT_EQ(a.error, "") << "node " << a.event.node;
   double slowest = 0;
-  for (int i = 0; i < kRequests; ++i) {
+  for (int i = 0; i < kRequests; ++i) {  // first: a request that failed says why (a part with no live replica)
     const bench::ServedRequest& r = served->requests[size_t(i)];
     EXPECT_EQ(r.reason, serve::FinishReason::LENGTH) << "request " << i << ": " << r.error;
     EXPECT_EQ(r.tokens, alone->requests[size_t(i)].tokens) << "request " << i;
     EXPECT_LT(r.latency_s, kRequestDeadline) << "request " << i;
     slowest = std::max(slowest, r.latency_s);
   }
+  const std::vector<bench::ChaosRunner::Applied> applied = chaos.applied();
+  ASSERT_EQ(applied.size(), plan.size()) << "the traffic ended before the schedule did";
+  for (const bench::ChaosRunner::Applied& a : applied) EXPECT_EQ(a.error, "") << "node " << a.event.node;
   const DispatchStats during = ex.stats();
   std::fprintf(stderr, "swarm harness: %zu requests, slowest %.2f s (bound %.0f s), steps %llu, hedges %llu (%llu won)\n%s\n",
                served->requests.size(), slowest, kRequestDeadline, (unsigned long long)served->scheduler.steps,
                (unsigned long long)during.hedges, (unsigned long long)during.hedge_wins, during.to_text().c_str());
-  EXPECT_GT(during.pairs_remote, during.pairs / 2);  // the swarm did the work, not the fallback
+  EXPECT_EQ(during.calls_failed, 0u) << "a part had no live replica: " << during.to_text();
+  EXPECT_EQ(during.pairs_local, 0u) << during.to_text();  // nothing to compute it from
+  EXPECT_GT(during.pairs_remote, during.pairs / 2);
 
   // Healed: every killed node's restart is reconnected (a second handshake), then the same tokens again.
   std::set<size_t> killed;
@@ -128,7 +135,7 @@ TEST(SwarmHarness, ConcurrentRequestsThroughSeededKillsAndRestartsGiveTheSingleN
     EXPECT_GE(healed.workers[n].sessions, 1u + s.restarts(n)) << "node " << n;
   }
   Result<bench::ServedRun> again =
-      bench::serve_concurrently(model, &ex, &pool, requests, scheduler_options(kRequests), std::chrono::seconds(60));
+      bench::serve_concurrently(*lean, &ex, &pool, requests, scheduler_options(kRequests), std::chrono::seconds(60));
   ASSERT_TRUE(again) << again.status().message();
   for (int i = 0; i < kRequests; ++i) {
     EXPECT_EQ(again->requests[size_t(i)].tokens, alone->requests[size_t(i)].tokens) << "request " << i;

@@ -140,6 +140,8 @@ TEST(HotCacheSwarm, TheCacheServesAShareOfThePairsAndTheLogitsAreMonolithic) {
   EXPECT_GT(d.value("pairs_cached", 0), 0) << s.dump();
   EXPECT_GT(d.value("pairs_remote", 0), 0) << "a 0.25 MiB cache cannot hold the whole model: " << s.dump();
   EXPECT_EQ(d.value("pairs_fallback", 1), 0) << s.dump();
+  // The full model's cache (this test's subject) with every range held: nothing may come from the local copy.
+  EXPECT_EQ(d.value("pairs_local", 1), 0) << s.dump();
   EXPECT_EQ(d.value("pairs", 0), d.value("pairs_remote", 0) + d.value("pairs_local", 0) + d.value("pairs_cached", 0));
   EXPECT_GT(h.value("fetches", 0), 0) << s.dump();
   EXPECT_EQ(h.value("refusals", 1), 0) << s.dump();
@@ -207,6 +209,8 @@ TEST(HotCacheSwarm, ABackboneFileBackboneComputesItsHotExpertsFromTheCacheBitFor
               d.value("pairs", 0));
 }
 
+// Layer 0 has no holder here (its slices are damaged, so the worker refuses them): the full model's own copy
+// computes it on purpose, which is the fallback this test needs beside the refused downloads.
 TEST(HotCacheSwarm, AlteredSliceFilesOnTheCoordinatorAreRefusedAndNeverUsed) {
   const std::string dir = make_temp_dir("hot-altered");
   const std::string slices = dir + "/slices";

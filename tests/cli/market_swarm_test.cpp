@@ -2,14 +2,19 @@
 // join by themselves (`essaim-worker --coordinator`), and `essaim eval|run --coordinator`.
 //   - a swarm from nothing: 4 workers whose budgets hold one slice each cover the model; the eval through
 //     the coordinator's map equals the monolithic eval bit for bit, and the ledger credits each worker;
-//   - churn: kill -9 one worker while a generation runs; a spare with free budget picks its range up within
-//     the documented time, and the generation's text equals the monolithic text.
+//   - churn: 2 replicas wanted and held; kill -9 one worker while a generation runs; the other replica answers
+//     meanwhile, a spare with free budget picks the killed worker's ranges up within the documented time,
+//     and the generation's text equals the monolithic text.
+// Every backbone here runs from the backbone file (`--backbone-file`: no expert bytes), so a range no live
+// worker holds fails the run instead of being computed from a local copy (docs/invariants.md, invariant 5).
 // Time to full coverage and to re-coverage are printed ("[ measure ]") for docs/market.md.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
+#include <climits>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -63,12 +68,24 @@ class Market {
     }
     return {ranges.size(), holders};
   }
-  // Seconds until all 4 ranges of the tiny model are held (and `must_hold` among the holders), or -1.
-  double wait_full(double timeout_s, const std::string& must_hold = "") const {
+  // The fewest healthy holders any of the tiny model's 4 ranges has (0 while one has none).
+  int min_holders() const {
+    json m = call("GET", "/api/expert-map");
+    std::map<std::pair<int, int>, int> n;
+    if (!m.is_object() || !m["workers"].is_array()) return 0;
+    for (const json& w : m["workers"])
+      for (const json& h : w["holdings"]) ++n[{h.value("layer", -1), h.value("expert_first", -1)}];
+    if (n.size() < 4) return 0;
+    int least = INT32_MAX;
+    for (const auto& [range, holders] : n) least = std::min(least, holders);
+    return least;
+  }
+  // Seconds until each of the 4 ranges of the tiny model has `replicas` holders (and `must_hold` is among the
+  // holders), or -1.
+  double wait_full(double timeout_s, const std::string& must_hold = "", int replicas = 1) const {
     const auto t0 = Clock::now();
     while (Clock::now() - t0 < std::chrono::duration<double>(timeout_s)) {
-      auto [n, holders] = coverage();
-      if (n == 4 && (must_hold.empty() || holders.count(must_hold))) {
+      if (min_holders() >= replicas && (must_hold.empty() || coverage().second.count(must_hold))) {
         return std::chrono::duration<double>(Clock::now() - t0).count();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -111,8 +128,8 @@ TEST(MarketSwarm, FromNothingToFullCoverageAndAnExactEval) {
   const std::string prompt = " -p 'The swarm covers every expert of the model' ";
   const CliRun mono = run_cli("essaim eval -m " + tiny_model() + prompt + "--logits-out " + m.dir_ + "/mono.npy");
   ASSERT_EQ(mono.code, 0) << mono.err;
-  const CliRun swarm = run_cli("essaim eval -m " + tiny_model() + prompt + "--logits-out " + m.dir_ + "/swarm.npy" +
-                               " --coordinator " + m.url() + " --token " + kAdmin + " --json");
+  const CliRun swarm = run_cli("essaim eval --backbone-file " + tiny_backbone() + prompt + "--logits-out " + m.dir_ +
+                               "/swarm.npy" + " --coordinator " + m.url() + " --token " + kAdmin + " --json");
   ASSERT_EQ(swarm.code, 0) << swarm.err;
   EXPECT_EQ(read_text(m.dir_ + "/mono.npy"), read_text(m.dir_ + "/swarm.npy")) << "not bit-identical";
   json summary = json::parse(swarm.out, nullptr, false);
@@ -145,17 +162,22 @@ TEST(MarketSwarm, ChurnASpareTakesOverAKilledWorkersRangeAndTheTextStaysExact) {
   // 2 s heartbeats: with 1 s, live workers on a loaded 2-core machine (CI runs two tests at once) could miss
   // 3 heartbeats and go stale themselves, which sends the spare to the wrong range.
   constexpr int kHeartbeatS = 2;
-  Market m(/*replicas=*/1, kHeartbeatS);
+  // 2 replicas wanted, and 4 workers whose budgets (0.8 MiB) hold 2 slices each: every range has 2 holders,
+  // so while the killed worker's ranges wait for the spare, the other replica answers. The backbone has no
+  // copy of the experts to fall back on. The spare joins once every range has its 2 holders, so it waits
+  // with free budget for 2 slices: a spare whose budget is already full of second replicas never re-covers
+  // a killed worker's range today (issue 41, "The market heals"); that is not what this test is about.
+  Market m(/*replicas=*/2, kHeartbeatS);
   ASSERT_TRUE(m.up()) << m.log();
   std::vector<std::unique_ptr<BackgroundProcess>> workers;
   for (int i = 0; i < 4; ++i) {
     auto [id, token] = m.add_node("w" + std::to_string(i));
-    workers.push_back(join_worker(m, token, m.dir_ + "/w" + std::to_string(i)));
+    workers.push_back(join_worker(m, token, m.dir_ + "/w" + std::to_string(i), /*budget_mb=*/0.8));
     ASSERT_NE(workers.back()->port(), 0) << workers.back()->stderr_text();
   }
-  ASSERT_GE(m.wait_full(30), 0) << m.log();
+  ASSERT_GE(m.wait_full(30, "", /*replicas=*/2), 0) << m.log() << m.call("GET", "/api/expert-demand").dump();
   auto [spare_id, spare_token] = m.add_node("spare");
-  auto spare = join_worker(m, spare_token, m.dir_ + "/spare");  // nothing is scarce: it waits with free budget
+  auto spare = join_worker(m, spare_token, m.dir_ + "/spare", /*budget_mb=*/0.8);  // nothing is scarce: it waits
   ASSERT_NE(spare->port(), 0) << spare->stderr_text();
 
   const std::string gen = " -p Hello -n 5000 -c 8192 --temp 0 ";
@@ -163,20 +185,20 @@ TEST(MarketSwarm, ChurnASpareTakesOverAKilledWorkersRangeAndTheTextStaysExact) {
   double run_s = 0;
   std::thread generation([&] {
     const auto t = Clock::now();
-    swarm = run_cli("essaim run -m " + tiny_model() + gen + "--coordinator " + m.url() + " --token " + kAdmin +
-                    " --map-refresh-ms 200 --json");
+    swarm = run_cli("essaim run --backbone-file " + tiny_backbone() + gen + "--coordinator " + m.url() +
+                    " --token " + kAdmin + " --map-refresh-ms 200 --json");
     run_s = std::chrono::duration<double>(Clock::now() - t).count();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::kill(workers[0]->pid(), SIGKILL);
   // Documented bound (docs/market.md): stale after 3 heartbeats, volunteer within 1 more, download, 1 more
   // heartbeat for the map: about 5 heartbeats. The limit here leaves room for a loaded machine.
-  const double recovered = m.wait_full(60, spare_id);
+  const double recovered = m.wait_full(60, spare_id, /*replicas=*/2);
   generation.join();
   ASSERT_GE(recovered, 0) << m.log() << spare->stderr_text() << m.call("GET", "/api/expert-demand").dump();
   std::printf("[ measure ] re-coverage after kill -9 (heartbeat %d s): %.2f s\n", kHeartbeatS, recovered);
   EXPECT_LT(recovered, 5.0 * kHeartbeatS + 10.0);
-  ASSERT_EQ(swarm.code, 0) << swarm.err;
+  ASSERT_EQ(swarm.code, 0) << "a range had no live holder and no copy to fall back on: " << swarm.err;
   const CliRun mono = run_cli("essaim run -m " + tiny_model() + gen + "--json");
   ASSERT_EQ(mono.code, 0) << mono.err;
   json s = json::parse(swarm.out, nullptr, false), mo = json::parse(mono.out, nullptr, false);

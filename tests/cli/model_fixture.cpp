@@ -23,7 +23,7 @@ const std::string& tiny_model() {
 const std::string& tiny_slices_dir() {
   static const std::string path = [] {
     const std::string dir = make_temp_dir("slices");
-    const CliRun r = run_cli("essaim slice -m " + tiny_model() + " --plan 3 -o " + dir);
+    const CliRun r = run_cli("essaim slice -m " + tiny_model() + " --plan 3 --backbone -o " + dir);
     if (r.code != 0) {
       ADD_FAILURE() << "essaim slice failed: " << r.err;
       return std::string();
@@ -32,5 +32,7 @@ const std::string& tiny_slices_dir() {
   }();
   return path;
 }
+
+std::string tiny_backbone() { return tiny_slices_dir() + "/qwen3moe.backbone.gguf"; }
 
 }  // namespace essaim::cli_test

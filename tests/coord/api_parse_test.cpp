@@ -34,6 +34,20 @@ TEST(ApiParse, Coverage) {
   EXPECT_NE(no_id.status().message().find("node_id"), std::string::npos);
 }
 
+// One range listed twice is refused with the two indices; the same layer with another range is not a repeat.
+TEST(ApiParse, ARepeatedHoldingIsRefused) {
+  const std::string h = R"({"layer": 3, "expert_first": 32, "expert_count": 32, "sha256": ")" + kSha + "\"}";
+  const std::string other = R"({"layer": 3, "expert_first": 0, "expert_count": 32, "sha256": ")" + kSha + "\"}";
+  auto twice = parse_coverage(coverage("[" + h + ", " + other + ", " + h + "]"));
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.status().message(), "holdings[2] repeats holdings[0] (layer 3, experts 32-63): list each range once");
+  auto distinct = parse_coverage(coverage("[" + h + ", " + other + "]"));
+  ASSERT_TRUE(distinct) << distinct.status().message();
+  EXPECT_EQ(distinct->holdings.size(), 2u);
+  EXPECT_FALSE(parse_volunteer(R"({"node_id": "n-0123456789abcdef", "budget_bytes": 1, "holding": [)"
+                               R"({"layer": 0, "expert_first": 0, "expert_count": 4}, {"layer": 0, "expert_first": 0, "expert_count": 4}]})"));
+}
+
 TEST(ApiParse, VolunteerUsageWork) {
   auto v = parse_volunteer(R"({"node_id": "n-0123456789abcdef", "budget_bytes": 268435456})");
   ASSERT_TRUE(v);

@@ -265,6 +265,58 @@ TEST_F(ApiTest, WorkIsReportedByBackbonesOnly) {
   EXPECT_EQ(request(port_, "POST", "/api/nodes", R"({"name": "x", "role": "king"})", kAdmin).status, 400);
 }
 
+// Usage steers demand (which ranges look scarce), so only a backbone reports it: a worker's token is refused
+// with 403 and a message saying who may, and the refused report changes nothing.
+TEST_F(ApiTest, UsageIsReportedByBackbonesOnly) {
+  auto [a, ta] = add_node("a");
+  ASSERT_EQ(heartbeat(a, ta, json::array({holding(0)})).status, 200);
+  const std::string layer1_hot = R"({"layers": [{"layer": 1, "counts": [0, 0, 0, 0, 9, 9, 9, 9]}]})";
+  const std::string layer1_cold = R"({"layers": [{"layer": 1, "counts": [9, 9, 9, 9, 0, 0, 0, 0]}]})";
+  Reply refused = request(port_, "POST", "/api/expert-usage", layer1_hot, ta);
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_NE(refused.body.find("usage is reported by backbones"), std::string::npos) << refused.body;
+  EXPECT_EQ(refused.j()["error"]["code"], "forbidden") << refused.body;
+  Reply demand = request(port_, "GET", "/api/expert-demand", "", ta);
+  for (const json& r : demand.j()["ranges"])
+    if (r["layer"] == 1) EXPECT_EQ(r["usage"], 0.5) << "a refused report changed the demand: " << demand.body;
+
+  Reply reg = request(port_, "POST", "/api/nodes", R"({"name": "bb", "role": "backbone"})", kAdmin);
+  ASSERT_EQ(reg.status, 201) << reg.body;
+  Reply accepted = request(port_, "POST", "/api/expert-usage", layer1_cold, reg.j()["token"]);
+  EXPECT_EQ(accepted.status, 200) << accepted.body;
+  EXPECT_EQ(request(port_, "POST", "/api/expert-usage", layer1_cold, kAdmin).status, 200);
+  demand = request(port_, "GET", "/api/expert-demand", "", ta);
+  for (const json& r : demand.j()["ranges"])
+    if (r["layer"] == 1) EXPECT_EQ(r["usage"], r["expert_first"] == 0 ? 1.0 : 0.0) << demand.body;
+}
+
+// A heartbeat (and a volunteer's `holding`) listing one range more than once is refused with 400 naming the
+// repeat; the node's holdings stay what its last valid heartbeat said. Counting it once would do too, but
+// the answer would then report fewer holdings than were sent: a client that repeats is broken and is told.
+TEST_F(ApiTest, AHeartbeatRepeatingAHoldingIsRefused) {
+  auto [a, ta] = add_node("a");
+  ASSERT_EQ(heartbeat(a, ta, json::array({holding(0), holding(1)})).j()["accepted_holdings"], 2);
+  json repeated = json::array();
+  for (int i = 0; i < 8000; ++i) repeated.push_back(holding(2));
+  Reply r = heartbeat(a, ta, repeated);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_NE(r.body.find("holdings[1] repeats holdings[0] (layer 1, experts 0-3)"), std::string::npos) << r.body;
+  Reply twice = heartbeat(a, ta, json::array({holding(3), holding(1), holding(3)}));
+  EXPECT_EQ(twice.status, 400) << twice.body;
+  EXPECT_NE(twice.body.find("holdings[2] repeats holdings[0]"), std::string::npos) << twice.body;
+  // Still the holdings of the last valid heartbeat.
+  const json map = request(port_, "GET", "/api/expert-map", "", ta).j();
+  ASSERT_EQ(map["workers"].size(), 1u) << map.dump();
+  EXPECT_EQ(map["workers"][0]["holdings"].size(), 2u) << map.dump();
+  EXPECT_EQ(map["workers"][0]["holdings"][0]["layer"], 0) << map.dump();
+  json holding_twice = {{"node_id", a}, {"budget_bytes", 1200},
+                        {"holding", json::array({{{"layer", 0}, {"expert_first", 0}, {"expert_count", 4}},
+                                                 {{"layer", 0}, {"expert_first", 0}, {"expert_count", 4}}})}};
+  Reply v = request(port_, "POST", "/api/expert-volunteer", holding_twice.dump(), ta);
+  EXPECT_EQ(v.status, 400) << v.body;
+  EXPECT_NE(v.body.find("holding[1] repeats holding[0]"), std::string::npos) << v.body;
+}
+
 TEST_F(ApiTest, DownloadsWithRange) {
   auto [a, ta] = add_node("a");
   const std::string big = "m.L01.E004.gguf";
@@ -345,7 +397,7 @@ TEST_F(ApiTest, HostileBodies) {
     EXPECT_EQ(request(port_, "POST", "/api/nodes", body, kAdmin).status, 400) << body;
   }
   EXPECT_EQ(request(port_, "POST", "/api/expert-usage", std::string((1 << 20) + 10, ' '), ta).status, 413);
-  EXPECT_EQ(request(port_, "POST", "/api/expert-usage", R"({"layers": [{"layer": 0, "counts": [1]}]})", ta).status, 400);
+  EXPECT_EQ(request(port_, "POST", "/api/expert-usage", R"({"layers": [{"layer": 0, "counts": [1]}]})", kAdmin).status, 400);
   EXPECT_EQ(request(port_, "PUT", "/api/expert-map", "", ta).status, 405);
   EXPECT_EQ(request(port_, "GET", "/api/nothing", "", ta).status, 404);
   // Still healthy afterwards.

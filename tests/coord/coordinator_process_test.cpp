@@ -25,6 +25,7 @@
 #include "http_client.h"
 #include "listening_process.h"
 #include "pg_cluster.h"
+#include "skip.h"
 #include "temp_dir.h"
 
 extern char** environ;
@@ -105,7 +106,8 @@ TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
   }
   EXPECT_EQ(request(c.port(), "GET", "/api/expert-map", "", token).j()["workers"].size(), 3u);
 
-  if (std::system("command -v chromium >/dev/null 2>&1") != 0) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh)";
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0)
+    ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::CHROMIUM, "no chromium on PATH");
   const std::string url = "http://127.0.0.1:" + std::to_string(c.port()) + "/";
   const std::string dom_file = (dir_ / "dom.html").string();
   const std::string flags = "--headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + (dir_ / "chrome").string() +
@@ -188,7 +190,7 @@ TEST_F(CoordinatorProcess, KillNineLosesNoAcknowledgedWriteSqlite) {
 
 TEST_F(CoordinatorProcess, KillNineLosesNoAcknowledgedWritePostgres) {
   testing::PgCluster pg;
-  if (!pg.ok()) GTEST_SKIP() << pg.why();
+  if (!pg.ok()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::POSTGRESQL, pg.why());
   const std::string slices = (dir_ / "slices-kill-pg").string();
   kill_nine_round(args(slices, pg.fresh_url()));
 }

@@ -14,6 +14,7 @@
 #include "coord/sql_connection.h"
 #include "coord/store.h"
 #include "pg_cluster.h"
+#include "skip.h"
 #include "temp_dir.h"
 
 namespace essaim::coord {
@@ -37,7 +38,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "postgresql") {
-      if (!cluster().ok()) GTEST_SKIP() << cluster().why();
+      if (!cluster().ok()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::POSTGRESQL, cluster().why());
       spec_ = cluster().fresh_url();
     } else {
       dir_ = essaim::testing::make_temp_dir(std::string("essaim-store-") +

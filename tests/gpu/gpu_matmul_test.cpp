@@ -13,6 +13,7 @@
 #include "kernels/kernel_cases.h"
 #include "kernels/kernel_traits.h"
 #include "kernels/matmul.h"
+#include "skip.h"
 
 namespace essaim::gpu {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 #define ESSAIM_SKIP_WITHOUT_GPU()                                                   \
   do {                                                                              \
     const CudaAvailability a = cuda_availability();                                 \
-    if (a.devices == 0) GTEST_SKIP() << "skipped: " << a.reason;                    \
+    if (a.devices == 0) ESSAIM_SKIP_MISSING_HARDWARE(a.reason);                    \
   } while (0)
 
 // Device buffer freed at scope exit.

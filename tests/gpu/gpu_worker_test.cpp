@@ -16,6 +16,7 @@
 #include <set>
 
 #include "kernels/matmul.h"
+#include "skip.h"
 #include "worker/compute_device.h"
 #include "worker_test_util.h"
 
@@ -95,7 +96,7 @@ TEST(GpuDeviceSpecTest, NoVisibleDeviceIsAnErrorNotACrash) {
 #define ESSAIM_SKIP_WITHOUT_GPU()                                                   \
   do {                                                                              \
     const std::string reason = cuda_unavailable_reason();                          \
-    if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason;                    \
+    if (!reason.empty()) ESSAIM_SKIP_MISSING_HARDWARE(reason);                    \
   } while (0)
 
 struct Case {

@@ -13,6 +13,7 @@
 
 #include "backbone_test_util.h"
 #include "serve_test_util.h"
+#include "skip.h"
 
 namespace essaim::serve::testing {
 namespace {
@@ -27,7 +28,7 @@ bool skip_npm() {
 using backbone::testing::ListeningProcess;  // `essaim serve` as a child process
 
 TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
-  if (skip_npm()) GTEST_SKIP() << "ESSAIM_SKIP_NPM=1";
+  if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
   ListeningProcess serve({ESSAIM_CLI, "serve", "-m", tiny_model_path(), "--host", "127.0.0.1", "--port", "0", "-np", "2",
                       "-c", "512", "-t", "1", "--api-key", kApiKey, "--alias", "tiny-swarm"});
   ASSERT_NE(serve.port(), 0);

@@ -17,6 +17,7 @@
 
 #include "text/byte_unicode.h"
 #include "gguf/gguf_file.h"
+#include "skip.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
@@ -107,7 +108,7 @@ std::string show(const std::vector<TokenId>& ids) {
 }
 
 TEST(JsReference, Qwen3TokenizerJsonGivesIdenticalIds) {
-  if (skip_npm()) GTEST_SKIP() << "ESSAIM_SKIP_NPM=1";
+  if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
   const std::vector<std::vector<TokenId>> expected = js_reference_ids();
   ASSERT_FALSE(expected.empty());
 
@@ -155,7 +156,7 @@ TEST(JsReference, Qwen3TokenizerJsonGivesIdenticalIds) {
 // The path the issue asks for end to end: `essaim synth --tokenizer tokenizer.json` embeds the imported vocabulary
 // in a GGUF model, and `essaim tokenize` on that model gives the JS tokenizer's ids.
 TEST(JsReference, SynthModelWithImportedTokenizerTokenizesIdentically) {
-  if (skip_npm()) GTEST_SKIP() << "ESSAIM_SKIP_NPM=1";
+  if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
   const std::vector<std::vector<TokenId>> expected = js_reference_ids();
   ASSERT_FALSE(expected.empty());
   const std::string dir = JS_DIR + "/synth";
