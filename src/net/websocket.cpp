@@ -115,12 +115,51 @@ std::string endpoint_text(const tcp::endpoint& ep) {
 using PlainWs = websocket::stream<beast::tcp_stream>;
 using TlsWs = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
 
+// The listener's TCP layer. Beast ends every closing (after close frames were exchanged, and after it has
+// failed a read because the peer broke the protocol and sent it our 1002) with a "teardown", which for a
+// server shuts the send side and then reads until the peer closes TCP (TLS: awaits its close_notify). A
+// peer that breaks the protocol and stays silent holds that read until Beast's idle-ping timer fires
+// (idle_timeout / 2: 15 s at the relay), and only then does our read fail; the relay's partner learnt 15 s
+// late. The server closes the connection itself instead, at once (RFC 6455 7.1.1: the server closes the
+// TCP connection first). Beast finds these overloads by argument-dependent lookup; they are exact matches,
+// so they win over its own for beast::basic_stream and ssl_stream.
+class ServerTcpStream : public beast::tcp_stream {
+ public:
+  using beast::tcp_stream::tcp_stream;
+};
+using ServerPlainWs = websocket::stream<ServerTcpStream>;
+using ServerTlsWs = websocket::stream<beast::ssl_stream<ServerTcpStream>>;
+
+void close_now(ServerTcpStream& s) {
+  beast::error_code ignored;
+  s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  s.socket().close(ignored);
+}
+[[maybe_unused]] void teardown(beast::role_type, ServerTcpStream& s, beast::error_code& ec) {
+  close_now(s);
+  ec = {};
+}
+template <class Handler>
+void async_teardown(beast::role_type, ServerTcpStream& s, Handler&& handler) {
+  close_now(s);
+  asio::post(s.get_executor(), beast::bind_front_handler(std::forward<Handler>(handler), beast::error_code{}));
+}
+[[maybe_unused]] void teardown(beast::role_type, beast::ssl_stream<ServerTcpStream>& s, beast::error_code& ec) {
+  close_now(beast::get_lowest_layer(s));
+  ec = {};
+}
+template <class Handler>
+void async_teardown(beast::role_type, beast::ssl_stream<ServerTcpStream>& s, Handler&& handler) {
+  close_now(beast::get_lowest_layer(s));
+  asio::post(s.get_executor(), beast::bind_front_handler(std::forward<Handler>(handler), beast::error_code{}));
+}
+
 // The stream over either layer. Every asynchronous operation runs on the runner's one thread; the blocking
 // calls wait for them under mu_. pending_ counts operations not yet completed, so the destructor can wait
 // until nothing refers to the stream before stopping the thread.
 template <class Ws>
 class WsImpl final : public WsStream {
-  static constexpr bool kTls = std::is_same_v<Ws, TlsWs>;
+  static constexpr bool kTls = std::is_same_v<Ws, TlsWs> || std::is_same_v<Ws, ServerTlsWs>;
 
  public:
   // Client: the caller connects. Server: `socket` is accepted; serve_handshake() runs the upgrade.
@@ -641,9 +680,9 @@ struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
       });
     };
     if (ctx) {
-      start(std::make_unique<WsImpl<TlsWs>>(std::make_unique<Runner>(), ctx, opts.limits));
+      start(std::make_unique<WsImpl<ServerTlsWs>>(std::make_unique<Runner>(), ctx, opts.limits));
     } else {
-      start(std::make_unique<WsImpl<PlainWs>>(std::make_unique<Runner>(), nullptr, opts.limits));
+      start(std::make_unique<WsImpl<ServerPlainWs>>(std::make_unique<Runner>(), nullptr, opts.limits));
     }
   }
 

@@ -224,6 +224,10 @@ struct RelayServer::Impl {
       log("paired " + who + " (" + ws.peer_name() + ") with worker " + p.node_id);
       pump(*pair, kBackbone);
       pairs_active--;
+    } else if (b) {
+      // The backbone was told PAIRED, then the worker could not be (it vanished meanwhile): for the backbone
+      // its partner failed (1011), not a clean close (1000, which the handler's return would otherwise send).
+      fail_pair(*pair, kWorker, "the worker is gone: " + w.error().message);
     }
     finish(*pair, kBackbone);
   }

@@ -282,6 +282,34 @@ TEST(RelayHostile, APeerVanishingGets1011ToItsPartnerAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
+// A peer that breaks the protocol after pairing (a reserved opcode) and then keeps its TCP connection open
+// without answering the relay's close. Before: Beast failed the read only once its teardown (waiting for
+// the peer to close TCP) was cut by the idle-ping timer, 15 s later; the partner was told 1000 at adf167f
+// and 1011 since 2be71d4, both after ~15 s. Now the server closes TCP itself at once, and the partner gets
+// 1011 within milliseconds.
+TEST(RelayHostile, APeerBreakingTheProtocolGets1011ToItsPartnerAtOnce) {
+  auto relay = start_relay();
+  net::testing::RawClient w(relay->port());
+  w.send(kUpgrade);
+  ASSERT_TRUE(w.read_response(5s).starts_with("HTTP/1.1 101"));
+  w.send(masked_frame(encode_preamble({.role = RelayRole::WORKER, .token = "tok-worker-1", .build = test_build(), .node_id = {}})));
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().idle_workers < 1 && net::Clock::now() < until) std::this_thread::sleep_for(10ms);
+  auto b = backbone_end(relay->port());
+  ASSERT_TRUE(b) << b.error().message;
+  const auto t0 = std::chrono::steady_clock::now();
+  w.send(std::string("\x8b\x80\0\0\0\0", 6));  // FIN, opcode 0xB (reserved), masked, empty
+  auto m = (*b)->read_message(net::deadline_in(15s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(m);
+  EXPECT_EQ((*b)->peer_close_code(), 1011) << (*b)->peer_close_reason();
+  RecordProperty("partner_told_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LT(took, 1s);
+  // The culprit was told 1002 (protocol error) before the relay closed the connection.
+  const std::string got = w.read_all(3s);
+  EXPECT_NE(got.find(std::string("\x88", 1)), std::string::npos) << "no close frame";
+}
+
 // Before: a worker whose token the relay refused (1008) re-dialled forever with backoff; accept() only
 // ever timed out. Now the acceptor stops and says why.
 TEST(RelayHostile, ARefusedWorkerTokenStopsTheAcceptorWithTheReason) {
