@@ -4,6 +4,8 @@
 #   2. one ASan + UBSan build (clang, libFuzzer-instrumented) running the tests labelled "sanitize"
 #      (hostile-input tests), then every libFuzzer target of that build for a bounded time over its seed
 #      corpus, one target per CPU at a time
+#   3. one ThreadSanitizer build (clang) of only the listeners' concurrency stress tests (label "tsan": the
+#      HTTP listener of serve and the coordinator, the relay), run under TSan
 #   The ARM64 worker is cross-built before the release tests: its kernel and worker tests run under
 #   qemu-user, and the release ctest's mixed swarm (x86 backbone, ARM64 workers) uses its binary.
 #   When nvcc is present (/usr/local/cuda/bin/nvcc, or $NVCC), the CUDA worker is built in build-cuda/ (only the
@@ -55,4 +57,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print
 
 echo "== fuzzing (bounded, one target per CPU at a time)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/fuzz.sh build-asan
+echo "== ThreadSanitizer build (clang): the listeners' concurrency stress tests (label tsan)"
+CC=clang CXX=clang++ BUILD_DIR=build-tsan BUILD_TARGETS="tsan_tests" \
+  scripts/build.sh -DESSAIM_TSAN=ON -DESSAIM_BENCH=OFF
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L tsan --timeout 600
 echo "== all tests passed"

@@ -17,6 +17,7 @@
 #include "cli/common_flags.h"
 #include "coord/catalogue.h"
 #include "coord/coordinator.h"
+#include "net/http_limits.h"
 #include "net/tcp.h"
 
 namespace essaim::cli {
@@ -26,6 +27,8 @@ struct Args {
   std::string model, slices, db, listen = "127.0.0.1:8700", admin_token;
   int64_t replicas = 2, heartbeat_s = 10;
   uint32_t slice_experts = 32;
+  int32_t max_connections = net::HttpLimits{}.max_connections;
+  size_t max_per_address = net::HttpLimits{}.max_per_address;
 };
 
 int run(const Args& a) {
@@ -63,9 +66,10 @@ int run(const Args& a) {
   coord::Coordinator c(std::move(*cat), std::move(*store),
                        {.admin_token = a.admin_token, .slices_dir = a.slices, .replicas = a.replicas,
                         .heartbeat_s = a.heartbeat_s});
-  Result<std::unique_ptr<net::HttpServer>> server = net::HttpServer::listen(
-      where->first, where->second, c.http_limits(),
-      [&c](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) { c.handle(req, std::move(out)); });
+  net::HttpLimits limits = c.http_limits();
+  limits.max_connections = a.max_connections;
+  limits.max_per_address = a.max_per_address;
+  Result<std::unique_ptr<net::HttpServer>> server = c.listen(where->first, where->second, std::move(limits));
   if (!server) {
     std::fprintf(stderr, "essaim coordinator: %s\n", server.status().message().c_str());
     return 1;
@@ -101,6 +105,7 @@ void register_coordinator(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::Range(1, 3600));
   cmd->add_option("--slice-experts", a->slice_experts, "Experts per slice when the plan is cut here")
       ->capture_default_str()->check(CLI::Range(1, 65536));
+  add_admission_flags(*cmd, a->max_connections, a->max_per_address);
   cmd->callback([a, &exit_code] { exit_code = run(*a); });
 }
 

@@ -26,6 +26,8 @@ struct RelayArgs {
   std::string tokens, coordinator;
   uint64_t max_message = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
   size_t per_node = 32;
+  int32_t max_connections = int32_t(relay::RelayOptions{}.max_connections);
+  size_t max_per_address = relay::RelayOptions{}.max_per_address;
   double idle_timeout_s = 30, write_stall_s = 10;
   bool quiet = false;
 };
@@ -73,6 +75,8 @@ int run_relay(const RelayArgs& a) {
   o.limits.idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000));
   o.write_stall = std::chrono::milliseconds(int64_t(a.write_stall_s * 1000));
   o.max_connections_per_node = a.per_node;
+  o.max_connections = size_t(a.max_connections);
+  o.max_per_address = a.max_per_address;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "essaim relay: %s\n", line.c_str()); };
   Result<std::unique_ptr<relay::RelayServer>> server = relay::RelayServer::start(where->first, where->second, o, std::move(tokens));
   if (!server) {
@@ -103,6 +107,7 @@ void register_relay(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-message", a->max_message, "Largest message forwarded, in bytes (the expert protocol's frame limit + 9)")
       ->check(CLI::Range(uint64_t(1) << 16, uint64_t(1) << 34))
       ->capture_default_str();
+  add_admission_flags(*cmd, a->max_connections, a->max_per_address);
   cmd->add_option("--per-node", a->per_node, "Connections one node's token may hold open")->check(CLI::Range(size_t(1), size_t(1) << 16))->capture_default_str();
   cmd->add_option("--idle-timeout", a->idle_timeout_s, "Seconds without any frame (pings included) before a connection is closed")
       ->check(CLI::Range(1.0, 1e6))

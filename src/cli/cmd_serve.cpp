@@ -113,8 +113,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
   cmd->add_option("-a,--alias", o.model_id, "Model id in answers and /v1/models (default: the file name)");
-  cmd->add_option("--max-connections", o.limits.max_connections, "Open connections at most (default 256)")
-      ->check(CLI::Range(1, 65536));
+  add_admission_flags(*cmd, o.limits.max_connections, o.limits.max_per_address);
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
   add_no_mmap_flag(*cmd, o.no_mmap);

@@ -12,9 +12,11 @@
 // error (docs/cli.md).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -212,6 +214,11 @@ int run(Args a) {
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
   std::unique_ptr<net::Acceptor> acceptor;
   std::string where_text;
+  struct Refused {
+    std::mutex mu;
+    std::string why;
+  };
+  auto refused = std::make_shared<Refused>();
   if (!a.relay.empty()) {
     net::NetResult<net::WsUrl> url = net::parse_ws_url(a.relay);
     if (!url) {
@@ -224,6 +231,14 @@ int run(Args a) {
     ro.build.protocol_version = w.hello().version;
     ro.build.kernel_abi = w.hello().fingerprint.kernel_abi;
     if (!a.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    // No retry mends a refused token: stop with the relay's reason (exit 1).
+    ro.on_refused = [refused](const std::string& why) {
+      {
+        std::lock_guard lock(refused->mu);
+        refused->why = why;
+      }
+      ::kill(::getpid(), SIGTERM);
+    };
     acceptor = std::make_unique<relay::RelayAcceptor>(std::move(ro));
     where_text = url->text();
     where_text.resize(where_text.size() - url->path.size());  // "ws://host:port": the port is the relay's
@@ -250,6 +265,16 @@ int run(Args a) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  std::string refused_why;
+  {
+    std::lock_guard lock(refused->mu);
+    refused_why = refused->why;
+  }
+  if (!refused_why.empty()) {
+    std::fprintf(stderr, "essaim worker: %s; stopping\n", refused_why.c_str());
+    server.stop();
+    return kExitFailure;
+  }
   std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   server.stop();
   std::fprintf(stderr, "essaim worker: stats %s\n", w.stats().to_json().c_str());

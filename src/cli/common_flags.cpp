@@ -27,6 +27,17 @@ CLI::Option* add_keep_page_cache_flag(CLI::App& cmd, bool& keep) {
                       "pages to map it in 2 MiB ones (docs/engine.md)");
 }
 
+void add_admission_flags(CLI::App& cmd, int32_t& max_connections, size_t& max_per_address) {
+  cmd.add_option("--max-connections", max_connections,
+                 "Connections served at once, authenticated (past it 503 / refused; default " +
+                     std::to_string(max_connections) + ")")
+      ->check(CLI::Range(1, 65536));
+  cmd.add_option("--max-per-address", max_per_address,
+                 "Of those, from one source address (default " + std::to_string(max_per_address) +
+                     "); unauthenticated ones past the per-address cap evict the oldest")
+      ->check(CLI::Range(size_t(1), size_t(65536)));
+}
+
 CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help) {
   return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(CLI::NonNegativeNumber);
 }

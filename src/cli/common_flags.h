@@ -34,6 +34,9 @@ CLI::Option* add_threads_flag(CLI::App& cmd, int32_t& threads, const std::string
 CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string& help = "Threads (0 = every core)");
 // -c, --ctx-size, --ctx N.
 CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help);
+// --max-connections N, --max-per-address N: every listener's admission limits (net::Admission, docs/cli.md
+// "Admission flags"): authenticated connections in all, and of one source address.
+void add_admission_flags(CLI::App& cmd, int32_t& max_connections, size_t& max_per_address);
 // -b, --batch-size, --batch N.
 CLI::Option* add_batch_flag(CLI::App& cmd, int32_t& batch, const std::string& help);
 // -np, --parallel N (sequences decoded at once; `essaim serve`, `essaim bench`). "-np" is rewritten to

@@ -108,13 +108,51 @@ net::HttpLimits Coordinator::http_limits() const {
   return l;
 }
 
+Result<std::unique_ptr<net::HttpServer>> Coordinator::listen(const std::string& host, uint16_t port, net::HttpLimits limits) {
+  return net::HttpServer::listen(
+      host, port, std::move(limits),
+      [this](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) { handle(req, std::move(out)); },
+      2, [this](const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done) {
+        authorize(head, std::move(done));
+      });
+}
+
+namespace {
+bool public_page(const std::string& method, const std::string& path) {
+  return method == "GET" && (path == "/health" || path == "/" || path == "/api/dashboard" || path == "/metrics");
+}
+}  // namespace
+
+void Coordinator::authorize(const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done) {
+  const std::string path = head.target.substr(0, head.target.find('?'));
+  if (public_page(head.method, path)) return done({.kind = net::HttpCredentials::Kind::PUBLIC, .refusal = {}});
+  boost::asio::post(impl_->pool, [this, authorization = head.authorization, done = std::move(done)] {
+    net::HttpCredentials c{.kind = net::HttpCredentials::Kind::VALID, .refusal = {}};
+    try {
+      if (impl_->authenticate(authorization).kind == Caller::NONE) {
+        ++impl_->requests;
+        ++impl_->unauthorized;
+        c = {.kind = net::HttpCredentials::Kind::REFUSED, .refusal = unauthorized_reply()};
+      }
+    } catch (const std::exception& e) {
+      c = {.kind = net::HttpCredentials::Kind::REFUSED, .refusal = error(500, std::string("internal error: ") + e.what(), "internal")};
+    }
+    done(std::move(c));
+  });
+}
+
 void Coordinator::handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
   boost::asio::post(impl_->pool, [this, req, out] {
-    const std::string path = req.target.substr(0, req.target.find('?'));
-    if (path.rfind("/slices/", 0) == 0 && req.method == "GET") {
-      return impl_->download(req, path.substr(8), out);
+    // On the pool an exception would end the process: it ends only this request (500).
+    try {
+      const std::string path = req.target.substr(0, req.target.find('?'));
+      if (path.rfind("/slices/", 0) == 0 && req.method == "GET") {
+        return impl_->download(req, path.substr(8), out);
+      }
+      out->reply(answer(req));
+    } catch (const std::exception& e) {
+      out->reply(error(500, std::string("internal error: ") + e.what(), "internal"));
     }
-    out->reply(answer(req));
   });
 }
 

@@ -3,12 +3,11 @@
 // all shared state lives in the Store, so several processes may serve one PostgreSQL database.
 //
 //   Coordinator coord(std::move(catalogue), std::move(store), {.admin_token = "s3cret", .slices_dir = "slices/"});
-//   auto server = net::HttpServer::listen("127.0.0.1", 0, coord.http_limits(),
-//       [&](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> out) { coord.handle(r, out); });
+//   auto server = coord.listen("127.0.0.1", 0);      // net::HttpServer with handle() and authorize()
 //   ... server.value()->stop(); coord.stop();   // in this order
 //
 // Requests are answered on a small pool of threads (store calls block on the disk or the database), never
-// on the listener's I/O threads.
+// on the listener's I/O threads; so are the credentials checks the listener asks for from a request's head.
 #pragma once
 
 #include <atomic>
@@ -44,7 +43,16 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
+  // An HTTP listener on host:port serving this coordinator (port 0: the OS chooses).
+  Result<std::unique_ptr<net::HttpServer>> listen(const std::string& host, uint16_t port, net::HttpLimits limits);
+  Result<std::unique_ptr<net::HttpServer>> listen(const std::string& host, uint16_t port) {
+    return listen(host, port, http_limits());
+  }
   void handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out);
+  // The listener's credentials check, from a request's head (on the pool: a token is looked up in the
+  // store): the public pages are PUBLIC, a valid admin or node token VALID, anything else REFUSED (401),
+  // so a connection only ever refused, or only reading public pages, stays evictable.
+  void authorize(const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done);
   // Waits for the requests in hand. Call after the listener's stop() and before the listener is destroyed:
   // a request still in hand holds its connection, which must not outlive the listener.
   void stop();

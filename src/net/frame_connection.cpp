@@ -122,6 +122,15 @@ NetResult<proto::Hello> handshake(FrameConnection& c, proto::Hello mine, Deadlin
     return sent.error();
   }
   NetResult<Message> theirs = c.receive(deadline);  // read even if the peer hung up: it may say why
+  if (!theirs && theirs.error().kind == NetErrorKind::PROTOCOL &&
+      (theirs.error().proto == proto::ProtoErrorKind::UNKNOWN_TYPE || theirs.error().proto == proto::ProtoErrorKind::OVERSIZED)) {
+    // Its very first bytes are no frame at all: another program on that port (a web server answers "HTTP/1.1",
+    // 'H' = frame type 72). Say so rather than which byte was wrong.
+    NetError e = theirs.error();
+    e.message = c.peer_name() + " is not an essaim " + (mine.role == proto::Role::BACKBONE ? "worker" : "backbone") +
+                " (its first bytes are not an expert-protocol frame: is it another service's port?); " + e.message;
+    theirs = e;
+  }
   if (!theirs) {
     if (sent && theirs.error().kind == NetErrorKind::PROTOCOL) {
       return refuse({proto::RefuseReason::BAD_HELLO, theirs.error().message}, "refused " + c.peer_name());

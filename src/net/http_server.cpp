@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/http_feed.h"
+
 namespace essaim::net {
 
 namespace asio = boost::asio;
@@ -47,8 +49,16 @@ std::string serialize(const HttpReply& r, bool streaming, bool keep_alive) {
   return out;
 }
 
-// The error object of the OpenAI API (and of every essaim HTTP service): {"error": {"message", "type", "code"}}.
-HttpReply error_reply(int status, std::string message, std::string code) {
+// Request line and header bytes as Beast counts them, to tell a chunked body's trailer from the head.
+size_t field_bytes(const http::fields& fields) {
+  size_t n = 0;
+  for (const auto& f : fields) n += f.name_string().size() + f.value().size() + 4;  // ": " and CRLF
+  return n;
+}
+
+}  // namespace
+
+HttpReply http_error_reply(int status, std::string message, std::string code) {
   nlohmann::json err = {{"message", std::move(message)}, {"type", status >= 500 ? "server_error" : "invalid_request_error"},
                         {"code", std::move(code)}, {"param", nullptr}};
   return {.status = status, .content_type = "application/json",
@@ -56,6 +66,19 @@ HttpReply error_reply(int status, std::string message, std::string code) {
           .headers = {}};
 }
 
+HttpAuthorizer api_key_authorizer(std::string api_key) {
+  return [key = std::move(api_key)](const HttpRequestHead& head, std::function<void(HttpCredentials)> done) {
+    if (api_key_ok(key, head.authorization)) return done({.kind = HttpCredentials::Kind::VALID, .refusal = {}});
+    done({.kind = HttpCredentials::Kind::REFUSED,
+          .refusal = http_error_reply(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                                      "invalid_api_key")});
+  };
+}
+
+namespace {
+HttpReply error_reply(int status, std::string message, std::string code) {
+  return http_error_reply(status, std::move(message), std::move(code));
+}
 }  // namespace
 
 struct HttpServer::Impl {
@@ -65,12 +88,28 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   HttpLimits limits;
   HttpHandler handler;
+  HttpAuthorizer authorize;
   std::vector<std::thread> threads;
   std::atomic<int32_t> connections{0};
   std::atomic<uint64_t> connections_total{0}, refused_connections{0}, refused_requests{0}, disconnects{0};
+  std::atomic<uint64_t> refused_credentials{0}, exceptions{0};
+  std::function<void(const std::string&)> log;
   std::once_flag stopped;
 
   void accept();
+  // The I/O loop. Every handler catches what it calls; this is the backstop that keeps the process alive
+  // if something still throws (the connection whose operation threw is dropped with it).
+  void run() {
+    for (;;) {
+      try {
+        ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        ++exceptions;
+        log(std::string("an I/O handler threw: ") + e.what());
+      }
+    }
+  }
 };
 
 namespace {
@@ -94,7 +133,8 @@ class Responder final : public HttpResponder {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl& server) : stream_(std::move(socket)), server_(server) {
+  Session(tcp::socket socket, HttpServer::Impl& server)
+      : stream_(std::move(socket)), server_(server), buffer_(server.limits.max_header_bytes) {
     ++server_.connections;
     ++server_.connections_total;
   }
@@ -121,6 +161,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(uint64_t generation, std::string bytes, bool complete, bool close_after,
             std::function<void()> written = nullptr) {
     if (closed_ || generation != generation_ || complete_) return;
+    sent_generation_ = generation;
     if (!bytes.empty() || written) out_.push_back({std::move(bytes), std::move(written)});
     if (complete) {
       complete_ = true;
@@ -151,62 +192,126 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::any_io_executor executor() { return stream_.get_executor(); }
 
  private:
+  // ---- Reading a request: through feed_http_request (net/http_feed.h), which catches what Beast's parser
+  // throws; the read buffer is capped at the header limit, which bounds the head, each chunk line and a
+  // chunked body's trailer alike.
   void read_request() {
     parser_.emplace();
     parser_->header_limit(uint32_t(server_.limits.max_header_bytes));
     parser_->body_limit(server_.limits.max_body_bytes);
     complete_ = false;
     close_after_ = false;
+    head_checked_ = false;
+    head_field_bytes_ = 0;
     ++generation_;
     stream_.expires_after(requests_ == 0 ? server_.limits.read_deadline : server_.limits.idle_deadline);
-    // Headers first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for
-    // our go-ahead before sending the body. Limits are checked on the headers either way.
-    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec || self->parser_->is_done()) return self->on_read(ec);
-      if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
-        auto go_ahead = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-        asio::async_write(self->stream_, asio::buffer(*go_ahead), [self, go_ahead](beast::error_code wec, size_t) {
-          if (wec) return self->close();
-          self->read_body();
-        });
-        return;
-      }
-      self->read_body();
-    });
+    parse_buffered();  // a pipelined request may be in the buffer already
   }
 
-  void read_body() {
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
-  }
-
-  void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof) {
-      return close();
-    }
-    if (ec) {
+  void read_more() {
+    if (http_buffer_full(buffer_)) {  // what the parser needs whole (a head, a chunk line, a trailer) fills it
       ++server_.refused_requests;
-      if (ec == http::error::body_limit) {
-        return refuse(error_reply(413, "the request body is larger than " + std::to_string(server_.limits.max_body_bytes) +
-                                           " bytes", "request_too_large"));
-      }
-      if (ec == http::error::header_limit) {
-        return refuse(error_reply(431, "the request headers are larger than " +
-                                           std::to_string(server_.limits.max_header_bytes) + " bytes", "headers_too_large"));
-      }
-      return refuse(error_reply(400, "unreadable HTTP request: " + ec.message(), "bad_http"));
+      return refuse(error_reply(431, "the request headers (or a chunked body's trailer) are larger than " +
+                                         std::to_string(server_.limits.max_header_bytes) + " bytes",
+                                "headers_too_large"));
     }
-    ++requests_;
-    const beast::string_view authorization = parser_->get()[http::field::authorization];
-    if (!authenticated_ &&
-        api_key_ok(server_.limits.api_key, std::string_view(authorization.data(), authorization.size()))) {
+    const size_t room = buffer_.max_size() - buffer_.size();
+    stream_.async_read_some(buffer_.prepare(std::min<size_t>(room, 64 << 10)),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->buffer_.commit(n);
+                              if (self->closed_) return;
+                              if (ec) return self->close();  // timeout, reset, end of stream: no answer
+                              self->parse_buffered();
+                            });
+  }
+
+  void parse_buffered() {
+    const HttpFeed f = feed_http_request(*parser_, buffer_, !head_checked_);
+    switch (f.stop) {
+      case HttpFeedStop::NEED_MORE: return read_more();
+      case HttpFeedStop::HEAD: return check_head();
+      case HttpFeedStop::DONE: return head_checked_ ? on_request() : check_head();
+      case HttpFeedStop::ERROR: break;
+    }
+    ++server_.refused_requests;
+    if (!f.thrown.empty()) {
+      ++server_.exceptions;
+      return refuse(error_reply(400, "unreadable HTTP request: " + f.thrown, "bad_http"));
+    }
+    refuse_unparsable(f.ec);
+  }
+
+  void refuse_unparsable(beast::error_code ec) {
+    if (ec == http::error::body_limit) return refuse_too_large();
+    if (ec == http::error::header_limit) {
+      return refuse(error_reply(431, "the request headers are larger than " +
+                                         std::to_string(server_.limits.max_header_bytes) + " bytes", "headers_too_large"));
+    }
+    refuse(error_reply(400, "unreadable HTTP request: " + ec.message(), "bad_http"));
+  }
+
+  void refuse_too_large() {
+    refuse(error_reply(413, "the request body is larger than " + std::to_string(server_.limits.max_body_bytes) + " bytes",
+                       "request_too_large"));
+  }
+
+  // The head is read: credentials are checked now, so a request with a wrong key is answered before its
+  // body is read, and a connection becomes authenticated only by a request that carried valid ones.
+  void check_head() {
+    head_checked_ = true;
+    head_field_bytes_ = field_bytes(parser_->get());
+    const auto& h = parser_->get();
+    HttpRequestHead head{.method = std::string(h.method_string()), .target = std::string(h.target()),
+                         .authorization = std::string(h[http::field::authorization])};
+    // `done` holds the session: no read is pending meanwhile, so nothing else does.
+    auto done = [self = shared_from_this(), generation = generation_](HttpCredentials c) {
+      asio::post(self->executor(), [self, generation, c = std::move(c)]() mutable {
+        self->on_credentials(generation, std::move(c));
+      });
+    };
+    try {
+      server_.authorize(head, std::move(done));
+    } catch (const std::exception& e) {
+      note_exception("the credentials check", e);
+      refuse(error_reply(500, "internal error while checking credentials", "internal_error"));
+    }
+  }
+
+  void on_credentials(uint64_t generation, HttpCredentials c) {
+    if (closed_ || generation != generation_ || complete_) return;
+    if (c.kind == HttpCredentials::Kind::REFUSED) {
+      ++server_.refused_credentials;
+      return refuse(c.refusal);
+    }
+    if (c.kind == HttpCredentials::Kind::VALID && !authenticated_) {
       if (std::optional<std::string> no = ticket_->authenticate()) {
         ++server_.refused_requests;
         return refuse(error_reply(503, *no, "too_many_connections"));
       }
       authenticated_ = true;
     }
+    // A client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for our go-ahead
+    // before sending the body.
+    if (!parser_->is_done() && beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      auto go_ahead = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      asio::async_write(stream_, asio::buffer(*go_ahead), [self = shared_from_this(), go_ahead](beast::error_code ec, size_t) {
+        if (self->closed_) return;
+        if (ec) return self->close();
+        self->parse_buffered();
+      });
+      return;
+    }
+    parse_buffered();
+  }
+
+  void on_request() {
+    // A chunked body's trailer counts against the body limit (its size was bounded by the buffer already).
+    const size_t trailer = field_bytes(parser_->get()) - head_field_bytes_;
+    if (parser_->get().body().size() + trailer > server_.limits.max_body_bytes) {
+      ++server_.refused_requests;
+      return refuse_too_large();
+    }
+    ++requests_;
     http::request<http::string_body> req = parser_->release();
     keep_alive_ = req.keep_alive();
     HttpRequestView view{.method = std::string(req.method_string()), .target = std::string(req.target()),
@@ -215,7 +320,19 @@ class Session : public std::enable_shared_from_this<Session> {
     // Reading the next request waits until this response is written; meanwhile watch for the client leaving.
     stream_.expires_never();
     watch(generation_);
-    server_.handler(view, std::make_shared<Responder>(shared_from_this(), generation_));
+    try {
+      server_.handler(view, std::make_shared<Responder>(shared_from_this(), generation_));
+    } catch (const std::exception& e) {
+      note_exception("the request handler", e);
+      // Nothing sent yet for this request: a 500 can still be its answer. Otherwise only a close can.
+      if (sent_generation_ != generation_) return refuse(error_reply(500, "internal error", "internal_error"));
+      close();
+    }
+  }
+
+  void note_exception(const char* where, const std::exception& e) {
+    ++server_.exceptions;
+    if (server_.log) server_.log(std::string(where) + " threw: " + e.what() + " (the connection is closed)");
   }
 
   void refuse(const HttpReply& r) {
@@ -276,7 +393,14 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return self->client_gone();
       std::function<void()> written = std::move(self->out_.front().written);
       self->out_.pop_front();
-      if (written) written();
+      if (written) {
+        try {
+          written();
+        } catch (const std::exception& e) {
+          self->note_exception("a stream's write callback", e);
+          return self->close();
+        }
+      }
       self->write_next();
     });
   }
@@ -317,7 +441,10 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl& server_;
   std::unique_ptr<Admission::Ticket> ticket_;  // released with the session
   bool authenticated_ = false;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // its max_size is the header limit
+  bool head_checked_ = false;
+  size_t head_field_bytes_ = 0;
+  uint64_t sent_generation_ = 0;  // the last request something was sent for
   std::optional<http::request_parser<http::string_body>> parser_;
   struct Pending {
     std::string bytes;
@@ -369,11 +496,13 @@ void HttpServer::Impl::accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (!ec) {
-      if (connections.load() >= limits.max_connections) {
+      // Sockets in all: the authenticated cap plus room for those still unauthenticated (evictable).
+      if (connections.load() >= limits.max_connections + int32_t(limits.max_unauthenticated)) {
         // Over the cap: a short 503 written without waiting (it fits any socket buffer), then closed.
         ++refused_connections;
         const std::string bytes = serialize(error_reply(503, "too many connections (at most " +
-                                                                 std::to_string(limits.max_connections) + ")",
+                                                                 std::to_string(limits.max_connections +
+                                                                                int32_t(limits.max_unauthenticated)) + ")",
                                                         "too_many_connections"),
                                             false, false);
         beast::error_code ignored;
@@ -391,15 +520,23 @@ void HttpServer::Impl::accept() {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, HttpLimits limits,
-                                                       HttpHandler handler, int io_threads) {
+                                                       HttpHandler handler, int io_threads, HttpAuthorizer authorize) {
   auto impl = std::make_unique<Impl>();
+  if (limits.max_header_bytes > kMaxHeaderBytesCeiling || limits.max_header_bytes < 1024) {
+    return Status::error("the header limit must be 1 KiB to " + std::to_string(kMaxHeaderBytesCeiling) + " bytes, not " +
+                         std::to_string(limits.max_header_bytes));
+  }
   const size_t cap = size_t(std::max<int32_t>(limits.max_connections, 1));
+  const size_t per_address = std::max<size_t>(std::min(limits.max_per_address, cap), 1);
+  limits.max_unauthenticated_per_address = std::max<size_t>(std::min(limits.max_unauthenticated_per_address, per_address), 1);
+  impl->log = [](const std::string& line) { std::fprintf(stderr, "essaim http: %s\n", line.c_str()); };
   impl->admission = std::make_unique<Admission>(
       AdmissionLimits{.max_unauthenticated = limits.max_unauthenticated,
-                           .max_unauthenticated_per_address = limits.max_unauthenticated_per_address,
-                           .max_authenticated = cap,
-                           .max_authenticated_per_address = cap},
-      [](const std::string& line) { std::fprintf(stderr, "essaim serve: %s\n", line.c_str()); });
+                      .max_unauthenticated_per_address = limits.max_unauthenticated_per_address,
+                      .max_authenticated = cap,
+                      .max_authenticated_per_address = per_address},
+      impl->log);
+  impl->authorize = authorize ? std::move(authorize) : api_key_authorizer(limits.api_key);
   impl->limits = std::move(limits);
   impl->handler = std::move(handler);
   beast::error_code ec;
@@ -412,7 +549,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, 
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::error("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
   impl->accept();
-  for (int i = 0; i < std::max(1, io_threads); ++i) impl->threads.emplace_back([ioc = &impl->ioc] { ioc->run(); });
+  for (int i = 0; i < std::max(1, io_threads); ++i) impl->threads.emplace_back([i = impl.get()] { i->run(); });
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
@@ -437,7 +574,8 @@ HttpServer::~HttpServer() { stop(); }
 HttpServerStats HttpServer::stats() const {
   return {.connections = impl_->connections.load(), .connections_total = impl_->connections_total.load(),
           .refused_connections = impl_->refused_connections.load(), .refused_requests = impl_->refused_requests.load(),
-          .disconnects = impl_->disconnects.load(), .admission = impl_->admission->counters()};
+          .disconnects = impl_->disconnects.load(), .refused_credentials = impl_->refused_credentials.load(),
+          .exceptions = impl_->exceptions.load(), .admission = impl_->admission->counters()};
 }
 
 }  // namespace essaim::net

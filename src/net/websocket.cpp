@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "net/http_feed.h"
+
 namespace essaim::net {
 
 namespace asio = boost::asio;
@@ -113,12 +115,51 @@ std::string endpoint_text(const tcp::endpoint& ep) {
 using PlainWs = websocket::stream<beast::tcp_stream>;
 using TlsWs = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
 
+// The listener's TCP layer. Beast ends every closing (after close frames were exchanged, and after it has
+// failed a read because the peer broke the protocol and sent it our 1002) with a "teardown", which for a
+// server shuts the send side and then reads until the peer closes TCP (TLS: awaits its close_notify). A
+// peer that breaks the protocol and stays silent holds that read until Beast's idle-ping timer fires
+// (idle_timeout / 2: 15 s at the relay), and only then does our read fail; the relay's partner learnt 15 s
+// late. The server closes the connection itself instead, at once (RFC 6455 7.1.1: the server closes the
+// TCP connection first). Beast finds these overloads by argument-dependent lookup; they are exact matches,
+// so they win over its own for beast::basic_stream and ssl_stream.
+class ServerTcpStream : public beast::tcp_stream {
+ public:
+  using beast::tcp_stream::tcp_stream;
+};
+using ServerPlainWs = websocket::stream<ServerTcpStream>;
+using ServerTlsWs = websocket::stream<beast::ssl_stream<ServerTcpStream>>;
+
+void close_now(ServerTcpStream& s) {
+  beast::error_code ignored;
+  s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  s.socket().close(ignored);
+}
+[[maybe_unused]] void teardown(beast::role_type, ServerTcpStream& s, beast::error_code& ec) {
+  close_now(s);
+  ec = {};
+}
+template <class Handler>
+void async_teardown(beast::role_type, ServerTcpStream& s, Handler&& handler) {
+  close_now(s);
+  asio::post(s.get_executor(), beast::bind_front_handler(std::forward<Handler>(handler), beast::error_code{}));
+}
+[[maybe_unused]] void teardown(beast::role_type, beast::ssl_stream<ServerTcpStream>& s, beast::error_code& ec) {
+  close_now(beast::get_lowest_layer(s));
+  ec = {};
+}
+template <class Handler>
+void async_teardown(beast::role_type, beast::ssl_stream<ServerTcpStream>& s, Handler&& handler) {
+  close_now(beast::get_lowest_layer(s));
+  asio::post(s.get_executor(), beast::bind_front_handler(std::forward<Handler>(handler), beast::error_code{}));
+}
+
 // The stream over either layer. Every asynchronous operation runs on the runner's one thread; the blocking
 // calls wait for them under mu_. pending_ counts operations not yet completed, so the destructor can wait
 // until nothing refers to the stream before stopping the thread.
 template <class Ws>
 class WsImpl final : public WsStream {
-  static constexpr bool kTls = std::is_same_v<Ws, TlsWs>;
+  static constexpr bool kTls = std::is_same_v<Ws, TlsWs> || std::is_same_v<Ws, ServerTlsWs>;
 
  public:
   // Client: the caller connects. Server: `socket` is accepted; serve_handshake() runs the upgrade.
@@ -149,7 +190,10 @@ class WsImpl final : public WsStream {
                                                       : websocket::stream_base::none();
     t.keep_alive_pings = limits_.idle_timeout.count() > 0;
     ws_.set_option(t);
-    ws_.read_message_max(limits_.max_message_bytes);
+    // A server's first message is held to its own small limit (raised once it has arrived, in on_read).
+    first_message_limited_ = opts_ != nullptr && limits_.first_message_max_bytes > 0;
+    ws_.read_message_max(first_message_limited_ ? std::min(limits_.first_message_max_bytes, limits_.max_message_bytes)
+                                                : limits_.max_message_bytes);
     ws_.binary(true);
     // Whole messages as one frame, masked (client side) through a 64 KiB buffer rather than Beast's 4 KiB:
     // fewer system calls per message (the relay's throughput; see bench/relay_bench).
@@ -288,6 +332,14 @@ class WsImpl final : public WsStream {
     return peer_reason_;
   }
   std::string target() const override { return target_; }
+  std::optional<std::string> authenticate() override { return ticket_ ? ticket_->authenticate() : std::nullopt; }
+  // The listener's admission ticket, taken at accept; `evict` closes this stream.
+  void admit(std::shared_ptr<Admission> admission, const std::string& address) {
+    admission_ = std::move(admission);
+    ticket_ = admission_->admit(address, [this](const std::string& why) {
+      close_with(WsCloseCode::TRY_AGAIN_LATER, "closed to admit others: " + why);
+    });
+  }
   std::string peer_name() const override { return peer_; }
   std::string peer_address() const override { return address_.empty() ? peer_ : address_; }
 
@@ -391,6 +443,10 @@ class WsImpl final : public WsStream {
         peer_reason_ = std::string(ws_.reason().reason.c_str());
         cv_.notify_all();
       } else {
+        if (first_message_limited_) {
+          first_message_limited_ = false;
+          ws_.read_message_max(limits_.max_message_bytes);
+        }
         auto data = rbuf_.cdata();
         const uint8_t* p = static_cast<const uint8_t*>(data.data());
         inbox_.emplace_back(p, p + data.size());
@@ -402,31 +458,55 @@ class WsImpl final : public WsStream {
     if (!ec && !text) start_read();
   }
 
+  // The request head through feed_http_request (net/http_feed.h), as every essaim HTTP listener reads one:
+  // what Beast's parser throws is caught, and the buffer (capped at the header limit) bounds the head and
+  // a chunked body's trailer.
   void read_request() {
     parser_.emplace();
     parser_->header_limit(uint32_t(opts_->max_header_bytes));
     parser_->body_limit(64 << 10);
-    http::async_read(ws_.next_layer(), hbuf_, *parser_,
-                     [this](beast::error_code ec, size_t) {
-                       if (ec == http::error::header_limit) return answer_http(431, "request header too large");
-                       if (ec) return finish_handshake(false);
-                       const auto& req = parser_->get();
-                       target_ = std::string(req.target());
-                       if (websocket::is_upgrade(req)) {
-                         ws_.async_accept(req, [this](beast::error_code ec2) {
-                           if (ec2) return finish_handshake(false);
-                           start_session();
-                           finish_handshake(true);
-                         });
-                         return;
-                       }
-                       HttpReply reply{.status = 404, .content_type = "text/plain", .body = "not found\n"};
-                       if (opts_->http) {
-                         HttpRequestView view{.method = std::string(req.method_string()), .target = target_, .body = req.body(), .authorization = {}};
-                         reply = opts_->http(view);
-                       }
-                       http_response(reply);
-                     });
+    hbuf_.max_size(opts_->max_header_bytes);
+    parse_request();
+  }
+
+  void parse_request() {
+    const HttpFeed f = feed_http_request(*parser_, hbuf_, false);
+    if (f.stop == HttpFeedStop::DONE) return on_request();
+    if (f.stop == HttpFeedStop::ERROR) {
+      if (f.ec == http::error::header_limit) return answer_http(431, "request header too large");
+      if (f.ec == http::error::body_limit) return answer_http(413, "request body too large");
+      return answer_http(400, "unreadable HTTP request: " + (f.thrown.empty() ? f.ec.message() : f.thrown));
+    }
+    if (http_buffer_full(hbuf_)) return answer_http(431, "request header (or trailer) too large");
+    const size_t room = hbuf_.max_size() - hbuf_.size();
+    ws_.next_layer().async_read_some(hbuf_.prepare(std::min<size_t>(room, 16 << 10)), [this](beast::error_code ec, size_t n) {
+      hbuf_.commit(n);
+      if (ec) return finish_handshake(false);
+      parse_request();
+    });
+  }
+
+  void on_request() {
+    const auto& req = parser_->get();
+    target_ = std::string(req.target());
+    if (websocket::is_upgrade(req)) {
+      ws_.async_accept(req, [this](beast::error_code ec2) {
+        if (ec2) return finish_handshake(false);
+        start_session();
+        finish_handshake(true);
+      });
+      return;
+    }
+    HttpReply reply{.status = 404, .content_type = "text/plain", .body = "not found\n"};
+    if (opts_->http) {
+      HttpRequestView view{.method = std::string(req.method_string()), .target = target_, .body = req.body(), .authorization = {}};
+      try {
+        reply = opts_->http(view);
+      } catch (const std::exception&) {
+        reply = HttpReply{.status = 500, .content_type = "text/plain", .body = "internal error\n"};
+      }
+    }
+    http_response(reply);
   }
 
   void answer_http(int status, const std::string& text) {
@@ -479,6 +559,10 @@ class WsImpl final : public WsStream {
   size_t inbox_bytes_ = 0, front_pos_ = 0;
   bool write_done_ = true, write_broken_ = false;
   beast::error_code write_ec_;
+  bool first_message_limited_ = false;  // I/O thread only
+  // Last, so destroyed first: an eviction (on another connection's thread) may call close_with() until then.
+  std::shared_ptr<Admission> admission_;
+  std::unique_ptr<Admission::Ticket> ticket_;
 };
 
 template <class Impl>
@@ -540,6 +624,7 @@ NetResult<std::unique_ptr<WsStream>> ws_connect(const WsUrl& url, const WsClient
 
 struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
   WsListenerOptions opts;
+  std::shared_ptr<Admission> admission;  // shared with every stream holding one of its tickets
   std::shared_ptr<ssl::context> ctx;
   Runner runner;  // the accept loop, and where finished handshakes are destroyed
   tcp::acceptor acceptor{runner.ioc};
@@ -566,7 +651,7 @@ struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
     tcp::endpoint remote = sock.remote_endpoint(ignored);
     std::unique_lock lk(mu);
     ++stats.accepted_tcp;
-    if (closed || handshaking.size() >= opts.max_handshakes) {
+    if (closed) {
       ++stats.refused_busy;
       sock.close(ignored);
       return;
@@ -580,6 +665,7 @@ struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
       beast::error_code e;
       beast::get_lowest_layer(s->ws()).socket().assign(proto, fd, e);
       s->set_names(endpoint_text(remote), remote.address().to_string(), "");
+      s->admit(admission, remote.address().to_string());  // may evict the oldest unauthenticated connection
       auto* raw = s.get();
       std::weak_ptr<Impl> weak = weak_from_this();
       {
@@ -594,9 +680,9 @@ struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
       });
     };
     if (ctx) {
-      start(std::make_unique<WsImpl<TlsWs>>(std::make_unique<Runner>(), ctx, opts.limits));
+      start(std::make_unique<WsImpl<ServerTlsWs>>(std::make_unique<Runner>(), ctx, opts.limits));
     } else {
-      start(std::make_unique<WsImpl<PlainWs>>(std::make_unique<Runner>(), nullptr, opts.limits));
+      start(std::make_unique<WsImpl<ServerPlainWs>>(std::make_unique<Runner>(), nullptr, opts.limits));
     }
   }
 
@@ -626,6 +712,7 @@ struct WsListener::Impl : std::enable_shared_from_this<WsListener::Impl> {
 NetResult<std::unique_ptr<WsListener>> WsListener::listen(std::string_view host, uint16_t port, WsListenerOptions options) {
   auto impl = std::make_shared<Impl>();
   impl->opts = std::move(options);
+  impl->admission = std::make_shared<Admission>(impl->opts.admission, impl->opts.log);
   beast::error_code ec;
   if (impl->opts.tls) {
     impl->ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
@@ -698,7 +785,9 @@ void WsListener::close() {
 
 WsListenerStats WsListener::stats() const {
   std::lock_guard lk(impl_->mu);
-  return impl_->stats;
+  WsListenerStats s = impl_->stats;
+  s.admission = impl_->admission->counters();
+  return s;
 }
 
 }  // namespace essaim::net

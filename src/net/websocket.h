@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "net/admission.h"
 #include "net/byte_stream.h"
 #include "net/http_server.h"
 
@@ -64,6 +65,9 @@ struct WsLimits {
   // The largest message accepted; a bigger one is refused with close 1009 (Beast enforces it while
   // reading, before the message is held).
   uint64_t max_message_bytes = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
+  // The first message a server stream accepts (the relay's preamble is at most 1 KiB): an unauthenticated
+  // peer cannot make it hold max_message_bytes before its first message is checked. 0: max_message_bytes.
+  uint64_t first_message_max_bytes = 0;
   uint64_t read_ahead_bytes = 4 << 20;
   // Keep-alive: a ping after idle/2 without traffic, the connection closed after idle without any frame
   // (a pong counts). 0 = no keep-alive.
@@ -86,6 +90,10 @@ class WsStream : public ByteStream {
   virtual std::string peer_close_reason() const = 0;
   // The request target of the upgrade ("/", "/node/n-1"); a client stream returns what it asked for.
   virtual std::string target() const = 0;
+  // A server stream holds its listener's admission ticket from the TCP accept on: it may be evicted (closed
+  // with 1013) while unauthenticated. Once the peer's credentials are accepted: nullopt, and it is never
+  // evicted from then on; else why not (the authenticated caps are full). A client stream: nullopt.
+  virtual std::optional<std::string> authenticate() = 0;
 };
 
 struct WsClientOptions {
@@ -108,7 +116,12 @@ struct WsListenerOptions {
   // Answers requests that are not upgrades (GET /metrics); null: 404 for every one.
   std::function<HttpReply(const HttpRequestView&)> http;
   size_t max_header_bytes = 8 << 10;  // a bigger request head is answered 431 and closed
-  size_t max_handshakes = 256;        // connections still in TLS/upgrade; more are closed at once
+  // Connections from TCP accept until authenticate(): past max_unauthenticated (in all) or
+  // max_unauthenticated_per_address, the oldest such connection is closed (1013 once upgraded) to admit the
+  // new one (net::Admission, as every listener). Authenticated ones are capped by max_authenticated(_per_address).
+  AdmissionLimits admission{.max_unauthenticated = 256, .max_unauthenticated_per_address = 32,
+                            .max_authenticated = 1024, .max_authenticated_per_address = 1024};
+  std::function<void(const std::string&)> log;  // admission refusals, at most one line a second; null: silent
 };
 
 struct WsListenerStats {
@@ -116,7 +129,8 @@ struct WsListenerStats {
   uint64_t upgraded = 0;
   uint64_t http_requests = 0;
   uint64_t handshake_failures = 0;  // TLS garbage, bad upgrade requests, timeouts
-  uint64_t refused_busy = 0;        // over max_handshakes
+  uint64_t refused_busy = 0;        // the listener was closing
+  AdmissionCounters admission;      // evictions of unauthenticated connections, authenticated caps
 };
 
 class WsListener : public Acceptor {

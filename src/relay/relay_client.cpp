@@ -73,10 +73,30 @@ net::NetResult<std::unique_ptr<net::ByteStream>> RelayAcceptor::accept(net::Dead
   if (!cv_.wait_until(lk, deadline, [&] { return closed_ || !ready_.empty(); })) {
     return net::net_error(net::NetErrorKind::TIMEOUT, "no backbone before the deadline");
   }
+  if (!refused_.empty()) return net::net_error(net::NetErrorKind::REFUSED, refused_);
   if (closed_) return net::net_error(net::NetErrorKind::CLOSED, "the relay acceptor was closed");
   std::unique_ptr<net::ByteStream> s = std::move(ready_.front());
   ready_.pop_front();
   return s;
+}
+
+bool RelayAcceptor::token_refused(const net::WsStream& s) {
+  return s.peer_close_code() == uint16_t(net::WsCloseCode::POLICY) && s.peer_close_reason().starts_with("bad token");
+}
+
+void RelayAcceptor::stop_refused(const net::WsStream& s) {
+  const std::string why = "the relay " + opts_.relay.text() + " refused our token (close 1008): " + s.peer_close_reason();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = std::find(waiting_.begin(), waiting_.end(), &s); it != waiting_.end()) waiting_.erase(it);
+    if (!refused_.empty() || closed_) return;  // another dial-out connection said so first
+    refused_ = why;
+    closed_ = true;
+    for (net::WsStream* w : waiting_) w->close();
+    cv_.notify_all();
+  }
+  if (opts_.log) opts_.log(why + "; not retrying");
+  if (opts_.on_refused) opts_.on_refused(why);
 }
 
 void RelayAcceptor::dial_loop() {
@@ -98,6 +118,7 @@ void RelayAcceptor::dial_loop() {
       }
       if (opts_.log) opts_.log("registered at relay " + opts_.relay.text());
       result = await_paired(**s, net::kNoDeadline);  // idle until a backbone comes (keep-alive pings run)
+      if (!result && token_refused(**s)) return stop_refused(**s);
       std::lock_guard lk(mu_);
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s->get()));
       if (closed_) return;

@@ -6,7 +6,9 @@
 //   net::StreamServer server(std::make_unique<RelayAcceptor>(o), handler);
 // It keeps `idle_connections` dial-out connections registered at the relay; each one that gets PAIRED is
 // handed to accept() and replaced by a fresh one (so several backbones can use one worker). Dialing
-// failures back off exponentially (backoff_initial .. backoff_max) and are retried until close().
+// failures back off exponentially (backoff_initial .. backoff_max) and are retried until close(), except a
+// refused token (close 1008 "bad token"), which no retry can mend: the acceptor stops, accept() returns
+// REFUSED with the relay's reason, and `on_refused` is told once.
 //
 // Backbone: relay_connect(url_with_/node/ID, token, build, ...) opens one stream to that worker, or says
 // why not (the relay's close code and reason: bad token, fingerprint mismatch, no worker connected).
@@ -46,6 +48,7 @@ class RelayAcceptor : public net::Acceptor {
     std::chrono::milliseconds backoff_initial{200};
     std::chrono::milliseconds backoff_max{10000};
     std::function<void(const std::string&)> log;  // null: silent
+    std::function<void(const std::string&)> on_refused;  // the relay refused our token (its reason); null: none
   };
   explicit RelayAcceptor(Options options);
   ~RelayAcceptor() override;  // close()
@@ -55,10 +58,13 @@ class RelayAcceptor : public net::Acceptor {
 
  private:
   void dial_loop();
+  static bool token_refused(const net::WsStream& s);
+  void stop_refused(const net::WsStream& s);
   Options opts_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool closed_ = false;
+  std::string refused_;  // the relay's reason once it refused our token
   std::deque<std::unique_ptr<net::ByteStream>> ready_;  // paired, not yet accepted
   std::vector<net::WsStream*> waiting_;                  // idle at the relay now (to close on close())
   size_t pairs_ = 0;

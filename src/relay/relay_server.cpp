@@ -4,6 +4,8 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <tuple>
 
 #include "net/metrics_text.h"
 #include "net/stream_server.h"
@@ -19,6 +21,7 @@ std::string_view refusal_reason_name(RefusalReason r) {
     case RefusalReason::NODE_LIMIT: return "node_limit";
     case RefusalReason::FINGERPRINT: return "fingerprint";
     case RefusalReason::NO_WORKER: return "no_worker";
+    case RefusalReason::BUSY: return "busy";
     case RefusalReason::COUNT: break;
   }
   return "?";
@@ -48,6 +51,9 @@ struct Pair {
   std::condition_variable cv;
   WsStream* stream[2] = {nullptr, nullptr};
   bool active = false;  // both sides there, PAIRED sent
+  // Why the pair ends, decided by the first side that fails (a stall, a protocol error): both sides are
+  // closed with it at once, and a later "the peer closed" from the other thread cannot replace it.
+  std::optional<std::pair<WsCloseCode, std::string>> verdict;
   bool done[2] = {false, false};
   int writers_to[2] = {0, 0};
 };
@@ -105,6 +111,9 @@ struct RelayServer::Impl {
     TokenVerdict v = tokens->check(p->token);
     if (v.kind == TokenVerdict::Kind::UNAVAILABLE) return refuse(*ws, RefusalReason::TOKEN_UNAVAILABLE, WsCloseCode::TRY_AGAIN_LATER, v.reason);
     if (!v.ok()) return refuse(*ws, RefusalReason::BAD_TOKEN, WsCloseCode::POLICY, "bad token: " + v.reason);
+    if (std::optional<std::string> no = ws->authenticate()) {
+      return refuse(*ws, RefusalReason::BUSY, WsCloseCode::TRY_AGAIN_LATER, *no);
+    }
     if (!take_node_slot(v.node_id)) {
       return refuse(*ws, RefusalReason::NODE_LIMIT, WsCloseCode::POLICY,
                     "node " + v.node_id + " has " + std::to_string(opts.max_connections_per_node) + " connections already");
@@ -215,6 +224,10 @@ struct RelayServer::Impl {
       log("paired " + who + " (" + ws.peer_name() + ") with worker " + p.node_id);
       pump(*pair, kBackbone);
       pairs_active--;
+    } else if (b) {
+      // The backbone was told PAIRED, then the worker could not be (it vanished meanwhile): for the backbone
+      // its partner failed (1011), not a clean close (1000, which the handler's return would otherwise send).
+      fail_pair(*pair, kWorker, "the worker is gone: " + w.error().message);
     }
     finish(*pair, kBackbone);
   }
@@ -226,11 +239,14 @@ struct RelayServer::Impl {
     for (;;) {
       net::NetResult<std::vector<uint8_t>> m = mine.read_message(net::kNoDeadline);
       if (!m) {
-        if (m.error().kind == net::NetErrorKind::PROTOCOL && m.error().message.find("limit") != std::string::npos) {
-          dropped_messages[size_t(DropReason::TOO_BIG)]++;
-          close_other(pair, me, WsCloseCode::INTERNAL, "the peer sent a message over the limit");
-        } else {
+        if (m.error().kind == net::NetErrorKind::CLOSED && mine.peer_close_code() == uint16_t(WsCloseCode::NORMAL)) {
           close_other(pair, me, WsCloseCode::NORMAL, "the peer closed");
+        } else if (m.error().kind == net::NetErrorKind::PROTOCOL && m.error().message.find("limit") != std::string::npos) {
+          dropped_messages[size_t(DropReason::TOO_BIG)]++;
+          fail_pair(pair, me, "the peer sent a message over the limit");
+        } else {
+          // A protocol error, a peer silent past the idle timeout, a reset: the partner learns at once.
+          fail_pair(pair, me, "the peer failed: " + m.error().message);
         }
         return;
       }
@@ -263,8 +279,7 @@ struct RelayServer::Impl {
         dropped_messages[size_t(why)]++;
         dropped_bytes[size_t(why)] += m->size();
         if (why == DropReason::STALLED_PEER) log("dropping a pair: " + to_name + " stopped reading");
-        close_other(pair, me, WsCloseCode::INTERNAL, why == DropReason::STALLED_PEER ? "stalled: did not read in time" : "gone");
-        mine.close_with(WsCloseCode::INTERNAL, why == DropReason::STALLED_PEER ? "the peer stopped reading" : "the peer is gone");
+        fail_pair(pair, other, why == DropReason::STALLED_PEER ? "the peer stopped reading" : "the peer is gone");
         return;
       }
       bytes_to[other] += m->size();
@@ -272,11 +287,22 @@ struct RelayServer::Impl {
     }
   }
 
-  void close_other(Pair& pair, int me, WsCloseCode code, const std::string& why) {
+  // Side `culprit` stalled or broke the protocol: 1011 to both, the partner first, at once.
+  void fail_pair(Pair& pair, int culprit, const std::string& why) {
+    {
+      std::lock_guard pl(pair.mu);
+      if (!pair.verdict) pair.verdict.emplace(WsCloseCode::INTERNAL, why);
+    }
+    close_other(pair, culprit, WsCloseCode::INTERNAL, why);
+    close_other(pair, 1 - culprit, WsCloseCode::INTERNAL, why);
+  }
+
+  void close_other(Pair& pair, int me, WsCloseCode code, std::string why) {
     const int other = 1 - me;
     WsStream* to = nullptr;
     {
       std::lock_guard pl(pair.mu);
+      if (pair.verdict) std::tie(code, why) = *pair.verdict;
       if (pair.stream[other] && !pair.done[other]) {
         to = pair.stream[other];
         pair.writers_to[other]++;
@@ -341,6 +367,12 @@ Result<std::unique_ptr<RelayServer>> RelayServer::start(const std::string& host,
   impl->tokens = std::move(tokens);
   Impl* raw = impl.get();
   net::WsListenerOptions lo{.limits = impl->opts.limits, .tls = impl->opts.tls};
+  lo.limits.first_message_max_bytes = kMaxPreambleBytes;  // the preamble, before any large message
+  lo.admission = {.max_unauthenticated = impl->opts.max_pending,
+                  .max_unauthenticated_per_address = impl->opts.max_pending_per_address,
+                  .max_authenticated = impl->opts.max_connections,
+                  .max_authenticated_per_address = impl->opts.max_per_address};
+  lo.log = impl->opts.log;
   lo.http = [raw](const net::HttpRequestView& req) {
     if (req.method == "GET" && req.target == "/metrics") {
       return net::HttpReply{.status = 200, .content_type = "text/plain; version=0.0.4", .body = raw->metrics()};

@@ -34,13 +34,19 @@ struct RelayOptions {
   net::WsLimits limits;  // max_message_bytes: the expert protocol's frame limit plus its header
   size_t max_connections_per_node = 32;        // idle + paired + backbone connections of one token's node
   size_t max_connections = 1024;
+  // Connections until their token is accepted, per source address and in all (the oldest evicted past
+  // either), and authenticated ones of one address (--max-per-address; carrier NAT puts many phones
+  // behind one address, hence a wide default).
+  size_t max_pending = 256;
+  size_t max_pending_per_address = 32;
+  size_t max_per_address = 1024;
   std::chrono::milliseconds preamble_timeout{5000};
   std::chrono::milliseconds pair_wait{5000};    // a backbone waits this long for an idle worker connection
   std::chrono::milliseconds write_stall{10000}; // a peer not taking one message within this loses its pair
   std::function<void(const std::string&)> log;  // null: silent
 };
 
-enum class RefusalReason : uint8_t { BAD_PREAMBLE, BAD_TOKEN, TOKEN_UNAVAILABLE, NODE_LIMIT, FINGERPRINT, NO_WORKER, COUNT };
+enum class RefusalReason : uint8_t { BAD_PREAMBLE, BAD_TOKEN, TOKEN_UNAVAILABLE, NODE_LIMIT, FINGERPRINT, NO_WORKER, BUSY, COUNT };
 enum class DropReason : uint8_t { STALLED_PEER, PEER_GONE, TOO_BIG, COUNT };
 std::string_view refusal_reason_name(RefusalReason r);
 std::string_view drop_reason_name(DropReason r);

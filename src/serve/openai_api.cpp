@@ -186,6 +186,19 @@ void ServeApi::error_reply(net::HttpResponder& out, int status, std::string mess
   out.reply(std::move(r));
 }
 
+void ServeApi::authorize(const net::HttpRequestHead& head, const std::function<void(net::HttpCredentials)>& done) {
+  if (path_of(head.target) == "/health") return done({.kind = net::HttpCredentials::Kind::PUBLIC, .refusal = {}});
+  if (net::api_key_ok(options_.api_key, head.authorization)) {
+    return done({.kind = net::HttpCredentials::Kind::VALID, .refusal = {}});
+  }
+  count_outcome("unauthorized");
+  done({.kind = net::HttpCredentials::Kind::REFUSED,
+        .refusal = {.status = 401, .content_type = "application/json",
+                    .body = api_error_json({.status = 401, .message = "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                                            .type = "authentication_error", .code = "invalid_api_key", .param = {}}),
+                    .headers = {}}});
+}
+
 void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
   const std::string path = path_of(req.target);
   if (path == "/health") {  // no key: load balancers and orchestrators probe it

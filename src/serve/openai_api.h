@@ -50,6 +50,9 @@ class ServeApi {
   bool ready() const { return ready_.load(); }
 
   void handle(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out);
+  // The listener's credentials check (net::HttpAuthorizer), from the request head: /health is public;
+  // every other path is VALID with the key (or when none is set) and REFUSED with a 401 without it.
+  void authorize(const net::HttpRequestHead& head, const std::function<void(net::HttpCredentials)>& done);
   std::string metrics_text() const;
 
   // Requests answered, by outcome ("stop", "length", "cancelled", "error", "invalid", "unauthorized",

@@ -19,7 +19,10 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
                                                        [raw](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
                                                          raw->api_->handle(req, std::move(out));
                                                        },
-                                                       s->options_.io_threads));
+                                                       s->options_.io_threads,
+                                                       [raw](const net::HttpRequestHead& head, auto done) {
+                                                         raw->api_->authorize(head, done);
+                                                       }));
   s->loader_ = std::thread([raw] {
     Status st = raw->load();
     if (!st) raw->api_->set_failed(st.message());

@@ -19,6 +19,7 @@
 
 #include "coord/coordinator.h"
 #include "http_client.h"
+#include "raw_http_client.h"
 #include "gguf/model_identity.h"
 #include "temp_dir.h"
 
@@ -28,6 +29,7 @@ namespace {
 using json = nlohmann::json;
 using testing::request;
 using testing::Reply;
+using namespace std::chrono_literals;
 
 const std::string kAdmin = "admin-token-for-tests-0123456789";
 
@@ -63,10 +65,7 @@ class ApiTest : public ::testing::Test {
                                            CoordinatorConfig{.admin_token = kAdmin, .slices_dir = dir_.string(),
                                                              .replicas = 1, .heartbeat_s = 10, .threads = 4,
                                                              .now_ms = [this] { return now_.load(); }});
-    auto server = net::HttpServer::listen("127.0.0.1", 0, coord_->http_limits(),
-                                          [this](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> o) {
-                                            coord_->handle(r, std::move(o));
-                                          });
+    auto server = coord_->listen("127.0.0.1", 0);
     ASSERT_TRUE(server) << server.status().message();
     server_ = std::move(*server);
     port_ = server_->port();
@@ -359,10 +358,7 @@ TEST_F(ApiTest, TwoCoordinatorsShareOneDatabase) {
   Coordinator second(coord_->catalogue(), std::move(*store2),
                      CoordinatorConfig{.admin_token = kAdmin, .slices_dir = dir_.string(), .replicas = 1,
                                        .heartbeat_s = 10, .threads = 4, .now_ms = [this] { return now_.load(); }});
-  auto server2 = net::HttpServer::listen("127.0.0.1", 0, second.http_limits(),
-                                         [&](const net::HttpRequestView& r, std::shared_ptr<net::HttpResponder> o) {
-                                           second.handle(r, std::move(o));
-                                         });
+  auto server2 = second.listen("127.0.0.1", 0);
   ASSERT_TRUE(server2);
   const uint16_t port2 = (*server2)->port();
   std::vector<std::pair<std::string, std::string>> nodes;
@@ -402,6 +398,46 @@ TEST_F(ApiTest, HostileBodies) {
   EXPECT_EQ(request(port_, "GET", "/api/nothing", "", ta).status, 404);
   // Still healthy afterwards.
   EXPECT_EQ(request(port_, "GET", "/api/whoami", "", ta).status, 200);
+}
+
+// The listener's hostile cases, on the coordinator (net/http_server.h; tests/net/http_server_test.cpp has
+// the rest). Before: the trailer killed the process (SIGABRT), with no token checked.
+TEST_F(ApiTest, AnOversizedTrailerFieldIsRefusedAndTheCoordinatorLives) {
+  net::testing::RawClient c(port_);
+  c.send("POST /api/expert-coverage HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Big: " +
+         std::string(70000, 'a') + "\r\n\r\n");
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 4")) << r.substr(0, 200);
+  EXPECT_EQ(request(port_, "GET", "/health", "").status, 200);
+}
+
+// Before: the listener read the whole body (here never sent: until the 30 s read deadline) before the
+// coordinator looked at the token.
+TEST_F(ApiTest, AWrongTokenIsRefusedFromTheHead) {
+  const auto t0 = std::chrono::steady_clock::now();
+  net::testing::RawClient c(port_);
+  c.send("POST /api/expert-coverage HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + std::string(64, 'f') +
+         "\r\nContent-Length: 500000\r\n\r\n");
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 401")) << r.substr(0, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+// Before: any complete request — a 401, a health probe — made its connection count as authenticated, so
+// 300 idle keep-alive connections held every slot and the admin's own request got 503 until they left.
+TEST_F(ApiTest, RefusedAndPublicKeepAliveConnectionsCannotLockOutTheAdmin) {
+  std::vector<std::unique_ptr<net::testing::RawClient>> idle;
+  for (int i = 0; i < 300; ++i) {
+    auto c = std::make_unique<net::testing::RawClient>(port_);
+    c->send(i % 2 == 0 ? "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                       : "GET /api/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n");
+    c->read_response(5s);
+    idle.push_back(std::move(c));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Reply admin = request(port_, "GET", "/api/nodes", "", kAdmin);
+  EXPECT_EQ(admin.status, 200) << admin.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
 }
 
 }  // namespace

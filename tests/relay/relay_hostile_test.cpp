@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "net/tcp.h"
+#include "raw_http_client.h"
 #include "relay_test_util.h"
 
 namespace essaim::relay {
@@ -99,7 +100,7 @@ TEST(RelayHostile, FingerprintMismatchIsNeverPaired) {
 
 TEST(RelayHostile, MalformedPreamblesAndWrongRoleAre1002) {
   auto relay = start_relay();
-  std::vector<std::vector<uint8_t>> bad = {{}, {9}, {3, 1, 0, 0}, std::vector<uint8_t>(2000, 1), {2, 1, 0xff, 0xff}};
+  std::vector<std::vector<uint8_t>> bad = {{}, {9}, {3, 1, 0, 0}, std::vector<uint8_t>(1000, 1), {2, 1, 0xff, 0xff}};
   for (const auto& m : bad) {
     auto s = net::ws_connect(relay_url(relay->port()), {}, net::deadline_in(5s));
     ASSERT_TRUE(s);
@@ -218,6 +219,109 @@ TEST(RelayHostile, StalledWorkerDoesNotSlowAnotherPair) {
   EXPECT_GE(relay->stats().dropped_messages[size_t(DropReason::STALLED_PEER)], 1u);
   stop = true;
   flood.join();
+}
+
+// A client frame as a browser would send it, masked with a zero key (the bytes unchanged).
+std::string masked_frame(const std::vector<uint8_t>& payload) {
+  std::string f = "\x82";
+  f += char(0x80 | payload.size());  // < 126 bytes here
+  f += std::string(4, '\0');
+  f.append(payload.begin(), payload.end());
+  return f;
+}
+
+// Before: the first message could be as large as --max-message (64 MiB) and was buffered before the 1 KiB
+// preamble limit was checked; a 16 MiB frame header waited for its bytes until the 5 s preamble deadline
+// (1008). Now the preamble's own 1 KiB limit refuses it from the frame header (1009) at once.
+TEST(RelayHostile, AFirstMessageOverOneKiBIsRefusedFromItsHeader) {
+  auto relay = start_relay();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string header("\x82\xff\x00\x00\x00\x00\x01\x00\x00\x00" "mask", 14);  // 16 MiB, masked
+  std::string out = raw_exchange(relay->port(), kUpgrade, 4000ms, header + std::string(60000, 'p'));
+  ASSERT_NE(out.find("\r\n\r\n"), std::string::npos) << out;
+  const std::string close = out.substr(out.find("\r\n\r\n") + 4);
+  ASSERT_GE(close.size(), 4u);
+  EXPECT_EQ(uint8_t(close[2]) << 8 | uint8_t(close[3]), 1009);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  expect_relay_alive(relay->port());
+}
+
+// Before: 256 pending handshakes in all, no per-address cap, no eviction: 300 half-sent upgrades from one
+// address made the relay close every new connection at once, real workers and backbones included.
+TEST(RelayHostile, HalfSentUpgradesFromOneAddressCannotLockOutAPair) {
+  auto relay = start_relay();
+  std::vector<std::unique_ptr<net::testing::RawClient>> flood;
+  for (int i = 0; i < 300; ++i) {
+    auto c = std::make_unique<net::testing::RawClient>(relay->port());
+    c->send("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n");  // never finished
+    flood.push_back(std::move(c));
+  }
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().listener.admission.admitted < 300 && net::Clock::now() < until) std::this_thread::sleep_for(10ms);
+  expect_relay_alive(relay->port());
+  EXPECT_GE(relay->stats().listener.admission.evicted_address_full, 300u - 32u);
+}
+
+// Before: a peer that vanished after pairing (a reset, no close frame) ended its pair with 1000 ("the peer
+// closed") to the partner. Now the partner gets 1011 at once.
+TEST(RelayHostile, APeerVanishingGets1011ToItsPartnerAtOnce) {
+  auto relay = start_relay();
+  net::testing::RawClient w(relay->port());
+  w.send(kUpgrade);
+  ASSERT_TRUE(w.read_response(5s).starts_with("HTTP/1.1 101"));
+  w.send(masked_frame(encode_preamble({.role = RelayRole::WORKER, .token = "tok-worker-1", .build = test_build(), .node_id = {}})));
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().idle_workers < 1 && net::Clock::now() < until) std::this_thread::sleep_for(10ms);
+  auto b = backbone_end(relay->port());
+  ASSERT_TRUE(b) << b.error().message;
+  const auto t0 = std::chrono::steady_clock::now();
+  w.reset();  // no close frame
+  auto m = (*b)->read_message(net::deadline_in(5s));
+  ASSERT_FALSE(m);
+  EXPECT_EQ((*b)->peer_close_code(), 1011) << (*b)->peer_close_reason();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}
+
+// A peer that breaks the protocol after pairing (a reserved opcode) and then keeps its TCP connection open
+// without answering the relay's close. Before: Beast failed the read only once its teardown (waiting for
+// the peer to close TCP) was cut by the idle-ping timer, 15 s later; the partner was told 1000 at adf167f
+// and 1011 since 2be71d4, both after ~15 s. Now the server closes TCP itself at once, and the partner gets
+// 1011 within milliseconds.
+TEST(RelayHostile, APeerBreakingTheProtocolGets1011ToItsPartnerAtOnce) {
+  auto relay = start_relay();
+  net::testing::RawClient w(relay->port());
+  w.send(kUpgrade);
+  ASSERT_TRUE(w.read_response(5s).starts_with("HTTP/1.1 101"));
+  w.send(masked_frame(encode_preamble({.role = RelayRole::WORKER, .token = "tok-worker-1", .build = test_build(), .node_id = {}})));
+  const net::Deadline until = net::deadline_in(5s);
+  while (relay->stats().idle_workers < 1 && net::Clock::now() < until) std::this_thread::sleep_for(10ms);
+  auto b = backbone_end(relay->port());
+  ASSERT_TRUE(b) << b.error().message;
+  const auto t0 = std::chrono::steady_clock::now();
+  w.send(std::string("\x8b\x80\0\0\0\0", 6));  // FIN, opcode 0xB (reserved), masked, empty
+  auto m = (*b)->read_message(net::deadline_in(15s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(m);
+  EXPECT_EQ((*b)->peer_close_code(), 1011) << (*b)->peer_close_reason();
+  RecordProperty("partner_told_ms", std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LT(took, 1s);
+  // The culprit was told 1002 (protocol error) before the relay closed the connection.
+  const std::string got = w.read_all(3s);
+  EXPECT_NE(got.find(std::string("\x88", 1)), std::string::npos) << "no close frame";
+}
+
+// Before: a worker whose token the relay refused (1008) re-dialled forever with backoff; accept() only
+// ever timed out. Now the acceptor stops and says why.
+TEST(RelayHostile, ARefusedWorkerTokenStopsTheAcceptorWithTheReason) {
+  auto relay = start_relay();
+  RelayAcceptor a({.relay = relay_url(relay->port()), .token = "tok-nobody", .build = test_build(), .ws = {},
+                   .idle_connections = 2, .backoff_initial = 50ms});
+  auto s = a.accept(net::deadline_in(5s));
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().kind, net::NetErrorKind::REFUSED) << s.error().message;
+  EXPECT_NE(s.error().message.find("bad token"), std::string::npos) << s.error().message;
+  std::this_thread::sleep_for(500ms);  // 10 backoffs: no more tries
+  EXPECT_LE(relay->stats().refusals[size_t(RefusalReason::BAD_TOKEN)], 2u);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ std::unique_ptr<Server> start_server(const TestServerOptions& o) {
   s.limits.max_connections = o.max_connections;
   s.limits.read_deadline = o.read_deadline;
   s.limits.max_unauthenticated_per_address = o.max_unauthenticated_per_address;
+  s.limits.max_per_address = o.max_per_address;
   s.executor = o.executor;
   if (!s.executor.make && o.delay_per_layer_call.count() > 0) {
     const auto delay = o.delay_per_layer_call;

@@ -39,6 +39,7 @@ struct TestServerOptions {
   int32_t max_connections = 256;
   std::chrono::milliseconds read_deadline{30'000};
   size_t max_unauthenticated_per_address = net::HttpLimits{}.max_unauthenticated_per_address;
+  size_t max_per_address = net::HttpLimits{}.max_per_address;  // --max-per-address
   std::chrono::milliseconds delay_per_layer_call{0};  // > 0: a DelayedExecutor around the local replica
   ExecutorChoiceFn executor;                           // overrides the above when set
 };

@@ -1,0 +1,233 @@
+// Hostile clients against net::HttpServer, the HTTP listener of `essaim serve` and the coordinator
+// (label: sanitize): trailers (one field over 64 KiB, megabytes never finished, counted in the body
+// limit), a handler that throws, a wrong key refused from the head, one address filling the slots, and
+// the regressions of wave 2's listener fixes (the blocking peek, a write completing on a closed
+// connection). Every case ends with the listener still answering a good request.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "raw_http_client.h"
+#include "net/frame_connection.h"
+#include "net/http_server.h"
+#include "net/tcp.h"
+
+namespace essaim::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawClient;
+
+const std::string kOk = "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n";
+
+// Sends 64 chunks of 256 KiB, each once the previous one went to the socket. Held only by the pending
+// write's callback, so a closed connection (which drops it) frees the chain.
+struct Streamer : std::enable_shared_from_this<Streamer> {
+  explicit Streamer(std::shared_ptr<HttpResponder> o) : out(std::move(o)) {}
+  void next() {
+    if (left-- == 0) return out->stream_end();
+    out->stream_write_then(std::string(256 << 10, 'z'), [self = shared_from_this()] { self->next(); });
+  }
+  std::shared_ptr<HttpResponder> out;
+  int left = 64;
+};
+
+// 200 "ok" for everything; /throw throws; /later answers from another thread after 20 ms; /stream sends
+// 64 chunks of 256 KiB, each after the previous one went to the socket.
+void handle(const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
+  if (req.target == "/throw") throw std::runtime_error("a handler's bug");
+  if (req.target == "/later") {
+    std::thread([out] {
+      std::this_thread::sleep_for(20ms);
+      out->reply({.status = 200, .content_type = "text/plain", .body = "later", .headers = {}});
+    }).detach();
+    return;
+  }
+  if (req.target == "/stream") {
+    out->stream_begin({.status = 200, .content_type = "application/octet-stream", .body = {}, .headers = {}});
+    std::make_shared<Streamer>(out)->next();
+    return;
+  }
+  out->reply({.status = 200, .content_type = "text/plain", .body = "ok", .headers = {}});
+}
+
+std::unique_ptr<HttpServer> start(HttpLimits limits = {}) {
+  Result<std::unique_ptr<HttpServer>> s = HttpServer::listen("127.0.0.1", 0, std::move(limits), handle);
+  EXPECT_TRUE(s) << s.status().message();
+  return s ? std::move(*s) : nullptr;
+}
+
+void expect_serving(HttpServer& s, const std::string& from = "127.0.0.1") {
+  RawClient c(s.port(), from);
+  ASSERT_TRUE(c.connected());
+  c.send(kOk);
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r.substr(0, 200);
+}
+
+long rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
+const std::string kChunkedHead = "POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+// Before: Beast threw std::length_error on an I/O thread and the process died (SIGABRT).
+TEST(HttpListenerHostile, ATrailerFieldOver64KiBIsRefusedAndTheProcessLives) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  RawClient c(s->port());
+  c.send(kChunkedHead + "5\r\nhello\r\n0\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 431")) << r.substr(0, 200);
+  EXPECT_NE(r.find("headers_too_large"), std::string::npos);
+  expect_serving(*s);
+}
+
+// Before: the trailer was not counted: 4 KiB of body and 6 KiB of trailer passed an 8 KiB body limit.
+TEST(HttpListenerHostile, ATrailerCountsAgainstTheBodyLimit) {
+  auto s = start({.max_body_bytes = 8192});
+  ASSERT_TRUE(s);
+  std::string trailer;
+  for (int i = 0; i < 60; ++i) trailer += "X-T" + std::to_string(i) + ": " + std::string(90, 't') + "\r\n";
+  RawClient c(s->port());
+  c.send(kChunkedHead + "1000\r\n" + std::string(4096, 'b') + "\r\n0\r\n" + trailer + "\r\n");
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 413")) << r.substr(0, 200);
+  expect_serving(*s);
+}
+
+// Before: each connection buffered its trailer without bound until the read deadline, and got no answer.
+TEST(HttpListenerHostile, UnfinishedMegabyteTrailersAreRefusedAtTheHeaderLimit) {
+  auto s = start({.read_deadline = 20s});
+  ASSERT_TRUE(s);
+  std::string fields;
+  while (fields.size() < (2 << 20)) fields += "X-Pad: " + std::string(100, 'p') + "\r\n";
+  const long before = rss_kib();
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    auto c = std::make_unique<RawClient>(s->port());
+    c->send(kChunkedHead + "3\r\nabc\r\n0\r\n");
+    c->send(fields);  // never the final empty line; fails once the server has refused and stopped reading
+    clients.push_back(std::move(c));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& c : clients) {
+    const std::string r = c->read_response(5s);
+    EXPECT_TRUE(r.starts_with("HTTP/1.1 431")) << r.substr(0, 200);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  const long after = rss_kib();
+  RecordProperty("rss_growth_kib", std::to_string(after - before));
+  EXPECT_LT(after - before, 16 * 1024) << before << " -> " << after << " KiB";
+  expect_serving(*s);
+}
+
+// Before: the exception left the I/O thread and the process died.
+TEST(HttpListenerHostile, AHandlerThatThrowsGets500AndTheProcessLives) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  for (int i = 0; i < 3; ++i) {
+    RawClient c(s->port());
+    c.send("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string r = c.read_response(5s);
+    EXPECT_TRUE(r.starts_with("HTTP/1.1 500")) << r.substr(0, 200);
+  }
+  EXPECT_EQ(s->stats().exceptions, 3u);
+  expect_serving(*s);
+}
+
+// Before: the listener waited for the whole body (here never sent) before any key was looked at.
+TEST(HttpListenerHostile, AWrongKeyIsRefusedFromTheHead) {
+  auto s = start({.read_deadline = 10s, .api_key = "k"});
+  ASSERT_TRUE(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  RawClient c(s->port());
+  c.send("POST /ok HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 500000\r\n\r\n");
+  const std::string r = c.read_response(5s);
+  EXPECT_TRUE(r.starts_with("HTTP/1.1 401")) << r.substr(0, 200);
+  EXPECT_NE(r.find("invalid_api_key"), std::string::npos);
+  // With "Expect: 100-continue" the refusal comes instead of the go-ahead.
+  RawClient e(s->port());
+  e.send("POST /ok HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 500000\r\n\r\n");
+  const std::string er = e.read_response(5s);
+  EXPECT_TRUE(er.starts_with("HTTP/1.1 401")) << er.substr(0, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
+  RawClient good(s->port());
+  good.send("GET /ok HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n");
+  EXPECT_TRUE(good.read_response(5s).starts_with("HTTP/1.1 200"));
+}
+
+// Before: 300 keep-alive connections of one address (each served once, no key configured) held every one
+// of the 256 slots and a client from another address got 503.
+TEST(HttpListenerHostile, OneAddressCannotHoldEverySlot) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  std::vector<std::unique_ptr<RawClient>> held;
+  size_t served = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto c = std::make_unique<RawClient>(s->port(), "127.0.0.1");
+    c->send(kOk);
+    served += c->read_response(5s).starts_with("HTTP/1.1 200");
+    held.push_back(std::move(c));
+  }
+  EXPECT_EQ(served, 128u);  // HttpLimits::max_per_address
+  expect_serving(*s, "127.0.0.2");
+}
+
+// Wave 2 (ce00e5d): a stale readiness report made a blocking MSG_PEEK hold the session's strand, so an
+// answer given later from another thread waited for the client to send again or give up.
+TEST(HttpListenerRegression, AnAnswerFromAnotherThreadIsNotHeldByTheDisconnectWatch) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  RawClient c(s->port());
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.send("GET /later HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string r = c.read_response(3s);
+    ASSERT_TRUE(r.starts_with("HTTP/1.1 200")) << "request " << i << ": " << r.substr(0, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "request " << i;
+  }
+}
+
+// Wave 2 (e46338b): a connection closed while a write was in flight freed that write's buffer (and a
+// queued completion popped an emptied queue). Clients that reset in the middle of a long stream.
+TEST(HttpListenerRegression, ClientsResettingMidStreamLeaveTheListenerSound) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  for (int i = 0; i < 40; ++i) {
+    RawClient c(s->port());
+    c.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string got = c.read_all(std::chrono::milliseconds(5 + i % 10));
+    c.reset();
+  }
+  expect_serving(*s);
+}
+
+// `--worker` aimed at an HTTP port. Before: "unknown frame type 72" ('H' of "HTTP/1.1").
+TEST(HttpListenerHostile, AnExpertHandshakeWithAnHttpPortSaysItIsNotAWorker) {
+  auto s = start();
+  ASSERT_TRUE(s);
+  NetResult<std::unique_ptr<TcpStream>> t = tcp_connect("127.0.0.1", s->port(), deadline_in(2s));
+  ASSERT_TRUE(t) << t.error().message;
+  FrameConnection c(std::move(*t));
+  proto::Hello mine;
+  mine.role = proto::Role::BACKBONE;
+  NetResult<proto::Hello> h = handshake(c, mine, deadline_in(5s));
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message.find("is not an essaim worker"), std::string::npos) << h.error().message;
+  expect_serving(*s);
+}
+
+}  // namespace
+}  // namespace essaim::net
