@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -135,6 +136,33 @@ TEST(BackboneFile, TheTrainedModelsPerplexityThroughWorkersIsTheMonolithicOne) {
   const auto ppl = [](const std::string& out) { return nlohmann::json::parse(out).at("ppl").get<double>(); };
   EXPECT_EQ(ppl(mono.out), ppl(swarm.out));
   EXPECT_LT(ppl(mono.out), 100.0) << "the unigram baseline of the held-out text is ~300 (models/README.md)";
+}
+
+// `--router-stats` where the answer is known: a tiny synth model whose router skew (100: the top expert's logit
+// +100, the second's +50, the third's +33) makes every token pick the same two experts of 6 in every layer, so
+// each layer's usage entropy is exactly 1 bit, the top ceil(6/10) = 1 expert takes half the picks, and every
+// token reuses both of the previous token's experts.
+TEST(Perplexity, RouterStatsOfARouterThatAlwaysPicksTheSameTwo) {
+  const std::string dir = make_temp_dir("router_stats");
+  const CliRun s = run_cli("essaim synth --arch qwen3moe --preset tiny --types f32 --router-skew 100 -o " + dir +
+                           "/m.gguf");
+  ASSERT_EQ(s.code, 0) << s.err;
+  const CliRun r = run_cli("essaim perplexity -m " + dir + "/m.gguf -f " + std::string(ESSAIM_SOURCE_DIR) +
+                           "/models/heldout.txt -c 64 --chunks 3 --router-stats --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("router").size(), 2u);  // tiny qwen3moe: 2 MoE layers
+  for (const nlohmann::json& l : j.at("router")) {
+    EXPECT_EQ(l.at("tokens").get<int>(), 3 * 64);
+    EXPECT_NEAR(l.at("entropy_bits").get<double>(), 1.0, 1e-12) << l.dump();
+    EXPECT_NEAR(l.at("max_entropy_bits").get<double>(), std::log2(6.0), 1e-12);
+    EXPECT_EQ(l.at("top_experts").get<int>(), 1);
+    EXPECT_NEAR(l.at("top_share").get<double>(), 0.5, 1e-12);
+    EXPECT_NEAR(l.at("reuse").get<double>(), 1.0, 1e-12);
+    uint64_t picks = 0;
+    for (const nlohmann::json& c : l.at("picks")) picks += c.get<uint64_t>();
+    EXPECT_EQ(picks, 3u * 64u * 2u);
+  }
 }
 
 TEST(BackboneFile, The122bShapedLayerThroughWorkersEqualsTheFullModel) {
