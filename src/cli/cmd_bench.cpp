@@ -139,7 +139,7 @@ void register_bench(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 65536));
   cmd->add_option("-r,--repetitions", args->reps, "Timed repetitions of each test (default 3)")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)")->check(kNonNegative);
   cmd->add_flag("--json", args->json_out, "Print one JSON document instead of the table");
   cmd->add_flag("--mlock", args->mlock,
                 "Read the model into RAM and pin it there (as run --mlock): no page of it is reclaimed while timing");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_inspect.h"
 
@@ -20,11 +21,15 @@ void register_inspect(CLI::App& app, int& exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata, tensors and expert slabs");
-  cmd->add_option("FILE", args->path, "GGUF file")->required();
+  // The file as a positional argument, or as -m/--model like every other subcommand that reads a model.
+  CLI::Option* positional = cmd->add_option("FILE", args->path, "GGUF file");
+  CLI::Option* model = cmd->add_option("-m,--model", args->path, "GGUF file (instead of FILE)");
+  positional->excludes(model);
   cmd->add_flag("--json", args->json, "Machine-readable JSON instead of text");
   cmd->add_flag("--full-arrays", args->full_arrays,
                 "Every array element (JSON: no 16-element cap; text: also every expert slab)");
   cmd->callback([args, &exit_code] {
+    if (args->path.empty()) throw UsageError("give the GGUF file: essaim inspect FILE (or -m FILE)");
     Result<GgufFile> file = GgufFile::open(args->path);
     if (!file) {
       std::fprintf(stderr, "essaim inspect: %s\n", file.status().message().c_str());

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "core/npy.h"
 
 namespace essaim::cli {
@@ -65,7 +66,7 @@ void register_npy_diff(CLI::App& app, int& exit_code) {
   cmd->add_option("a", args->a, "First .npy file")->required();
   cmd->add_option("b", args->b, "Second .npy file")->required();
   cmd->add_option("--tolerance", args->tolerance, "Accept max |Δ| up to this (default 0: bit-identical)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->callback([args, &exit_code] { exit_code = run_npy_diff(*args); });
 }
 

@@ -184,7 +184,7 @@ void register_run(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streaming it");
   add_model_source_flags(*cmd, a->source);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the user message with --chat)")->required();
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(kNonNegative);
   add_sampling_flags(*cmd, a->sampling);
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
   cmd->add_option("--system", a->system, "System message (with --chat)");

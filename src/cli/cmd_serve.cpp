@@ -105,12 +105,12 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--port", o.port, "Port (default 8080; 0: the OS chooses)");
   cmd->add_option("--parallel", o.parallel, "Sequences in flight at once (default 4; -np also works)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size,--ctx", o.n_ctx, "Context per sequence (default: the model's, at most 8192)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("-b,--batch-size", o.batch_tokens, "Most token rows per forward step (default 512)")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--queue", o.queue_capacity, "Requests waiting beyond --parallel before 503 (default 64)")
       ->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(kNonNegative);
   cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
   cmd->add_option("-a,--alias", o.model_id, "Model id in answers and /v1/models (default: the file name)");
   add_admission_flags(*cmd, o.limits.max_connections, o.limits.max_per_address);

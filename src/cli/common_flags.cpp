@@ -3,12 +3,40 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 namespace essaim::cli {
+namespace {
+
+CLI::Validator number_at_least(double min, const std::string& what) {
+  return CLI::Validator(
+      [min, what](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || end == nullptr || *end != '\0' || !(v >= min)) return "'" + value + "' is not " + what;
+        return "";
+      },
+      what);
+}
+
+}  // namespace
+
+const CLI::Validator kNonNegative = number_at_least(0, "a number >= 0");
+const CLI::Validator kPositive = number_at_least(1, "a number >= 1");
+
+std::string unknown_subcommand_message(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.size() < 2 || args[1].empty() || args[1][0] == '-') return "";
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == args[1]) return "";
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return "unknown subcommand '" + args[1] + "' (the subcommands: " + names + "; essaim --help says what each does)";
+}
 
 CLI::Option* add_threads_flag(CLI::App& cmd, int32_t& threads, const std::string& help) {
-  return cmd.add_option("-t,--threads", threads, help)->check(CLI::NonNegativeNumber);
+  return cmd.add_option("-t,--threads", threads, help)->check(kNonNegative);
 }
 
 CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string& help) {
@@ -39,15 +67,15 @@ void add_admission_flags(CLI::App& cmd, int32_t& max_connections, size_t& max_pe
 }
 
 CLI::Option* add_ctx_flag(CLI::App& cmd, int32_t& n_ctx, const std::string& help) {
-  return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(CLI::NonNegativeNumber);
+  return cmd.add_option("-c,--ctx-size,--ctx", n_ctx, help)->check(kNonNegative);
 }
 
 CLI::Option* add_batch_flag(CLI::App& cmd, int32_t& batch, const std::string& help) {
-  return cmd.add_option("-b,--batch-size,--batch", batch, help)->check(CLI::PositiveNumber);
+  return cmd.add_option("-b,--batch-size,--batch", batch, help)->check(kPositive);
 }
 
 CLI::Option* add_parallel_flag(CLI::App& cmd, int32_t& n_parallel, const std::string& help) {
-  return cmd.add_option("--parallel", n_parallel, help + " (also -np)")->check(CLI::PositiveNumber);
+  return cmd.add_option("--parallel", n_parallel, help + " (also -np)")->check(kPositive);
 }
 
 void add_host_port_flags(CLI::App& cmd, std::string& host, int32_t& port, const std::string& what) {
@@ -93,6 +121,10 @@ int parse_and_run(CLI::App& app, int argc, char** argv, const int& exit_code) {
   std::vector<std::string> args = rewrite_llama_spellings(argc, argv);
   // CLI11 takes the arguments reversed, without the program name.
   std::vector<std::string> reversed(args.rbegin(), args.rend() - (args.empty() ? 0 : 1));
+  if (const std::string unknown = unknown_subcommand_message(app, args); !unknown.empty()) {
+    std::fprintf(stderr, "essaim: %s\n", unknown.c_str());
+    return kExitUsage;
+  }
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {

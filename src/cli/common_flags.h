@@ -29,6 +29,15 @@ struct UsageError : CLI::ValidationError {
   explicit UsageError(const std::string& message) : CLI::ValidationError(message) {}
 };
 
+// Number checks with a message a person reads ("must be a number >= 0"), instead of CLI11's
+// NonNegativeNumber / PositiveNumber, whose message prints the whole range up to DBL_MAX in 300 digits.
+extern const CLI::Validator kNonNegative;
+extern const CLI::Validator kPositive;
+
+// The first argument when it names no subcommand (and is not a flag): the message that says so and lists the
+// subcommands, e.g. "unknown subcommand 'foo' (the subcommands: version, inspect, ...)"; empty otherwise.
+std::string unknown_subcommand_message(const CLI::App& app, const std::vector<std::string>& args);
+
 // -t, --threads N (0 = every core).
 CLI::Option* add_threads_flag(CLI::App& cmd, int32_t& threads, const std::string& help = "Threads (default: all cores)");
 CLI::Option* add_threads_flag(CLI::App& cmd, size_t& threads, const std::string& help = "Threads (0 = every core)");

@@ -7,7 +7,7 @@
 #include "cli/common_flags.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"essaim: serve Mixture-of-Experts models sharded at the grain of one expert"};
+  CLI::App app{"essaim: serve Mixture-of-Experts models sharded at the grain of one expert", "essaim"};
   app.require_subcommand(1);
   int exit_code = 0;
   essaim::cli::add_version_flag(app);
