@@ -19,7 +19,8 @@ mkdir -p "$out"
 model=models/kjv-moe-q4_k_m.gguf
 
 echo "== the model: $model (trained here; models/README.md)"
-"$bin" inspect "$model" | head -n 40
+"$bin" inspect "$model" > "$out/inspect.txt"   # (no pipe into head: with pipefail its early exit would fail the script)
+head -n 40 "$out/inspect.txt"
 echo "== essaim run: one machine, greedy"
 "$bin" run -m "$model" -p "In the beginning" -n 48 --temp 0
 
