@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "process_memory.h"
 #include "raw_http_client.h"
 #include "net/frame_connection.h"
 #include "net/http_server.h"
@@ -69,16 +70,7 @@ void expect_serving(HttpServer& s, const std::string& from = "127.0.0.1") {
   EXPECT_TRUE(r.starts_with("HTTP/1.1 200")) << r.substr(0, 200);
 }
 
-long rss_kib() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  long kib = -1;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib;
-}
+using test_support::rss_kib;
 
 const std::string kChunkedHead = "POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "process_memory.h"
 #include "net/http_limits.h"
 #include "serve/api_request.h"
 #include "net/metrics_text.h"
@@ -179,16 +180,7 @@ TEST(ServeHostileHttp, GarbageTruncatedSlowAndHugeRequests) {
 // request (idle, or dribbling almost-full headers) cannot lock out a real client. Past 16 unauthenticated
 // connections of the address (the cap this test sets), the oldest are evicted with a 503; a real request is still answered at once,
 // the evictions are counted in /metrics, and the flood costs little memory.
-long rss_kib() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  long kib = -1;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib;
-}
+using test_support::rss_kib;
 
 TEST(ServeHostileHttp, AFloodOfUnauthenticatedConnectionsCannotLockOutAClient) {
   // A connection cap below the flood: without eviction the flood alone would fill it.

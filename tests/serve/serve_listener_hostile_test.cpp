@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "process_memory.h"
 #include "raw_http_client.h"
 #include "serve_test_util.h"
 
@@ -34,16 +35,7 @@ void expect_completing(uint16_t port, const std::map<std::string, std::string>& 
   EXPECT_EQ(r.status, 200) << r.error << r.body;
 }
 
-long rss_kib() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  long kib = -1;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib;
-}
+using test_support::rss_kib;
 
 // Before (adf167f): Beast threw std::length_error on an I/O thread and serve died with SIGABRT, before any
 // key was looked at.
