@@ -76,7 +76,7 @@ def lr_at(step, steps, peak, warmup=40):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=560)
+    ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-3)
     args = ap.parse_args()
