@@ -276,7 +276,8 @@ TEST_F(ApiTest, UsageIsReportedByBackbonesOnly) {
   EXPECT_NE(refused.body.find("usage is reported by backbones"), std::string::npos) << refused.body;
   EXPECT_EQ(refused.j()["error"]["code"], "forbidden") << refused.body;
   Reply demand = request(port_, "GET", "/api/expert-demand", "", ta);
-  for (const json& r : demand.j()["ranges"])
+  const json before = demand.j();  // a named document: ranging over a temporary's member would dangle
+  for (const json& r : before["ranges"])
     if (r["layer"] == 1) EXPECT_EQ(r["usage"], 0.5) << "a refused report changed the demand: " << demand.body;
 
   Reply reg = request(port_, "POST", "/api/nodes", R"({"name": "bb", "role": "backbone"})", kAdmin);
@@ -285,7 +286,8 @@ TEST_F(ApiTest, UsageIsReportedByBackbonesOnly) {
   EXPECT_EQ(accepted.status, 200) << accepted.body;
   EXPECT_EQ(request(port_, "POST", "/api/expert-usage", layer1_cold, kAdmin).status, 200);
   demand = request(port_, "GET", "/api/expert-demand", "", ta);
-  for (const json& r : demand.j()["ranges"])
+  const json after = demand.j();
+  for (const json& r : after["ranges"])
     if (r["layer"] == 1) EXPECT_EQ(r["usage"], r["expert_first"] == 0 ? 1.0 : 0.0) << demand.body;
 }
 
