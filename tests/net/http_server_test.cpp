@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <stdexcept>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,15 +38,29 @@ struct Streamer : std::enable_shared_from_this<Streamer> {
   int left = 64;
 };
 
+// The threads that answer /later. A test that uses /later joins them before its server goes: a responder
+// holds its connection, and a connection must not outlive the server that admitted it.
+std::mutex g_later_mu;
+std::vector<std::thread> g_later;
+void join_later_answers() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(g_later_mu);
+    threads.swap(g_later);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 // 200 "ok" for everything; /throw throws; /later answers from another thread after 20 ms; /stream sends
 // 64 chunks of 256 KiB, each after the previous one went to the socket.
 void handle(const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
   if (req.target == "/throw") throw std::runtime_error("a handler's bug");
   if (req.target == "/later") {
-    std::thread([out] {
+    std::lock_guard<std::mutex> lock(g_later_mu);
+    g_later.emplace_back([out] {
       std::this_thread::sleep_for(20ms);
       out->reply({.status = 200, .content_type = "text/plain", .body = "later", .headers = {}});
-    }).detach();
+    });
     return;
   }
   if (req.target == "/stream") {
@@ -190,6 +205,7 @@ TEST(HttpListenerRegression, AnAnswerFromAnotherThreadIsNotHeldByTheDisconnectWa
     ASSERT_TRUE(r.starts_with("HTTP/1.1 200")) << "request " << i << ": " << r.substr(0, 200);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "request " << i;
   }
+  join_later_answers();
 }
 
 // Wave 2 (e46338b): a connection closed while a write was in flight freed that write's buffer (and a
