@@ -79,6 +79,7 @@ namespace {
 HttpReply error_reply(int status, std::string message, std::string code) {
   return http_error_reply(status, std::move(message), std::move(code));
 }
+class Session;
 }  // namespace
 
 struct HttpServer::Impl {
@@ -95,6 +96,12 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> refused_credentials{0}, exceptions{0};
   std::function<void(const std::string&)> log;
   std::once_flag stopped;
+  // Every session started, so stop() can break what a session's pending writes hold of it (a streaming
+  // responder's continuation holds its session): otherwise such a session, and its admission ticket, would
+  // outlive the server.
+  std::mutex sessions_mu;
+  std::vector<std::weak_ptr<Session>> sessions;
+  void remember(const std::shared_ptr<Session>& s);
 
   void accept();
   // The I/O loop. Every handler catches what it calls; this is the backstop that keeps the process alive
@@ -140,11 +147,21 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   ~Session() { --server_.connections; }
 
+  // The server has stopped (its I/O threads joined): drop every pending write and callback, so nothing this
+  // session queued keeps it alive.
+  void abandon() {
+    out_.clear();
+    on_disconnect_ = nullptr;
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+  }
+
   // Takes an admission ticket (which may evict an older unauthenticated connection), then reads.
   void start() {
     beast::error_code ec;
     const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
     std::weak_ptr<Session> weak = shared_from_this();
+    server_.remember(shared_from_this());
     asio::any_io_executor ex = stream_.get_executor();
     // The eviction callback runs under the admission lock on another connection's thread: it only posts.
     ticket_ = server_.admission->admit(ec ? std::string("?") : peer.address().to_string(),
@@ -558,6 +575,13 @@ uint16_t HttpServer::port() const {
   return impl_->acceptor.local_endpoint(ec).port();
 }
 
+void HttpServer::Impl::remember(const std::shared_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lock(sessions_mu);
+  if (sessions.size() >= 256 && sessions.size() % 256 == 0)
+    std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+  sessions.push_back(s);
+}
+
 void HttpServer::stop() {
   std::call_once(impl_->stopped, [this] {
     asio::post(impl_->ioc, [this] {
@@ -566,6 +590,10 @@ void HttpServer::stop() {
     });
     impl_->ioc.stop();
     for (std::thread& t : impl_->threads) t.join();
+    std::lock_guard<std::mutex> lock(impl_->sessions_mu);
+    for (const std::weak_ptr<Session>& w : impl_->sessions)
+      if (std::shared_ptr<Session> s = w.lock()) s->abandon();
+    impl_->sessions.clear();
   });
 }
 
