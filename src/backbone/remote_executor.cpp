@@ -94,7 +94,7 @@ Status compute_masked(LocalExpertExecutor& ex, const ExpertBatch& b, const std::
   for (uint32_t p : pairs) masked[p] = b.ids[p];
   ExpertBatch mb = b;
   mb.ids = masked;
-  return ex.compute(mb, out);
+  return ex.compute_checked(mb, out);  // compute() validated b against the replica before anything was sent
 }
 
 // A well-formed answer of the wrong shape or format becomes a BAD_RESPONSE failure.
@@ -255,246 +255,279 @@ Status RemoteExpertExecutor::compute_local(const ExpertBatch& b, const std::vect
   return compute_masked(local_, b, pairs, out);
 }
 
+// One layer call's working state, phase to phase (compute()). Pairs are flat indices row * k + slot.
+struct RemoteExpertExecutor::Call {
+  const ExpertBatch& b;
+  std::span<float> out;
+  Clock::time_point t0;
+  net::Deadline deadline;
+  uint64_t E = 0, row_bytes = 0;
+  std::shared_ptr<const HotSnapshot> hot;  // one snapshot of the hot cache for the whole call
+  // 1. Owners.
+  std::vector<std::shared_ptr<LinkSession>> sessions;  // per link; null: down or dropped
+  std::vector<int32_t> owner;                          // per pair: the link asked, -1 none
+  std::vector<uint32_t> local_pairs, unavailable_pairs, cached_pairs;
+  std::vector<uint64_t> load;  // pairs given to each link in this call (replica choice)
+  uint64_t asked = 0;
+  // 2. Requests, and the pairs to compute here (with why).
+  std::vector<Outgoing> sent;
+  std::vector<std::pair<FallbackReason, std::vector<uint32_t>>> failed;
+  size_t failed_before_wait = 0;
+  std::vector<uint64_t> link_requests, link_failures;
+  uint64_t bytes_sent = 0;
+  // 4. Answers.
+  uint64_t bytes_received = 0, responses = 0, audits = 0, hedges = 0, hedge_wins = 0;
+  std::vector<uint64_t> link_served, link_audits, link_audits_failed;
+  std::vector<size_t> answered_by;  // per sent request: the link whose answer was taken (original or hedge)
+  std::vector<std::pair<const Outgoing*, proto::ExpertResponse>> audited;
+
+  Call(const ExpertBatch& batch, std::span<float> o, size_t n_links, std::chrono::milliseconds timeout)
+      : b(batch), out(o), t0(Clock::now()), deadline(t0 + timeout), sessions(n_links), owner(batch.ids.size(), -1),
+        load(n_links, 0), link_requests(n_links, 0), link_failures(n_links, 0), link_served(n_links, 0),
+        link_audits(n_links, 0), link_audits_failed(n_links, 0) {}
+
+  void fall_back(size_t link, FallbackReason why, std::vector<uint32_t> pairs) {
+    ++link_failures[link];
+    failed.emplace_back(why, std::move(pairs));
+  }
+  // Writes a request's answer rows into their slots of `out`.
+  void fill(const Outgoing& o, const std::vector<float>& rows) {
+    for (size_t i = 0; i < o.pairs.size(); ++i)
+      std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
+  }
+};
+
 Status RemoteExpertExecutor::compute(const ExpertBatch& b, std::span<float> out) {
   std::lock_guard call_lock(call_mu_);
-  const Clock::time_point t0 = Clock::now();
-  const net::Deadline deadline = t0 + options_.timeout;
   const ExpertLayer* layer = replica_.any(b.layer);
   if (layer == nullptr) return Status::error("no experts held for layer " + std::to_string(b.layer));
   ESSAIM_RETURN_IF_ERROR(validate_expert_batch(b, *layer, out.size()));
-  const size_t n_pairs = b.ids.size();
-  const uint64_t E = uint64_t(layer->n_embd);
-  const uint64_t row_bytes = layer->activation_row_bytes();
-  const uint32_t lay = uint32_t(b.layer);
-  // The hot cache sees every pick; one snapshot serves the whole call.
-  std::shared_ptr<const HotSnapshot> hot;
-  if (options_.hot_cache != nullptr) {
+  Call c(b, out, links_.size(), options_.timeout);
+  c.E = uint64_t(layer->n_embd);
+  c.row_bytes = layer->activation_row_bytes();
+  if (options_.hot_cache != nullptr) {  // the hot cache sees every pick
     options_.hot_cache->observe(b);
-    hot = options_.hot_cache->snapshot();
+    c.hot = options_.hot_cache->snapshot();
   }
-  std::vector<uint32_t> cached_pairs;
+  ESSAIM_RETURN_IF_ERROR(assign_owners(c));
+  send_requests(c);
+  ESSAIM_RETURN_IF_ERROR(compute_own_share(c));
+  ESSAIM_RETURN_IF_ERROR(collect_answers(c));
+  record_call(c);
+  return Status::ok();
+}
 
-  // 1. Owners. A pair nobody may serve now is the backbone's own share, unless a worker that is down held
-  //    it: then it is a fallback (UNAVAILABLE) — the difference matters for the stats, not the result.
+// 1. Owners. A pair nobody may serve now is the backbone's own share, unless a worker that is down held it:
+//    then it is a fallback (UNAVAILABLE) — the difference matters for the stats, not the result.
+Status RemoteExpertExecutor::assign_owners(Call& c) {
+  const ExpertBatch& b = c.b;
+  const uint32_t lay = uint32_t(b.layer);
   const size_t n_links = links_.size();
-  std::vector<std::shared_ptr<LinkSession>> sessions(n_links);
   std::vector<std::vector<proto::Holding>> absent_held(n_links);
   for (size_t i = 0; i < n_links; ++i) {
     if (audit_.dropped(i)) continue;  // failed an audit: never asked again by this dispatcher
-    sessions[i] = links_[i]->session();
-    if (!sessions[i]) absent_held[i] = links_[i]->last_routable();
+    c.sessions[i] = links_[i]->session();
+    if (!c.sessions[i]) absent_held[i] = links_[i]->last_routable();
   }
-  std::vector<int32_t> owner(n_pairs, -1);
-  std::vector<uint32_t> local_pairs, unavailable_pairs;
-  std::vector<uint64_t> load(n_links, 0);  // pairs given to each link in this call (replica choice)
   std::vector<size_t> candidates;
   std::vector<bool> was_candidate(n_links, false);
-  uint64_t asked = 0;
-  for (size_t p = 0; p < n_pairs; ++p) {
+  for (size_t p = 0; p < b.ids.size(); ++p) {
     const int32_t id = b.ids[p];
     if (id < 0) continue;
     // Refused before anything is sent: every pair must be computable here, whatever happens to its worker.
     if (replica_.find(b.layer, id) == nullptr)
       return Status::error("layer " + std::to_string(b.layer) + ": expert " + std::to_string(id) + " is not held");
-    ++asked;
-    if (hot && hot->holds(b.layer, id)) {  // the same bytes, verified: computed here, never sent
-      cached_pairs.push_back(uint32_t(p));
+    ++c.asked;
+    if (c.hot && c.hot->holds(b.layer, id)) {  // the same bytes, verified: computed here, never sent
+      c.cached_pairs.push_back(uint32_t(p));
       continue;
     }
     candidates.clear();
     for (size_t i = 0; i < n_links; ++i)
-      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(id))) candidates.push_back(i);
-    for (size_t c : candidates) was_candidate[c] = true;
+      if (c.sessions[i] && holdings_contain(c.sessions[i]->routable, lay, uint32_t(id))) candidates.push_back(i);
+    for (size_t k : candidates) was_candidate[k] = true;
     if (!candidates.empty()) {
-      const size_t chosen = chooser_.choose(candidates, load);
-      owner[p] = int32_t(chosen);
-      ++load[chosen];
+      const size_t chosen = chooser_.choose(candidates, c.load);
+      c.owner[p] = int32_t(chosen);
+      ++c.load[chosen];
       continue;
     }
     bool was_held = false;
     for (size_t i = 0; i < n_links && !was_held; ++i) was_held = holdings_contain(absent_held[i], lay, uint32_t(id));
-    (was_held ? unavailable_pairs : local_pairs).push_back(uint32_t(p));
+    (was_held ? c.unavailable_pairs : c.local_pairs).push_back(uint32_t(p));
   }
+  chooser_.decay_unused(was_candidate, c.load);
+  if (local_copy_ || (c.local_pairs.empty() && c.unavailable_pairs.empty())) return Status::ok();
+  // No worker may serve these now and there is no copy here: fail before anything is sent.
+  std::vector<int32_t> ids;
+  for (const std::vector<uint32_t>* v : {&c.local_pairs, &c.unavailable_pairs})
+    for (uint32_t p : *v) ids.push_back(b.ids[p]);
+  std::lock_guard lock(stats_mu_);
+  ++stats_.calls_failed;
+  return Status::error("layer " + std::to_string(b.layer) + ": no live worker holds expert" +
+                       (ids.size() == 1 ? " " : "s ") + expert_list_text(ids) +
+                       ", and this backbone has no copy of the experts (loaded from a backbone file)");
+}
 
-  chooser_.decay_unused(was_candidate, load);
-  if (!local_copy_ && !(local_pairs.empty() && unavailable_pairs.empty())) {
-    // No worker may serve these now and there is no copy here: fail before anything is sent.
-    std::vector<uint32_t> none = local_pairs;
-    none.insert(none.end(), unavailable_pairs.begin(), unavailable_pairs.end());
-    std::vector<int32_t> ids;
-    for (uint32_t p : none) ids.push_back(b.ids[p]);
-    std::lock_guard lock(stats_mu_);
-    ++stats_.calls_failed;
-    return Status::error("layer " + std::to_string(b.layer) + ": no live worker holds expert" +
-                         (ids.size() == 1 ? " " : "s ") + expert_list_text(ids) +
-                         ", and this backbone has no copy of the experts (loaded from a backbone file)");
-  }
-
-  // 2. Requests, split to fit both frame limits, all sent before anything is computed here.
-  std::vector<Outgoing> sent;
-  std::vector<std::pair<FallbackReason, std::vector<uint32_t>>> failed;  // pairs to compute here, and why
-  std::vector<uint64_t> link_requests(n_links, 0), link_failures(n_links, 0);
-  auto fall_back = [&](size_t link, FallbackReason why, std::vector<uint32_t> pairs) {
-    ++link_failures[link];
-    failed.emplace_back(why, std::move(pairs));
-  };
-  uint64_t bytes_sent = 0;
-  for (size_t i = 0; i < n_links; ++i) {
-    if (!sessions[i]) continue;
-    LinkSession& s = *sessions[i];
-    Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, options_.expert_output,
+// 2. Requests, split to fit both frame limits, all sent before anything is computed here.
+void RemoteExpertExecutor::send_requests(Call& c) {
+  for (size_t i = 0; i < links_.size(); ++i) {
+    if (!c.sessions[i]) continue;
+    LinkSession& s = *c.sessions[i];
+    Chunks chunks = split_for_limits(c.b, c.owner, int32_t(i), c.row_bytes, c.E, options_.expert_output,
                                      s.conn->peer_max_payload_bytes(), s.conn->max_payload_bytes());
-    if (!chunks.too_large.empty()) fall_back(i, FallbackReason::TOO_LARGE, std::move(chunks.too_large));
-    for (size_t c = 0; c < chunks.requests.size(); ++c) {
-      if (c >= options_.max_requests_per_worker) {
-        fall_back(i, FallbackReason::OVERLOADED, std::move(chunks.requests[c]));
+    if (!chunks.too_large.empty()) c.fall_back(i, FallbackReason::TOO_LARGE, std::move(chunks.too_large));
+    for (size_t k = 0; k < chunks.requests.size(); ++k) {
+      if (k >= options_.max_requests_per_worker) {
+        c.fall_back(i, FallbackReason::OVERLOADED, std::move(chunks.requests[k]));
         continue;
       }
-      Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s),
-                 .pairs = std::move(chunks.requests[c])};
-      const proto::ExpertRequest req = make_request(b, o.pairs, o.id, row_bytes, options_.expert_output);
+      Outgoing o{.link = i, .session = c.sessions[i], .id = links_[i]->begin_request(s),
+                 .pairs = std::move(chunks.requests[k])};
+      const proto::ExpertRequest req = make_request(c.b, o.pairs, o.id, c.row_bytes, options_.expert_output);
       o.request_bytes = proto::kFrameHeaderBytes + proto::message_payload_bytes(req);
       o.sent_at = Clock::now();
-      if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
+      if (std::optional<LinkAnswer> f = links_[i]->send(s, req, c.deadline)) {
         if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
-        fall_back(i, f->reason, std::move(o.pairs));
+        c.fall_back(i, f->reason, std::move(o.pairs));
         continue;
       }
-      ++link_requests[i];
-      bytes_sent += o.request_bytes;
-      sent.push_back(std::move(o));
+      ++c.link_requests[i];
+      c.bytes_sent += o.request_bytes;
+      c.sent.push_back(std::move(o));
     }
   }
+  c.failed_before_wait = c.failed.size();
+}
 
-  // 3. The backbone's own share (and what already failed) while the workers compute.
-  std::vector<uint32_t> now = local_pairs;
-  now.insert(now.end(), unavailable_pairs.begin(), unavailable_pairs.end());
-  for (const auto& [why, pairs] : failed) now.insert(now.end(), pairs.begin(), pairs.end());
-  Status local_status = compute_local(b, now, out, deadline);
-  if (local_status && !cached_pairs.empty()) {
-    LocalExpertExecutor from_cache(hot->store(), pool_, options_.expert_output);
-    local_status = compute_masked(from_cache, b, cached_pairs, out);
+// 3. The backbone's own share (and what already failed) while the workers compute, and the hot cache's pairs.
+Status RemoteExpertExecutor::compute_own_share(Call& c) {
+  std::vector<uint32_t> now = c.local_pairs;
+  now.insert(now.end(), c.unavailable_pairs.begin(), c.unavailable_pairs.end());
+  for (const auto& [why, pairs] : c.failed) now.insert(now.end(), pairs.begin(), pairs.end());
+  Status st = compute_local(c.b, now, c.out, c.deadline);
+  if (st && !c.cached_pairs.empty()) {
+    LocalExpertExecutor from_cache(c.hot->store(), pool_, options_.expert_output);
+    st = compute_masked(from_cache, c.b, c.cached_pairs, c.out);
   }
-  if (Status st = local_status; !st) {
-    for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::now());  // unregister, blame no one
-    return st;
+  if (!st) {
+    for (const Outgoing& o : c.sent) (void)links_[o.link]->wait(o.id, Clock::now());  // unregister, blame no one
   }
-  const size_t failed_before_wait = failed.size();
+  return st;
+}
 
-  // 4. Answers, until the deadline. Each accepted one fills its slots; the others are recomputed here.
-  uint64_t bytes_received = 0, responses = 0, audits = 0;
-  std::vector<uint64_t> link_served(n_links, 0), link_audits(n_links, 0), link_audits_failed(n_links, 0);
-  std::vector<std::pair<const Outgoing*, proto::ExpertResponse>> audited;
-  uint64_t hedges = 0, hedge_wins = 0;
-  std::vector<size_t> answered_by(sent.size(), 0);  // for the audit: who gave each audited answer
-  for (size_t si = 0; si < sent.size(); ++si) {
-    Outgoing& o = sent[si];
-    Answer ans = await_answer(b, o, deadline, sessions, load);
+// 4. Answers, until the deadline. Each accepted one fills its slots; the others are recomputed here, and so
+//    are the audited ones, whose answers must then equal the replica's bits.
+Status RemoteExpertExecutor::collect_answers(Call& c) {
+  c.answered_by.assign(c.sent.size(), 0);
+  for (size_t si = 0; si < c.sent.size(); ++si) {
+    Outgoing& o = c.sent[si];
+    Answer ans = await_answer(c.b, o, c.deadline, c.sessions, c.load);
     LinkAnswer& a = ans.answer;
     if (ans.hedged) {
-      ++hedges;
-      ++link_requests[ans.hedge_link];
-      bytes_sent += ans.hedge_bytes;
+      ++c.hedges;
+      ++c.link_requests[ans.hedge_link];
+      c.bytes_sent += ans.hedge_bytes;
     }
     if (!a.response) {
       // OVERLOADED is back-pressure from a healthy worker; every other failure ends its session.
       if (a.reason != FallbackReason::OVERLOADED) links_[ans.link]->fail(*ans.session, a.reason, a.message);
-      fall_back(ans.link, a.reason, o.pairs);
+      c.fall_back(ans.link, a.reason, o.pairs);
       continue;
     }
-    if (ans.hedged && ans.link == ans.hedge_link) ++hedge_wins;
-    ++responses;
-    bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output);
+    if (ans.hedged && ans.link == ans.hedge_link) ++c.hedge_wins;
+    ++c.responses;
+    c.bytes_received += proto::kFrameHeaderBytes + proto::expert_response_payload_bytes(o.pairs.size(), c.E, options_.expert_output);
     links_[ans.link]->note_success();
     const Clock::time_point got = a.received_at == Clock::time_point{} ? Clock::now() : a.received_at;
     chooser_.record(ans.link, std::chrono::duration<double>(got - ans.sent_at).count(), o.pairs.size());
-    answered_by[si] = ans.link;
+    c.answered_by[si] = ans.link;
     if (audit_.enabled() && !audit_.dropped(ans.link) && audit_.should_audit(ans.link)) {
-      audited.emplace_back(&o, std::move(*a.response));
+      c.audited.emplace_back(&o, std::move(*a.response));
       continue;
     }
-    link_served[ans.link] += o.pairs.size();
+    c.link_served[ans.link] += o.pairs.size();
     o.answered = true;
-    const std::vector<float>& rows = a.response->outputs;
-    for (size_t i = 0; i < o.pairs.size(); ++i)
-      std::memcpy(out.data() + size_t(o.pairs[i]) * E, rows.data() + i * E, E * sizeof(float));
+    c.fill(o, a.response->outputs);
   }
-  // The link that gave an audited answer (the original or its hedge), by the Outgoing's place in `sent`.
-  auto audited_link = [&](const Outgoing* o) { return answered_by[size_t(o - sent.data())]; };
   std::vector<uint32_t> later;
-  for (size_t f = failed_before_wait; f < failed.size(); ++f)
-    later.insert(later.end(), failed[f].second.begin(), failed[f].second.end());
-  for (const auto& [o, resp] : audited) later.insert(later.end(), o->pairs.begin(), o->pairs.end());
-  ESSAIM_RETURN_IF_ERROR(compute_local(b, later, out, deadline));
-  // An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped.
-  for (const auto& [o, resp] : audited) {
-    ++audits;
+  for (size_t f = c.failed_before_wait; f < c.failed.size(); ++f)
+    later.insert(later.end(), c.failed[f].second.begin(), c.failed[f].second.end());
+  for (const auto& [o, resp] : c.audited) later.insert(later.end(), o->pairs.begin(), o->pairs.end());
+  ESSAIM_RETURN_IF_ERROR(compute_local(c.b, later, c.out, c.deadline));
+  return check_audits(c);
+}
+
+// An audited answer must equal the replica's bits (now in out); a worker that disagrees is dropped, and
+// everything else it answered in this call is recomputed here too, so nothing it sent reaches `out`.
+Status RemoteExpertExecutor::check_audits(Call& c) {
+  for (const auto& [o, resp] : c.audited) {
+    ++c.audits;
     bool same = true;
     for (size_t i = 0; i < o->pairs.size() && same; ++i)
-      same = std::memcmp(out.data() + size_t(o->pairs[i]) * E, resp.outputs.data() + i * E, E * sizeof(float)) == 0;
-    const size_t by = audited_link(o);
-    ++link_audits[by];
+      same = std::memcmp(c.out.data() + size_t(o->pairs[i]) * c.E, resp.outputs.data() + i * c.E, c.E * sizeof(float)) == 0;
+    const size_t by = c.answered_by[size_t(o - c.sent.data())];
+    ++c.link_audits[by];
     audit_.record(by, same);
     if (same) {
-      link_served[by] += o->pairs.size();
+      c.link_served[by] += o->pairs.size();
       continue;
     }
-    ++link_audits_failed[by];
-    if (const std::shared_ptr<LinkSession> bad = by == o->link ? o->session : sessions[by])
+    ++c.link_audits_failed[by];
+    if (const std::shared_ptr<LinkSession> bad = by == o->link ? o->session : c.sessions[by])
       links_[by]->fail(*bad, FallbackReason::AUDIT_MISMATCH, "an audited answer differs from the replica");
-    fall_back(by, FallbackReason::AUDIT_MISMATCH, o->pairs);
+    c.fall_back(by, FallbackReason::AUDIT_MISMATCH, o->pairs);
   }
-  // A worker caught lying in this call may have lied in its other answers of the call too: those are
-  // recomputed here as well, so nothing it sent this call reaches `out`.
   std::vector<uint32_t> distrusted;
-  for (size_t si = 0; si < sent.size(); ++si) {
-    const Outgoing& o = sent[si];
-    const size_t by = answered_by[si];
-    if (!o.answered || link_audits_failed[by] == 0) continue;  // audited answers were recomputed above
-    link_served[by] -= std::min<uint64_t>(link_served[by], o.pairs.size());
+  for (size_t si = 0; si < c.sent.size(); ++si) {
+    const Outgoing& o = c.sent[si];
+    const size_t by = c.answered_by[si];
+    if (!o.answered || c.link_audits_failed[by] == 0) continue;  // audited answers were recomputed already
+    c.link_served[by] -= std::min<uint64_t>(c.link_served[by], o.pairs.size());
     distrusted.insert(distrusted.end(), o.pairs.begin(), o.pairs.end());
-    fall_back(by, FallbackReason::AUDIT_MISMATCH, o.pairs);
+    c.fall_back(by, FallbackReason::AUDIT_MISMATCH, o.pairs);
   }
-  ESSAIM_RETURN_IF_ERROR(compute_local(b, distrusted, out, deadline));
+  return compute_local(c.b, distrusted, c.out, c.deadline);
+}
 
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+void RemoteExpertExecutor::record_call(const Call& c) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - c.t0).count();
   std::lock_guard lock(stats_mu_);
   DispatchStats& st = stats_;
   ++st.layer_calls;
-  st.pairs += asked;
-  st.pairs_local += local_pairs.size();
-  st.pairs_cached += cached_pairs.size();
-  if (!cached_pairs.empty() && sent.empty()) ++st.calls_from_cache;
-  if (!cached_pairs.empty()) options_.hot_cache->note_hits(cached_pairs.size());
-  st.requests += sent.size();
-  st.responses += responses;
-  st.audits += audits;
-  st.hedges += hedges;
-  st.hedge_wins += hedge_wins;
-  if (!unavailable_pairs.empty()) st.fallback_pairs[size_t(FallbackReason::UNAVAILABLE)] += unavailable_pairs.size();
-  for (const auto& [why, pairs] : failed) {
+  st.pairs += c.asked;
+  st.pairs_local += c.local_pairs.size();
+  st.pairs_cached += c.cached_pairs.size();
+  if (!c.cached_pairs.empty() && c.sent.empty()) ++st.calls_from_cache;
+  if (!c.cached_pairs.empty()) options_.hot_cache->note_hits(c.cached_pairs.size());
+  st.requests += c.sent.size();
+  st.responses += c.responses;
+  st.audits += c.audits;
+  st.hedges += c.hedges;
+  st.hedge_wins += c.hedge_wins;
+  if (!c.unavailable_pairs.empty()) st.fallback_pairs[size_t(FallbackReason::UNAVAILABLE)] += c.unavailable_pairs.size();
+  for (const auto& [why, pairs] : c.failed) {
     ++st.fallback_requests[size_t(why)];
     st.fallback_pairs[size_t(why)] += pairs.size();
   }
   st.pairs_fallback = st.fallbacks();
-  for (size_t i = 0; i < n_links; ++i) {
-    st.workers[i].requests += link_requests[i];
-    st.workers[i].pairs_served += link_served[i];
-    st.workers[i].failures += link_failures[i];
+  for (size_t i = 0; i < links_.size(); ++i) {
+    st.workers[i].requests += c.link_requests[i];
+    st.workers[i].pairs_served += c.link_served[i];
+    st.workers[i].failures += c.link_failures[i];
     st.workers[i].mean_round_trip_ms = 1e3 * chooser_.mean_round_trip(i);
-    st.workers[i].audits += link_audits[i];
-    st.workers[i].audits_failed += link_audits_failed[i];
-    st.pairs_remote += link_served[i];
+    st.workers[i].audits += c.link_audits[i];
+    st.workers[i].audits_failed += c.link_audits_failed[i];
+    st.pairs_remote += c.link_served[i];
   }
-  if (st.layers.size() <= size_t(b.layer)) st.layers.resize(size_t(b.layer) + 1);
-  LayerWire& lw = st.layers[size_t(b.layer)];
+  if (st.layers.size() <= size_t(c.b.layer)) st.layers.resize(size_t(c.b.layer) + 1);
+  LayerWire& lw = st.layers[size_t(c.b.layer)];
   ++lw.calls;
-  lw.requests += sent.size();
-  lw.bytes_sent += bytes_sent;
-  lw.bytes_received += bytes_received;
+  lw.requests += c.sent.size();
+  lw.bytes_sent += c.bytes_sent;
+  lw.bytes_received += c.bytes_received;
   st.seconds += seconds;
   st.max_call_seconds = std::max(st.max_call_seconds, seconds);
-  return Status::ok();
 }
 
 RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatch& b, const Outgoing& o,

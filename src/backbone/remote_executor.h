@@ -121,6 +121,14 @@ class RemoteExpertExecutor final : public ExpertExecutor {
  private:
   struct Outgoing;
   struct Answer;
+  struct Call;
+  // The phases of one compute() call (docs at the top of this file, steps 1 to 4), then its stats.
+  Status assign_owners(Call& c);
+  void send_requests(Call& c);
+  Status compute_own_share(Call& c);
+  Status collect_answers(Call& c);
+  Status check_audits(Call& c);
+  void record_call(const Call& c);
   RemoteExpertExecutor(const ExpertStore& replica, ThreadPool* pool, DispatchOptions options);
   // The answer to one sent request by the deadline, sending a hedged duplicate when it is late and a second
   // replica may serve all its pairs. Called under call_mu_.

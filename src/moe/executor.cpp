@@ -73,6 +73,12 @@ Status LocalExpertExecutor::compute(const ExpertBatch& batch, std::span<float> o
   return Status::ok();
 }
 
+Status LocalExpertExecutor::compute_checked(const ExpertBatch& batch, std::span<float> out) {
+  ESSAIM_RETURN_IF_ERROR(compute_f32_checked(batch, out));
+  if (output_ != ExpertOutput::F32) round_requested_outputs(output_, batch, store_.any(batch.layer)->n_embd, out);
+  return Status::ok();
+}
+
 Status LocalExpertExecutor::compute_f32(const ExpertBatch& batch, std::span<float> out) {
   std::span<const ExpertLayer> ranges = store_.ranges(batch.layer);
   if (ranges.empty()) return Status::error("no experts held for layer " + std::to_string(batch.layer));
@@ -81,6 +87,11 @@ Status LocalExpertExecutor::compute_f32(const ExpertBatch& batch, std::span<floa
     if (id != -1 && store_.find(batch.layer, id) == nullptr)
       return Status::error("layer " + std::to_string(batch.layer) + ": expert " + std::to_string(id) +
                            " is not held");
+  return compute_f32_checked(batch, out);
+}
+
+Status LocalExpertExecutor::compute_f32_checked(const ExpertBatch& batch, std::span<float> out) {
+  std::span<const ExpertLayer> ranges = store_.ranges(batch.layer);
   if (ranges.size() == 1)
     return expert_ffn(ranges.front(), batch.act.data(), batch.n_rows, batch.k, batch.ids.data(), out.data(), pool_);
   // Several ranges: each computes its own slots of the shared output (others masked to -1).

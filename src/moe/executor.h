@@ -77,6 +77,9 @@ class LocalExpertExecutor final : public ExpertExecutor {
       : store_(store), pool_(pool), output_(output) {}
   // Checks the batch against the store (layer held, act_type and sizes match, every id held) first.
   Status compute(const ExpertBatch& batch, std::span<float> out) override;
+  // compute() without the checks, for a caller that has made them against this same store (the remote
+  // executor's share and fallbacks: it validates each batch once, before anything is sent).
+  Status compute_checked(const ExpertBatch& batch, std::span<float> out);
   // Its only errors are batches that do not match its store, which a model loaded with that store never
   // sends (a model that does anyway resets the sequences it could not roll back).
   bool may_fail() const override { return false; }
@@ -84,6 +87,7 @@ class LocalExpertExecutor final : public ExpertExecutor {
 
  private:
   Status compute_f32(const ExpertBatch& batch, std::span<float> out);
+  Status compute_f32_checked(const ExpertBatch& batch, std::span<float> out);
   const ExpertStore& store_;
   ThreadPool* pool_;
   ExpertOutput output_;
