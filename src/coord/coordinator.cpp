@@ -227,8 +227,10 @@ net::HttpReply Coordinator::Impl::dashboard_page(const ApiCall&) {
   return {.status = 200, .content_type = "text/html; charset=utf-8", .body = dashboard_html(), .headers = {}};
 }
 
-net::HttpReply Coordinator::Impl::dashboard_api(const ApiCall&) {
-  json d = dashboard_json();
+net::HttpReply Coordinator::Impl::dashboard_api(const ApiCall& c) {
+  // Public; an admin token (sent by the page when its URL fragment carries one) adds the nodes' addresses.
+  const bool admin = !c.req.authorization.empty() && authenticate(c.req.authorization).kind == Caller::ADMIN;
+  json d = dashboard_json(admin);
   if (d.contains("error")) return json_reply(503, d);
   return json_reply(200, d);
 }
@@ -333,6 +335,7 @@ net::HttpReply Coordinator::Impl::work(const ApiCall& c) {
   Result<std::vector<WorkReport>> w = parse_work(c.req.body);
   if (!w) return error(400, w.status().message(), "invalid_body");
   json unknown = json::array();
+  std::vector<std::pair<std::string, int64_t>> credited;  // (node, pairs) for the dashboard's rates
   const std::string reporter = c.admin() ? std::string("admin") : c.who.node.node_id;
   Status st = store->exclusive([&]() -> Status {
     ESSAIM_ASSIGN_OR_RETURN(std::vector<NodeRow> nodes, store->list_nodes());
@@ -350,10 +353,12 @@ net::HttpReply Coordinator::Impl::work(const ApiCall& c) {
                                                            reporter + ")"
                                                      : std::string();
       ESSAIM_RETURN_IF_ERROR(store->add_work(best->node_id, {r.pairs_accepted, r.audits, r.audits_failed}, reason));
+      credited.emplace_back(best->node_id, r.pairs_accepted);
     }
     return Status::ok();
   });
   if (!st) return store_failed(st);
+  for (const auto& [node, pairs] : credited) history.pairs(c.now_ms, node, pairs);
   json body = json::object();
   if (!unknown.empty()) body["unknown_addresses"] = unknown;
   return json_reply(200, body);

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "coord/coordinator.h"
+#include "coord/dashboard_history.h"
 
 namespace essaim::coord {
 
@@ -39,6 +40,7 @@ struct Coordinator::Impl {
   boost::asio::thread_pool pool;
   std::once_flag stopped;
   std::atomic<uint64_t> requests{0}, unauthorized{0}, bytes_served{0}, downloads{0}, store_errors{0};
+  DashboardHistory history;
 
   Impl(const Catalogue& c, std::unique_ptr<Store> s, CoordinatorConfig config)
       : cat(c), store(std::move(s)), cfg(std::move(config)), pool(size_t(std::max(1, cfg.threads))) {}
@@ -46,6 +48,9 @@ struct Coordinator::Impl {
   int64_t now() const;
   Caller authenticate(const std::string& authorization);
   net::HttpReply route(const net::HttpRequestView& req);
+  // What a volunteer holding `held` with this budget is told now (reads the store; reserves nothing).
+  Result<VolunteerChoice> decide_volunteer(const std::string& node_id, const std::vector<size_t>& held,
+                                           int64_t budget_bytes, int64_t now_ms);
   // One handler per endpoint (the route table in coordinator.cpp lists them).
   net::HttpReply health(const ApiCall& c);
   net::HttpReply dashboard_page(const ApiCall& c);
@@ -65,7 +70,9 @@ struct Coordinator::Impl {
   net::HttpReply rewards(const ApiCall& c);
   // GET /slices/NAME: answers through `out` (a stream), from the pool.
   void download(const net::HttpRequestView& req, const std::string& name, std::shared_ptr<net::HttpResponder> out);
-  nlohmann::json dashboard_json();
+  nlohmann::json dashboard_json(bool with_addresses);
+  // Records a coverage sample for the dashboard's strip from these holder counts.
+  void note_coverage(int64_t now_ms, const std::vector<int64_t>& holders);
 };
 
 net::HttpReply json_reply(int status, const nlohmann::json& body);

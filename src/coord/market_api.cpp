@@ -1,4 +1,5 @@
 // The market's endpoints: heartbeats, demand, usage, volunteering and the backbone's expert map.
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -37,9 +38,28 @@ net::HttpReply Coordinator::Impl::coverage(const ApiCall& c) {
     }
     accepted.push_back({f.node_id, h.layer, h.expert_first, h.expert_count, h.sha256});
   }
-  if (Status st = store->heartbeat(f, accepted); !st) return store_failed(st);
+  Status stored = store->exclusive([&]() -> Status {
+    ESSAIM_RETURN_IF_ERROR(store->heartbeat(f, accepted));
+    return hb->leaving ? store->set_pending(f.node_id, {}, c.now_ms) : Status::ok();
+  });
+  if (!stored) return store_failed(stored);
+  if (history.wants_coverage(c.now_ms)) {
+    if (Result<Snapshot> s = snapshot(*store)) {
+      note_coverage(c.now_ms, count_holders(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s));
+    }
+  }
+  // Whether volunteering now would change anything for this node (an assignment, a swap, a drop): a node
+  // whose budget is full asks only when told, so a hole is healed within a heartbeat of being seen.
+  bool volunteer_now = false;
+  if (f.fingerprint_ok && !hb->leaving) {
+    std::vector<size_t> held;
+    for (const HoldingRow& h : accepted) held.push_back(*cat.find(h.layer, h.expert_first, h.expert_count));
+    Result<VolunteerChoice> would = decide_volunteer(f.node_id, held, f.capacity_bytes, c.now_ms);
+    if (!would) return store_failed(would.status());
+    volunteer_now = !would->empty();
+  }
   json body = {{"accepted_holdings", accepted.size()}, {"heartbeat_s", cfg.heartbeat_s},
-               {"fingerprint_ok", f.fingerprint_ok}};
+               {"fingerprint_ok", f.fingerprint_ok}, {"volunteer", volunteer_now}};
   if (!rejected.empty()) body["rejected_holdings"] = rejected;
   if (!f.fingerprint_ok) {
     body["expected_fingerprint"] = {{"model_identity", cat.model_identity},
@@ -73,15 +93,103 @@ net::HttpReply Coordinator::Impl::usage(const ApiCall& c) {
   Result<std::vector<UsageLayer>> u = parse_usage(c.req.body, cat.n_experts);
   if (!u) return error(400, u.status().message(), "invalid_body");
   Status st = store->exclusive([&]() -> Status {
+    ESSAIM_RETURN_IF_ERROR(store->decay_usage(c.now_ms, cfg.usage_half_life_s * 1000));
     for (const UsageLayer& l : *u) ESSAIM_RETURN_IF_ERROR(store->add_usage(l.layer, l.counts));
     return Status::ok();
   });
   if (!st) return store_failed(st);
+  // Each token the backbone ran picked n_expert_used experts in every MoE layer: its tokens are the picks of
+  // its busiest layer in this report / n_expert_used (the dashboard's tokens/s per backbone).
+  int64_t picks = 0;
+  for (const UsageLayer& l : *u) {
+    int64_t layer_picks = 0;
+    for (int64_t n : l.counts) layer_picks += n;
+    picks = std::max(picks, layer_picks);
+  }
+  if (cat.n_expert_used > 0 && picks > 0) {
+    history.tokens(c.now_ms, c.admin() ? std::string("admin") : c.who.node.node_id, picks / cat.n_expert_used);
+  }
   return json_reply(200, json::object());
 }
 
+namespace {
+
+// A reservation stands for a download in progress; one of a node that is gone (revoked, dropped, or
+// heartbeating before and silent for 3 heartbeats now) downloads nothing, so it must not hide a scarce range.
+std::set<std::string> gone_nodes(const std::vector<NodeRow>& nodes, int64_t now_ms, int64_t heartbeat_s) {
+  std::set<std::string> gone;
+  for (const NodeRow& n : nodes) {
+    const std::string st = node_status(n, now_ms, heartbeat_s);
+    if (st == "revoked" || st == "dropped" || (st == "stale" && n.last_heartbeat_ms > 0)) gone.insert(n.node_id);
+  }
+  return gone;
+}
+
+// The pending assignments of live nodes still to land: takes of slices not held yet, give-ups of slices
+// still held.
+struct InFlight {
+  std::string node_id;
+  size_t slice = 0;
+  bool give_up = false;
+};
+std::vector<InFlight> in_flight(const Catalogue& cat, const Snapshot& s, const std::vector<PendingRow>& pending,
+                                const std::set<std::string>& gone) {
+  std::set<std::tuple<std::string, int64_t, int64_t>> holds;
+  for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
+  std::vector<InFlight> out;
+  for (const PendingRow& p : pending) {
+    if (gone.count(p.node_id) || holds.count({p.node_id, p.layer, p.expert_first}) != size_t(p.give_up)) continue;
+    for (size_t i = 0; i < cat.slices.size(); ++i) {
+      if (cat.slices[i].layer == p.layer && cat.slices[i].expert_first == p.expert_first) {
+        out.push_back({p.node_id, i, p.give_up});
+      }
+    }
+  }
+  return out;
+}
+
+// Every healthy node's valid holdings as they will be once its pending assignments land, what it serves and
+// is not giving up, and its budget (its heartbeat's capacity).
+std::vector<NodeHoldings> future_holdings(const Catalogue& cat, const Snapshot& s, const std::vector<InFlight>& moves,
+                                          int64_t now_ms, int64_t heartbeat_s) {
+  std::vector<NodeHoldings> out;
+  for (const MapWorker& w : expert_map(cat, s.nodes, s.holdings, now_ms, heartbeat_s)) {
+    NodeHoldings n{w.node_id, w.slices, w.slices, 0};
+    for (const NodeRow& row : s.nodes) {
+      if (row.node_id == n.node_id) n.budget_bytes = row.capacity_bytes;
+    }
+    for (const InFlight& m : moves) {
+      if (m.node_id != n.node_id) continue;
+      if (m.give_up) {
+        n.slices.erase(std::remove(n.slices.begin(), n.slices.end(), m.slice), n.slices.end());
+        n.serving.erase(std::remove(n.serving.begin(), n.serving.end(), m.slice), n.serving.end());
+      } else {
+        n.slices.push_back(m.slice);
+      }
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<VolunteerChoice> Coordinator::Impl::decide_volunteer(const std::string& node_id, const std::vector<size_t>& held,
+                                                            int64_t budget_bytes, int64_t now_ms) {
+  ESSAIM_ASSIGN_OR_RETURN(Snapshot s, snapshot(*store));
+  ESSAIM_ASSIGN_OR_RETURN(std::vector<PendingRow> pending, store->list_pending(now_ms));
+  const std::vector<InFlight> moves = in_flight(cat, s, pending, gone_nodes(s.nodes, now_ms, cfg.heartbeat_s));
+  // Holders as they will be once the other nodes' moves land; this node's own are offered again.
+  std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, cfg.heartbeat_s);
+  for (const InFlight& m : moves) {
+    if (m.node_id != node_id) holders[m.slice] += m.give_up ? -1 : 1;
+  }
+  return choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), cfg.replicas), held,
+                          budget_bytes, swarm_room(cat, future_holdings(cat, s, moves, now_ms, cfg.heartbeat_s), node_id));
+}
+
 // Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on
-// this process or another sharing the database) get different slices.
+// this process or another sharing the database) get different slices. A swap's new slice is reserved too.
 net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
   if (c.admin()) return error(403, "volunteering needs the node's own token", "forbidden");
   if (c.who.node.role != "worker") return error(403, "a backbone's token holds no experts: workers volunteer", "forbidden");
@@ -90,50 +198,38 @@ net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
   if (v->node_id != c.who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
   VolunteerChoice choice;
   Status st = store->exclusive([&]() -> Status {
-    ESSAIM_ASSIGN_OR_RETURN(Snapshot s, snapshot(*store));
-    ESSAIM_ASSIGN_OR_RETURN(std::vector<PendingRow> pending, store->list_pending(c.now_ms));
-    std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, c.now_ms, cfg.heartbeat_s);
-    std::set<std::tuple<std::string, int64_t, int64_t>> holds;
-    for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
-    // A reservation stands for a download in progress; one of a node that is gone (revoked, dropped, or
-    // heartbeating before and silent for 3 heartbeats now) downloads nothing, so it must not hide a scarce range.
-    std::set<std::string> gone;
-    for (const NodeRow& n : s.nodes) {
-      const std::string st = node_status(n, c.now_ms, cfg.heartbeat_s);
-      if (st == "revoked" || st == "dropped" || (st == "stale" && n.last_heartbeat_ms > 0)) gone.insert(n.node_id);
-    }
-    for (const PendingRow& p : pending) {
-      if (p.node_id == v->node_id) continue;  // its own earlier assignment is offered again
-      if (gone.count(p.node_id)) continue;
-      if (holds.count({p.node_id, p.layer, p.expert_first})) continue;  // already counted as a holder
-      for (size_t i = 0; i < cat.slices.size(); ++i) {
-        if (cat.slices[i].layer == p.layer && cat.slices[i].expert_first == p.expert_first) ++holders[i];
-      }
-    }
     std::vector<size_t> held;
     if (v->has_holding) {
       for (const RangeRef& r : v->holding) {
         if (std::optional<size_t> i = cat.find(r.layer, r.expert_first, r.expert_count)) held.push_back(*i);
       }
     } else {
-      for (const HoldingRow& h : s.holdings) {
+      ESSAIM_ASSIGN_OR_RETURN(std::vector<HoldingRow> holdings, store->list_holdings());
+      for (const HoldingRow& h : holdings) {
         if (h.node_id != v->node_id) continue;
         if (std::optional<size_t> i = cat.find(h.layer, h.expert_first, h.expert_count)) held.push_back(*i);
       }
     }
-    choice = choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), cfg.replicas), held,
-                              v->budget_bytes);
+    ESSAIM_ASSIGN_OR_RETURN(choice, decide_volunteer(v->node_id, held, v->budget_bytes, c.now_ms));
     std::vector<PendingRow> reserve;
-    for (size_t i : choice.assign) {
-      reserve.push_back({v->node_id, cat.slices[i].layer, cat.slices[i].expert_first, c.now_ms + kPendingMs});
+    const auto row = [&](size_t i, bool give_up) {
+      return PendingRow{v->node_id, cat.slices[i].layer, cat.slices[i].expert_first, c.now_ms + kPendingMs, give_up};
+    };
+    for (size_t i : choice.assign) reserve.push_back(row(i, false));
+    for (const SwapOrder& s : choice.swap) {
+      reserve.push_back(row(s.take, false));
+      reserve.push_back(row(s.give_up, true));
     }
     return store->set_pending(v->node_id, reserve, c.now_ms);
   });
   if (!st) return store_failed(st);
-  json assign = json::array(), drop = json::array();
+  json assign = json::array(), drop = json::array(), swap = json::array();
   for (size_t i : choice.assign) assign.push_back(slice_json(cat.slices[i]));
   for (size_t i : choice.drop) drop.push_back(range_json(cat.slices[i]));
-  return json_reply(200, {{"assign", assign}, {"drop", drop}});
+  for (const SwapOrder& s : choice.swap) {
+    swap.push_back({{"take", slice_json(cat.slices[s.take])}, {"give_up", range_json(cat.slices[s.give_up])}});
+  }
+  return json_reply(200, {{"assign", assign}, {"drop", drop}, {"swap", swap}});
 }
 
 net::HttpReply Coordinator::Impl::expert_map(const ApiCall& c) {
