@@ -90,6 +90,43 @@ size_t count_in(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// A backbone registers and reports usage (n_experts x 10 tokens' picks in layer 0) and 4000 pairs phone-1
+// (address 127.0.0.1:9000) served with 3 audits.
+void backbone_reports(uint16_t port, const json& model) {
+  Reply bb = request(port, "POST", "/api/nodes", R"({"name": "backbone-1", "role": "backbone"})", kAdmin);
+  ASSERT_EQ(bb.status, 201);
+  json counts = json::array();
+  for (int64_t e = 0; e < model["n_experts"].get<int64_t>(); ++e) counts.push_back(model["n_expert_used"].get<int64_t>() * 10);
+  ASSERT_EQ(request(port, "POST", "/api/expert-usage", json{{"layers", {{{"layer", 0}, {"counts", counts}}}}}.dump(),
+                    bb.j()["token"]).status, 200);
+  ASSERT_EQ(request(port, "POST", "/api/work",
+                    R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 4000, "audits": 3, "audits_failed": 0}]})",
+                    bb.j()["token"]).status, 200);
+}
+
+// The public page once its scripts ran: phone-1 and laptop-2 active, server-3 stale, backbone-1 apart.
+void check_public_dom(const std::string& dom) {
+  for (const char* name : {"phone-1", "laptop-2", "server-3", "backbone-1"}) EXPECT_NE(dom.find(name), std::string::npos) << name;
+  EXPECT_EQ(count_in(dom, "class=\"node\""), 4u) << dom;
+  EXPECT_EQ(count_in(dom, "data-role=\"backbone\""), 1u) << "backbones apart from workers";
+  EXPECT_EQ(count_in(dom, "data-status=\"stale\" data-role=\"worker\""), 1u) << "server-3 is stale\n" << dom;
+  EXPECT_EQ(count_in(dom, "data-status=\"active\" data-role=\"worker\""), 2u) << dom;
+  EXPECT_NE(dom.find("s ago</td>"), std::string::npos) << "last seen";
+  EXPECT_NE(dom.find("<td>4000</td><td>3</td><td>0</td>"), std::string::npos) << "phone-1's pairs credited and audits";
+  EXPECT_NE(dom.find("class=\"layer\""), std::string::npos);
+  EXPECT_NE(dom.find("class=\"scarce\""), std::string::npos);  // most ranges have no holder
+  EXPECT_NE(dom.find("class=\"tick\" data-state=\"uncovered\""), std::string::npos) << "the coverage strip";
+  EXPECT_EQ(dom.find("127.0.0.1:9000"), std::string::npos) << "no addresses on the public page";
+  EXPECT_NE(dom.find("(admin only)"), std::string::npos);
+  // Rates: the backbone ran n_experts x 10 tokens, phone-1 served 4000 pairs, within the last minute.
+  const std::regex tokens(R"(class="tokens">([0-9.]+)<)"), pairs(R"(class="pairs">([0-9.]+)<)");
+  std::smatch mt, mp;
+  ASSERT_TRUE(std::regex_search(dom, mt, tokens)) << dom;
+  EXPECT_GT(std::stod(mt[1]), 0) << "tokens/s of backbone-1";
+  ASSERT_TRUE(std::regex_search(dom, mp, pairs)) << dom;
+  EXPECT_GT(std::stod(mp[1]), 0) << "pairs/s of phone-1";
+}
+
 TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
   const std::string slices = (dir_ / "slices").string();
   std::vector<std::string> argv = args(slices, (dir_ / "dash.sqlite").string());
@@ -130,15 +167,7 @@ TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
     EXPECT_EQ(hb.j()["fingerprint_ok"], true) << hb.body;
   }
   EXPECT_EQ(request(c.port(), "GET", "/api/expert-map", "", token).j()["workers"].size(), 3u);
-  Reply bb = request(c.port(), "POST", "/api/nodes", R"({"name": "backbone-1", "role": "backbone"})", kAdmin);
-  ASSERT_EQ(bb.status, 201);
-  json counts = json::array();
-  for (int64_t e = 0; e < model["n_experts"].get<int64_t>(); ++e) counts.push_back(model["n_expert_used"].get<int64_t>() * 10);
-  ASSERT_EQ(request(c.port(), "POST", "/api/expert-usage", json{{"layers", {{{"layer", 0}, {"counts", counts}}}}}.dump(),
-                    bb.j()["token"]).status, 200);
-  ASSERT_EQ(request(c.port(), "POST", "/api/work",
-                    R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 4000, "audits": 3, "audits_failed": 0}]})",
-                    bb.j()["token"]).status, 200);
+  backbone_reports(c.port(), model);
   std::atomic<bool> beating{true};
   std::thread live([&] {  // phone-1 and laptop-2 stay fresh while Chromium runs
     while (beating) {
@@ -159,24 +188,7 @@ TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
   const std::string url = "http://127.0.0.1:" + std::to_string(c.port()) + "/";
   const std::string dom = chromium_dom(dir_, url);
   ASSERT_FALSE(dom.empty());
-  for (const char* name : {"phone-1", "laptop-2", "server-3", "backbone-1"}) EXPECT_NE(dom.find(name), std::string::npos) << name;
-  EXPECT_EQ(count_in(dom, "class=\"node\""), 4u) << dom;
-  EXPECT_EQ(count_in(dom, "data-role=\"backbone\""), 1u) << "backbones apart from workers";
-  EXPECT_EQ(count_in(dom, "data-status=\"stale\" data-role=\"worker\""), 1u) << "server-3 is stale\n" << dom;
-  EXPECT_EQ(count_in(dom, "data-status=\"active\" data-role=\"worker\""), 2u) << dom;
-  EXPECT_NE(dom.find("s ago</td>"), std::string::npos) << "last seen";
-  EXPECT_NE(dom.find("class=\"layer\""), std::string::npos);
-  EXPECT_NE(dom.find("class=\"scarce\""), std::string::npos);  // most ranges have no holder
-  EXPECT_NE(dom.find("class=\"tick\" data-state=\"uncovered\""), std::string::npos) << "the coverage strip";
-  EXPECT_EQ(dom.find("127.0.0.1:9000"), std::string::npos) << "no addresses on the public page";
-  EXPECT_NE(dom.find("(admin only)"), std::string::npos);
-  // Rates: the backbone ran n_experts x 10 tokens, phone-1 served 4000 pairs, within the last minute.
-  const std::regex tokens(R"(class="tokens">([0-9.]+)<)"), pairs(R"(class="pairs">([0-9.]+)<)");
-  std::smatch mt, mp;
-  ASSERT_TRUE(std::regex_search(dom, mt, tokens)) << dom;
-  EXPECT_GT(std::stod(mt[1]), 0) << "tokens/s of backbone-1";
-  ASSERT_TRUE(std::regex_search(dom, mp, pairs)) << dom;
-  EXPECT_GT(std::stod(mp[1]), 0) << "pairs/s of phone-1";
+  check_public_dom(dom);
   // With the admin token in the URL's fragment (never sent to a server), the addresses too.
   const std::string admin_dom = chromium_dom(dir_, url + "#admin=" + kAdmin);
   EXPECT_NE(admin_dom.find("127.0.0.1:9000"), std::string::npos) << admin_dom;
