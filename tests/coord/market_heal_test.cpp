@@ -18,7 +18,9 @@ namespace essaim::coord {
 namespace {
 
 constexpr int64_t kSliceBytes = 100;
-constexpr int kQuiet = 8;  // heartbeats of quiet before the property is checked
+// Heartbeats of quiet before the property is checked: 3 for a killed node to go stale, 1 to volunteer, 1 for
+// the download to land (4 fails: the bound is tight).
+constexpr int kQuiet = 5;
 
 Catalogue catalogue(int layers, int ranges) {
   Catalogue c;
