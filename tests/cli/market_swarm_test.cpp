@@ -235,7 +235,9 @@ TEST(MarketSwarm, ChurnASpareTakesOverAKilledWorkersRangeAndTheTextStaysExact) {
 // The held-out scenario of issue 41. Before the healing market, the spare's budget stayed full of second
 // replicas (drops were offered only above `wanted`) and the killed worker's range stayed at 0 holders.
 TEST(MarketSwarm, AFullSwarmSwapsASecondReplicaForAKilledWorkersRange) {
-  constexpr int kHeartbeatS = 1;
+  // 2 s heartbeats, as the churn test: with 1 s, live workers on a loaded 2-core machine could miss 3
+  // heartbeats and go stale themselves.
+  constexpr int kHeartbeatS = 2;
   Market m(/*replicas=*/2, kHeartbeatS);
   ASSERT_TRUE(m.up()) << m.log();
   std::map<std::string, std::unique_ptr<BackgroundProcess>> workers;  // by node id
