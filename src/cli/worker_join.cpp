@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kLeavingDeadline{2000};
 
 struct Held {
   market::SliceOffer offer;
@@ -173,7 +174,10 @@ class Joiner {
     if (!leaving) {
       for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
     }
-    Result<market::CoverageAnswer> a = client_->heartbeat(beat);
+    // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
+    Result<market::MarketClient> quick = leaving ? market::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
+                                                 : Result<market::MarketClient>(Status::error("not leaving"));
+    Result<market::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
     if (!a) {
       log("heartbeat: " + a.status().message());
       return false;
