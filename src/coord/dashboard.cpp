@@ -92,7 +92,7 @@ table{border-collapse:collapse} td,th{padding:2px 6px;border:1px solid #ccc;font
 #grid td{min-width:2.2em;text-align:center} td.scarce{outline:2px solid #c00}
 #status{color:#666;font-size:12px}
 tr[data-status=stale] td,tr[data-status=dropped] td,tr[data-status=revoked] td{color:#999}
-tr[data-status=stale] td.holdings,tr[data-status=dropped] td.holdings,tr[data-status=revoked] td.holdings{text-decoration:line-through}
+td.struck{text-decoration:line-through}
 td.st-stale,td.st-dropped,td.st-revoked{background:#f4d6d6;font-weight:bold}
 #strip{position:relative;width:720px;height:22px;background:#eee;border:1px solid #ccc}
 #strip span.tick{position:absolute;top:0;height:22px}
@@ -158,7 +158,8 @@ function nodes(d) {
     for (const v of [n.node_id, n.name, n.role]) cell(tr, String(v));
     cell(tr, n.status, 'st-' + n.status); cell(tr, ago(n.last_seen_s), 'seen');
     cell(tr, n.address === undefined ? '(admin only)' : n.address || '—', 'address');
-    cell(tr, n.load.toFixed(2)); cell(tr, n.holdings.join(' ') || '—', 'holdings');
+    // A node that is not active serves nothing: what it last said it held is struck out.
+    cell(tr, n.load.toFixed(2)); cell(tr, n.holdings.join(' ') || '—', n.status === 'active' ? 'holdings' : 'holdings struck');
     cell(tr, n.pairs_per_s.toFixed(1), 'pairs');
     for (const v of [n.pairs_credited, n.audits, n.audits_failed, n.withheld]) cell(tr, String(v));
     body.appendChild(tr);

@@ -111,6 +111,8 @@ void check_public_dom(const std::string& dom) {
   EXPECT_EQ(count_in(dom, "data-role=\"backbone\""), 1u) << "backbones apart from workers";
   EXPECT_EQ(count_in(dom, "data-status=\"stale\" data-role=\"worker\""), 1u) << "server-3 is stale\n" << dom;
   EXPECT_EQ(count_in(dom, "data-status=\"active\" data-role=\"worker\""), 2u) << dom;
+  EXPECT_EQ(count_in(dom, "class=\"holdings struck\">L"), 1u) << "server-3's holdings struck out\n" << dom;
+  EXPECT_EQ(count_in(dom, "class=\"holdings\">L"), 2u) << dom;
   EXPECT_NE(dom.find("s ago</td>"), std::string::npos) << "last seen";
   EXPECT_NE(dom.find("<td>4000</td><td>3</td><td>0</td>"), std::string::npos) << "phone-1's pairs credited and audits";
   EXPECT_NE(dom.find("class=\"layer\""), std::string::npos);
