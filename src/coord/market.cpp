@@ -169,7 +169,8 @@ VolunteerChoice choose_volunteer(const Catalogue& cat, const std::vector<RangeDe
   return c;
 }
 
-SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker) {
+SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker,
+                     const std::vector<size_t>& held) {
   SwarmRoom r{std::vector<int64_t>(cat.slices.size(), 0), std::vector<int64_t>(cat.slices.size(), 0)};
   for (const NodeHoldings& n : nodes) {
     for (size_t s : n.serving) {
@@ -179,8 +180,8 @@ SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& node
     const std::set<size_t> mine(n.slices.begin(), n.slices.end());
     int64_t left = n.budget_bytes;
     for (size_t s : mine) left -= slice_bytes(cat, s);
-    for (size_t s = 0; s < cat.slices.size(); ++s) {
-      if (!mine.count(s) && cat.slices[s].bytes <= left) ++r.takers[s];
+    for (size_t s : held) {
+      if (s < cat.slices.size() && !mine.count(s) && cat.slices[s].bytes <= left) ++r.takers[s];
     }
   }
   return r;

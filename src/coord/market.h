@@ -108,8 +108,10 @@ struct NodeHoldings {
   std::vector<size_t> serving;
   int64_t budget_bytes = 0;
 };
-// SwarmRoom for `asker` from every live node (the asker's own holdings count in `serving` only).
-SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker);
+// SwarmRoom for `asker`, which holds `held`, from every live node (the asker's own holdings count in
+// `serving` only). Takers are counted for `held` only (the only slices a swap may give up): O(nodes x held).
+SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker,
+                     const std::vector<size_t>& held);
 
 // Usage counts decay with a half-life: the factor to multiply counts by after `elapsed_ms` (1 when the
 // half-life is 0, i.e. no decay).

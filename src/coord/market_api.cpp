@@ -1,5 +1,6 @@
 // The market's endpoints: heartbeats, demand, usage, volunteering and the backbone's expert map.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -136,14 +137,13 @@ std::vector<InFlight> in_flight(const Catalogue& cat, const Snapshot& s, const s
                                 const std::set<std::string>& gone) {
   std::set<std::tuple<std::string, int64_t, int64_t>> holds;
   for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
+  std::map<std::pair<int64_t, int64_t>, size_t> slice_at;  // (layer, expert_first) -> slice
+  for (size_t i = 0; i < cat.slices.size(); ++i) slice_at.emplace(std::make_pair(cat.slices[i].layer, cat.slices[i].expert_first), i);
   std::vector<InFlight> out;
   for (const PendingRow& p : pending) {
     if (gone.count(p.node_id) || holds.count({p.node_id, p.layer, p.expert_first}) != size_t(p.give_up)) continue;
-    for (size_t i = 0; i < cat.slices.size(); ++i) {
-      if (cat.slices[i].layer == p.layer && cat.slices[i].expert_first == p.expert_first) {
-        out.push_back({p.node_id, i, p.give_up});
-      }
-    }
+    auto it = slice_at.find({p.layer, p.expert_first});
+    if (it != slice_at.end()) out.push_back({p.node_id, it->second, p.give_up});
   }
   return out;
 }
@@ -152,14 +152,15 @@ std::vector<InFlight> in_flight(const Catalogue& cat, const Snapshot& s, const s
 // is not giving up, and its budget (its heartbeat's capacity).
 std::vector<NodeHoldings> future_holdings(const Catalogue& cat, const Snapshot& s, const std::vector<InFlight>& moves,
                                           int64_t now_ms, int64_t heartbeat_s) {
+  std::map<std::string, int64_t> budget;
+  for (const NodeRow& row : s.nodes) budget[row.node_id] = row.capacity_bytes;
+  std::map<std::string, std::vector<const InFlight*>> moves_of;
+  for (const InFlight& m : moves) moves_of[m.node_id].push_back(&m);
   std::vector<NodeHoldings> out;
   for (const MapWorker& w : expert_map(cat, s.nodes, s.holdings, now_ms, heartbeat_s)) {
-    NodeHoldings n{w.node_id, w.slices, w.slices, 0};
-    for (const NodeRow& row : s.nodes) {
-      if (row.node_id == n.node_id) n.budget_bytes = row.capacity_bytes;
-    }
-    for (const InFlight& m : moves) {
-      if (m.node_id != n.node_id) continue;
+    NodeHoldings n{w.node_id, w.slices, w.slices, budget[w.node_id]};
+    for (const InFlight* mp : moves_of[n.node_id]) {
+      const InFlight& m = *mp;
       if (m.give_up) {
         n.slices.erase(std::remove(n.slices.begin(), n.slices.end(), m.slice), n.slices.end());
         n.serving.erase(std::remove(n.serving.begin(), n.serving.end(), m.slice), n.serving.end());
@@ -185,7 +186,8 @@ Result<VolunteerChoice> Coordinator::Impl::decide_volunteer(const std::string& n
     if (m.node_id != node_id) holders[m.slice] += m.give_up ? -1 : 1;
   }
   return choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), cfg.replicas), held,
-                          budget_bytes, swarm_room(cat, future_holdings(cat, s, moves, now_ms, cfg.heartbeat_s), node_id));
+                          budget_bytes,
+                          swarm_room(cat, future_holdings(cat, s, moves, now_ms, cfg.heartbeat_s), node_id, held));
 }
 
 // Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on

@@ -190,7 +190,8 @@ class Swarm {
     }
     const std::vector<RangeDemand> demand = compute_demand(cat_, holders, usage_shares(cat_, usage_), wanted_);
     const VolunteerChoice c = choose_volunteer(cat_, demand, std::vector<size_t>(me.held.begin(), me.held.end()),
-                                               me.budget, swarm_room(cat_, view, me.id));
+                                               me.budget,
+                                               swarm_room(cat_, view, me.id, std::vector<size_t>(me.held.begin(), me.held.end())));
     for (size_t s : c.drop) me.held.erase(s);
     for (size_t s : c.assign) me.pending.insert(s);
     for (const SwapOrder& s : c.swap) {
@@ -258,7 +259,7 @@ TEST(MarketHeals, SpareFullOfSecondReplicasMovesToTheHole) {
   const VolunteerChoice before = choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes);
   ASSERT_EQ(before.swap.size(), 1u);
   EXPECT_EQ(before.swap[0].take, 0u) << "the hole first";
-  const VolunteerChoice c = choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes, swarm_room(cat, view, "spare"));
+  const VolunteerChoice c = choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes, swarm_room(cat, view, "spare", {1, 2}));
   EXPECT_TRUE(c.assign.empty());
   ASSERT_EQ(c.swap.size(), 1u);
   EXPECT_EQ(c.swap[0].take, 0u);
@@ -275,7 +276,7 @@ TEST(MarketHeals, SpareFullOfSecondReplicasMovesToTheHole) {
   std::vector<NodeHoldings> downloading = view;
   downloading[0].serving.clear();  // w1 will hold range 1, not yet
   downloading[1].serving.clear();  // nor w2 range 2
-  EXPECT_TRUE(choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes, swarm_room(cat, downloading, "spare")).swap.empty());
+  EXPECT_TRUE(choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes, swarm_room(cat, downloading, "spare", {1, 2})).swap.empty());
 }
 
 TEST(MarketHeals, LeastUsedRangeIsGivenUpFirst) {
