@@ -27,6 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (auto r = parse_coverage(body)) {
         require(node_id_valid(r->node_id) && is_hex(r->model_identity, 64));
         for (const RangeRef& h : r->holdings) require(range_valid(h.layer, h.expert_first, h.expert_count) && is_hex(h.sha256, 64));
+        require(!r->leaving || r->holdings.empty());  // a leaving node holds nothing
       }
       break;
     case 2:

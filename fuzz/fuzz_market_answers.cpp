@@ -38,6 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (auto v = parse_volunteer_answer(body)) {
         for (const SliceOffer& o : v->assign) check_offer(o);
         for (const RangeRef& r : v->drop) require(r.expert_count >= 1);
+        for (const SwapOffer& s : v->swap) {
+          check_offer(s.take);
+          require(s.give_up.expert_count >= 1 && !(s.give_up == s.take.range));
+        }
       }
       break;
     case 2:

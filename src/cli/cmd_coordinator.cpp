@@ -25,7 +25,7 @@ namespace {
 
 struct Args {
   std::string model, slices, db, listen = "127.0.0.1:8700", admin_token;
-  int64_t replicas = 2, heartbeat_s = 10;
+  int64_t replicas = 2, heartbeat_s = 10, usage_half_life_s = coord::CoordinatorConfig{}.usage_half_life_s;
   uint32_t slice_experts = 32;
   int32_t max_connections = net::HttpLimits{}.max_connections;
   size_t max_per_address = net::HttpLimits{}.max_per_address;
@@ -65,7 +65,7 @@ int run(const Args& a) {
   const size_t n_slices = cat->slices.size();
   coord::Coordinator c(std::move(*cat), std::move(*store),
                        {.admin_token = a.admin_token, .slices_dir = a.slices, .replicas = a.replicas,
-                        .heartbeat_s = a.heartbeat_s});
+                        .heartbeat_s = a.heartbeat_s, .usage_half_life_s = a.usage_half_life_s});
   net::HttpLimits limits = c.http_limits();
   limits.max_connections = a.max_connections;
   limits.max_per_address = a.max_per_address;
@@ -103,6 +103,9 @@ void register_coordinator(CLI::App& app, int& exit_code) {
   cmd->add_option("--replicas", a->replicas, "Holders wanted per slice")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--heartbeat-s", a->heartbeat_s, "Seconds between node heartbeats (a node silent 3x this is no longer a holder)")
       ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--usage-half-life-s", a->usage_half_life_s,
+                  "Router usage counts halve every this many seconds, so demand follows today's router (0: never)")
+      ->capture_default_str()->check(CLI::Range(int64_t(0), int64_t(10) * 365 * 86400));
   cmd->add_option("--slice-experts", a->slice_experts, "Experts per slice when the plan is cut here")
       ->capture_default_str()->check(CLI::Range(1, 65536));
   add_admission_flags(*cmd, a->max_connections, a->max_per_address);

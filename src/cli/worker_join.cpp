@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kLeavingDeadline{2000};
 
 struct Held {
   market::SliceOffer offer;
@@ -165,20 +166,28 @@ class Joiner {
     return l;
   }
 
-  void heartbeat() {
+  // Returns whether the coordinator says volunteering now would change something for this node. A leaving
+  // heartbeat holds nothing: the coordinator forgets this node's ranges at once.
+  bool heartbeat(bool leaving = false) {
     market::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
-                           .capacity_bytes = c_.budget_bytes, .load = load()};
-    for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
-    Result<market::CoverageAnswer> a = client_->heartbeat(beat);
+                           .capacity_bytes = c_.budget_bytes, .load = load(), .leaving = leaving};
+    if (!leaving) {
+      for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
+    }
+    // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
+    Result<market::MarketClient> quick = leaving ? market::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
+                                                 : Result<market::MarketClient>(Status::error("not leaving"));
+    Result<market::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
     if (!a) {
       log("heartbeat: " + a.status().message());
-      return;
+      return false;
     }
     heartbeat_s_ = a->heartbeat_s;
     if (!a->fingerprint_ok && !warned_fingerprint_) {
       log("the coordinator says this build's fingerprint does not match the model's: no work will be assigned");
       warned_fingerprint_ = true;
     }
+    return a->volunteer;
   }
 
   bool has_room() const {
@@ -190,7 +199,66 @@ class Joiner {
     return false;
   }
 
-  // One volunteer round: drops, then downloads what fits. Returns whether the served set changed.
+  bool holds(const market::RangeRef& r) const {
+    return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
+  }
+
+  void forget(const market::RangeRef& r, const std::string& why) {
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
+    if (it == held_.end()) return;
+    log("dropping " + it->offer.name + " (" + why + ")");
+    std::error_code ec;
+    fs::remove(it->path, ec);
+    held_.erase(it);
+  }
+
+  // Downloads and verifies one offered slice into held_ if the result stays within `budget_bytes`. False when
+  // it is already held, over the budget, not the catalogue's, or fails (logged).
+  bool take(const market::SliceOffer& o, uint64_t budget_bytes) {
+    const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) {
+      return h.offer.name == o.name || h.offer.range == o.range;
+    });
+    if (held || held_bytes() + o.bytes > budget_bytes) return false;
+    // The assignment must be a catalogue entry: a volunteer answer names nothing the catalogue lacks.
+    const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const market::SliceOffer& c) {
+      return c.name == o.name && c.sha256 == o.sha256 && c.bytes == o.bytes && c.range == o.range;
+    });
+    if (!listed) {
+      log("ignoring assignment " + o.name + ": not in the catalogue as given");
+      return false;
+    }
+    const auto t0 = Clock::now();
+    Result<market::DownloadReport> r = market::download_slice(client_->url(), c_.token, o, c_.data_dir);
+    if (!r) {
+      log(r.status().message());
+      return false;
+    }
+    Held h{o, r->path};
+    if (Status st = verify_slice(h); !st) {
+      log("refusing " + o.name + ": " + st.message());
+      std::error_code ec;
+      fs::remove(h.path, ec);
+      return false;
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    log("downloaded " + o.name + " (" + std::to_string(r->bytes_fetched) + " bytes in " + std::to_string(s) + " s)");
+    held_.push_back(std::move(h));
+    return true;
+  }
+
+  // Take first, serve both and say so, then give the old range up: its holders never dip for this move.
+  // Meanwhile this node holds up to one slice over its budget.
+  bool swap(const market::SwapOffer& s) {
+    auto old = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == s.give_up; });
+    if (old == held_.end()) return false;
+    if (!take(s.take, c_.budget_bytes + old->offer.bytes)) return false;
+    if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
+    heartbeat();
+    forget(s.give_up, "swapped for " + s.take.name + ", a range with fewer holders");
+    return true;
+  }
+
+  // One volunteer round: drops, downloads what fits, then swaps. Returns whether the held set changed.
   bool volunteer_round(const std::atomic<bool>& stop) {
     std::vector<market::RangeRef> holding;
     for (const Held& h : held_) holding.push_back(h.offer.range);
@@ -201,45 +269,17 @@ class Joiner {
     }
     bool changed = false;
     for (const market::RangeRef& d : v->drop) {
-      auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == d; });
-      if (it == held_.end()) continue;
-      log("dropping " + it->offer.name + " (no longer scarce)");
-      std::error_code ec;
-      fs::remove(it->path, ec);
-      held_.erase(it);
+      if (!holds(d)) continue;
+      forget(d, "no longer scarce");
       changed = true;
     }
     for (const market::SliceOffer& o : v->assign) {
       if (stop) break;
-      const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) {
-        return h.offer.name == o.name || h.offer.range == o.range;
-      });
-      if (held || held_bytes() + o.bytes > c_.budget_bytes) continue;
-      // The assignment must be a catalogue entry: a volunteer answer names nothing the catalogue lacks.
-      const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const market::SliceOffer& c) {
-        return c.name == o.name && c.sha256 == o.sha256 && c.bytes == o.bytes && c.range == o.range;
-      });
-      if (!listed) {
-        log("ignoring assignment " + o.name + ": not in the catalogue as given");
-        continue;
-      }
-      const auto t0 = Clock::now();
-      Result<market::DownloadReport> r = market::download_slice(client_->url(), c_.token, o, c_.data_dir);
-      if (!r) {
-        log(r.status().message());
-        continue;
-      }
-      Held h{o, r->path};
-      if (Status st = verify_slice(h); !st) {
-        log("refusing " + o.name + ": " + st.message());
-        std::error_code ec;
-        fs::remove(h.path, ec);
-        continue;
-      }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      log("downloaded " + o.name + " (" + std::to_string(r->bytes_fetched) + " bytes in " + std::to_string(s) + " s)");
-      held_.push_back(std::move(h));
-      changed = true;
+      changed |= take(o, c_.budget_bytes);
+    }
+    for (const market::SwapOffer& s : v->swap) {
+      if (stop) break;
+      changed |= swap(s);
     }
     return changed;
   }
@@ -282,8 +322,8 @@ class Joiner {
       int rounds = 0;
       bool volunteer_now = true;
       while (!stop) {
-        heartbeat();
-        if (volunteer_now || has_room() || rounds % 5 == 4) {
+        const bool told = heartbeat();
+        if (volunteer_now || told || has_room() || rounds % 5 == 4) {
           // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
           // replaces this node's pending reservation (which counts as a holder for other volunteers).
           for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
@@ -307,6 +347,10 @@ class Joiner {
     }
     cv.notify_all();
     market_thread.join();
+    // Leaving, said before the port closes: this node's ranges go scarce at once (not after 3 silent
+    // heartbeats), and the connections still open are served until the server stops.
+    heartbeat(/*leaving=*/true);
+    log("told the coordinator this node is leaving");
     server.stop();
     if (std::shared_ptr<ServedSet> set = current()) {
       std::fprintf(stderr, "essaim worker: stats %s\n", set->worker->stats().to_json().c_str());

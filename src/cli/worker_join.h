@@ -6,7 +6,10 @@
 //   3. volunteers its free budget, downloads what it is assigned (resumable, verified: market/slice_download.h),
 //      drops what it is told to drop, and serves the result;
 //   4. heartbeats every heartbeat_s (holdings with their SHA-256, address, fingerprint, capacity, load) and
-//      volunteers again when its budget has room or after a drop.
+//      volunteers again when its budget has room, after a drop, or when the heartbeat's answer says so;
+//   5. swaps when told (a needed range for one with enough other holders): downloads and verifies the new
+//      slice, serves both and heartbeats them, and only then stops serving the old one;
+//   6. on SIGINT/SIGTERM, a last heartbeat says it is leaving (its ranges go scarce at once), then it stops.
 // The served set changes without dropping a connection: each connection is served by the set that was
 // current when it arrived (kept alive until it closes); new connections see the new set, and backbones open
 // new connections when their expert map changes.

@@ -137,6 +137,11 @@ Result<CoverageRequest> parse_coverage(std::string_view body) {
   if (load == j.end() || !load->is_number()) return Status::error("'load' must be a number");
   r.load = load->get<double>();
   if (!std::isfinite(r.load) || r.load < 0 || r.load > 1e6) return Status::error("'load' must be a finite number >= 0");
+  if (auto leaving = j.find("leaving"); leaving != j.end()) {
+    if (!leaving->is_boolean()) return Status::error("'leaving' must be true or false");
+    r.leaving = leaving->get<bool>();
+    if (r.leaving && !r.holdings.empty()) return Status::error("a leaving node holds nothing: 'holdings' must be empty");
+  }
   return r;
 }
 

@@ -27,6 +27,7 @@ struct CoverageRequest {
   std::vector<RangeRef> holdings;
   int64_t capacity_bytes = 0;
   double load = 0;
+  bool leaving = false;  // the node is stopping: its holdings are forgotten at once (no 3 missed heartbeats)
 };
 
 struct VolunteerRequest {

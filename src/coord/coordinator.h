@@ -28,6 +28,7 @@ struct CoordinatorConfig {
   std::string slices_dir;
   int64_t replicas = 2;
   int64_t heartbeat_s = 10;
+  int64_t usage_half_life_s = 86400;  // router usage counts halve this often (0: they never decay)
   int threads = 4;
   std::function<int64_t()> now_ms;  // wall clock (ms since the epoch) when empty; tests move time
 };

@@ -1,6 +1,7 @@
 #include "coord/market.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace essaim::coord {
@@ -98,32 +99,97 @@ std::vector<RangeDemand> compute_demand(const Catalogue& cat, const std::vector<
   return d;
 }
 
+namespace {
+
+int64_t slice_bytes(const Catalogue& cat, size_t s) { return s < cat.slices.size() ? cat.slices[s].bytes : 0; }
+
+// The needed slices (fewer holders than wanted) the node lacks: holes first, then demand order.
+std::vector<const RangeDemand*> needed_order(const std::vector<RangeDemand>& demand, const std::set<size_t>& held) {
+  std::vector<const RangeDemand*> out;
+  for (const RangeDemand& d : demand) {
+    if (d.holders < d.wanted && !held.count(d.slice)) out.push_back(&d);
+  }
+  std::stable_partition(out.begin(), out.end(), [](const RangeDemand* d) { return d->holders == 0; });
+  return out;
+}
+
+int64_t at(const std::vector<int64_t>& v, size_t i) { return i < v.size() ? v[i] : 0; }
+
+// One held slice to give up for `take`, or nullopt: see choose_volunteer in market.h.
+std::optional<size_t> give_up_for(const Catalogue& cat, const std::vector<RangeDemand>& demand, const RangeDemand& take,
+                                  const std::set<size_t>& held, int64_t left, const SwarmRoom& room) {
+  std::vector<const RangeDemand*> candidates;
+  for (const RangeDemand& d : demand) {
+    if (held.count(d.slice)) candidates.push_back(&d);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const RangeDemand* a, const RangeDemand* b) {
+    if (a->usage != b->usage) return a->usage < b->usage;  // least used first
+    return a->holders > b->holders;
+  });
+  for (const RangeDemand* x : candidates) {
+    if (slice_bytes(cat, take.slice) > left + slice_bytes(cat, x->slice)) continue;
+    const int64_t serving = room.serving.empty() ? x->holders : at(room.serving, x->slice);
+    if (serving < 2) continue;
+    if (x->holders - 1 >= take.holders + 1) return x->slice;
+    if (x->holders - 1 == take.holders && x->holders >= 2 && at(room.takers, x->slice) > 0) return x->slice;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 VolunteerChoice choose_volunteer(const Catalogue& cat, const std::vector<RangeDemand>& demand,
-                                 const std::vector<size_t>& held, int64_t budget_bytes) {
+                                 const std::vector<size_t>& held, int64_t budget_bytes, const SwarmRoom& room) {
   VolunteerChoice c;
   const std::set<size_t> held_set(held.begin(), held.end());
   int64_t left = budget_bytes;
-  for (size_t s : held_set) {
-    if (s < cat.slices.size()) left -= cat.slices[s].bytes;
-  }
-  bool scarce_left_out = false;
-  for (const RangeDemand& d : demand) {
-    if (d.scarcity <= 0 || held_set.count(d.slice)) continue;
-    const int64_t bytes = cat.slices[d.slice].bytes;
+  for (size_t s : held_set) left -= slice_bytes(cat, s);
+  std::vector<const RangeDemand*> left_out;
+  for (const RangeDemand* d : needed_order(demand, held_set)) {
+    const int64_t bytes = slice_bytes(cat, d->slice);
     if (bytes <= left) {
-      c.assign.push_back(d.slice);
+      c.assign.push_back(d->slice);
       left -= bytes;
     } else {
-      scarce_left_out = true;
+      left_out.push_back(d);
     }
   }
-  if (scarce_left_out) {
-    for (const RangeDemand& d : demand) {  // demand order: least scarce last; order drops by (layer, expert_first)
-      if (held_set.count(d.slice) && d.holders > d.wanted) c.drop.push_back(d.slice);
+  if (left_out.empty()) return c;
+  for (const RangeDemand* d : left_out) {
+    if (std::optional<size_t> x = give_up_for(cat, demand, *d, held_set, left, room)) {
+      c.swap.push_back({d->slice, *x});
+      break;
     }
-    std::sort(c.drop.begin(), c.drop.end());
   }
+  for (const RangeDemand& d : demand) {
+    const bool given_up = !c.swap.empty() && c.swap[0].give_up == d.slice;
+    if (held_set.count(d.slice) && d.holders > d.wanted && !given_up) c.drop.push_back(d.slice);
+  }
+  std::sort(c.drop.begin(), c.drop.end());
   return c;
+}
+
+SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker,
+                     const std::vector<size_t>& held) {
+  SwarmRoom r{std::vector<int64_t>(cat.slices.size(), 0), std::vector<int64_t>(cat.slices.size(), 0)};
+  for (const NodeHoldings& n : nodes) {
+    for (size_t s : n.serving) {
+      if (s < r.serving.size()) ++r.serving[s];
+    }
+    if (n.node_id == asker) continue;
+    const std::set<size_t> mine(n.slices.begin(), n.slices.end());
+    int64_t left = n.budget_bytes;
+    for (size_t s : mine) left -= slice_bytes(cat, s);
+    for (size_t s : held) {
+      if (s < cat.slices.size() && !mine.count(s) && cat.slices[s].bytes <= left) ++r.takers[s];
+    }
+  }
+  return r;
+}
+
+double usage_decay_factor(int64_t elapsed_ms, int64_t half_life_ms) {
+  if (half_life_ms <= 0 || elapsed_ms <= 0) return 1;
+  return std::exp2(-double(elapsed_ms) / double(half_life_ms));
 }
 
 std::vector<MapWorker> expert_map(const Catalogue& cat, const std::vector<NodeRow>& nodes,

@@ -4,11 +4,15 @@
 //
 //   std::vector<int64_t> h = count_holders(cat, nodes, holdings, now_ms, heartbeat_s);
 //   std::vector<RangeDemand> d = compute_demand(cat, h, usage, replicas);       // scarcest first
-//   VolunteerChoice c = choose_volunteer(cat, d, held, budget_bytes);
+//   VolunteerChoice c = choose_volunteer(cat, d, held, budget_bytes, swarm_room(...));
 //
 // Scarcity of a range = max(0, wanted - holders) x usage, where usage is the range's share of the router's
 // picks in its layer (expert_count / n_experts before any usage report). It is 0 once a range has its
 // replicas, grows with the missing replicas and with how often the backbone needs those experts.
+//
+// Coverage comes before redundancy: a range with no holder is assigned before any second replica, and a
+// node with no room for a needed range is asked to swap one of its ranges that keeps enough other holders
+// for it (take the new one, verify it, then give up the old: coverage never dips while it moves).
 #pragma once
 
 #include <cstdint>
@@ -64,16 +68,54 @@ struct RangeDemand {
 std::vector<RangeDemand> compute_demand(const Catalogue& cat, const std::vector<int64_t>& holders,
                                         const std::vector<double>& usage, int64_t replicas);
 
-struct VolunteerChoice {
-  std::vector<size_t> assign;  // slice indices, scarcest first
-  std::vector<size_t> drop;    // held slices with more than `wanted` holders, when something scarce did not fit
+struct SwapOrder {
+  size_t take = 0;     // download and verify this slice first...
+  size_t give_up = 0;  // ...then stop serving this one
+  bool operator==(const SwapOrder&) const = default;
 };
 
-// `demand` should count other volunteers' pending assignments as holders. Already-held slices count against
-// the budget and are never assigned again; the scarce slices that fit what is left are taken greedily in
-// demand order (a slice that does not fit is skipped, a smaller later one may still fit).
+struct VolunteerChoice {
+  std::vector<size_t> assign;  // slice indices, holes first, then scarcest first
+  std::vector<size_t> drop;    // held slices with more than `wanted` holders, when something scarce did not fit
+  std::vector<SwapOrder> swap;  // at most one: a node holds at most one slice over its budget while it swaps
+  bool empty() const { return assign.empty() && drop.empty() && swap.empty(); }
+};
+
+// What the rest of the swarm can do, per catalogue slice, as the asking node sees it (swarm_room computes it).
+struct SwarmRoom {
+  std::vector<int64_t> takers;   // other live nodes that lack the slice and have free budget for it
+  std::vector<int64_t> serving;  // holders serving it now and not giving it up (the asker included)
+};
+
+// `demand` should count holders as they will be once other nodes' pending assignments land: their takes
+// (a swap's too) added, their swaps' give-ups taken away (future_holders). Already-held slices count against
+// the budget and are never assigned again; the needed slices (fewer holders than wanted) that fit what is
+// left are taken greedily, holes first, then in demand order (a slice that does not fit is skipped, a
+// smaller later one may still fit). When a needed slice R did not fit, one held slice X is offered in swap
+// for it (X least used first) if X's holders h_X satisfy h_X - 1 >= h_R + 1, or
+// h_X - 1 == h_R and some taker has room for X (it will then take X back): every swap makes the holder
+// counts more even, or lets a node with free room add a replica, so swaps never cycle. And X must keep a
+// holder that serves it now: `serving` (holders now, less other swaps' give-ups, not counting downloads
+// in progress) is at least 2 (when `room` has no `serving`, the demand's holders stand for it).
 VolunteerChoice choose_volunteer(const Catalogue& cat, const std::vector<RangeDemand>& demand,
-                                 const std::vector<size_t>& held, int64_t budget_bytes);
+                                 const std::vector<size_t>& held, int64_t budget_bytes, const SwarmRoom& room = {});
+
+// A live node as the healing decisions see it: what it will hold once its pending assignments land (its
+// holdings, plus takes, minus give-ups), what it serves now and is not giving up, and its budget.
+struct NodeHoldings {
+  std::string node_id;
+  std::vector<size_t> slices;
+  std::vector<size_t> serving;
+  int64_t budget_bytes = 0;
+};
+// SwarmRoom for `asker`, which holds `held`, from every live node (the asker's own holdings count in
+// `serving` only). Takers are counted for `held` only (the only slices a swap may give up): O(nodes x held).
+SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker,
+                     const std::vector<size_t>& held);
+
+// Usage counts decay with a half-life: the factor to multiply counts by after `elapsed_ms` (1 when the
+// half-life is 0, i.e. no decay).
+double usage_decay_factor(int64_t elapsed_ms, int64_t half_life_ms);
 
 struct MapWorker {
   std::string node_id, address;

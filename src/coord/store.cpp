@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "coord/market.h"
 #include "coord/sql_connection.h"
 #include "coord/validate.h"
 
@@ -29,6 +30,9 @@ const char* const kSchema[] = {
     " PRIMARY KEY (layer, expert))",
     "CREATE TABLE IF NOT EXISTS pending (node_id TEXT NOT NULL, layer BIGINT NOT NULL, expert_first BIGINT NOT NULL,"
     " until_ms BIGINT NOT NULL, PRIMARY KEY (node_id, layer, expert_first))",
+    // A swap's give-up (issue 41). Its own table, so a database of schema 2 gains it without a migration.
+    "CREATE TABLE IF NOT EXISTS pending_give_up (node_id TEXT NOT NULL, layer BIGINT NOT NULL,"
+    " expert_first BIGINT NOT NULL, until_ms BIGINT NOT NULL, PRIMARY KEY (node_id, layer, expert_first))",
     "CREATE TABLE IF NOT EXISTS work (node_id TEXT PRIMARY KEY, pairs_credited BIGINT NOT NULL DEFAULT 0,"
     " audits BIGINT NOT NULL DEFAULT 0, audits_failed BIGINT NOT NULL DEFAULT 0, withheld BIGINT NOT NULL DEFAULT 0)",
 };
@@ -84,6 +88,7 @@ class SqlStore final : public Store {
       ESSAIM_ASSIGN_OR_RETURN(SqlRows r, q("UPDATE nodes SET revoked = 1 WHERE node_id = $1 RETURNING node_id", {node_id}));
       found = !r.empty();
       ESSAIM_RETURN_IF_ERROR(q("DELETE FROM holdings WHERE node_id = $1", {node_id}).status());
+      ESSAIM_RETURN_IF_ERROR(q("DELETE FROM pending_give_up WHERE node_id = $1", {node_id}).status());
       return q("DELETE FROM pending WHERE node_id = $1", {node_id}).status();
     });
     if (!st) return st;
@@ -155,6 +160,30 @@ class SqlStore final : public Store {
     });
   }
 
+  Status decay_usage(int64_t now_ms, int64_t half_life_ms) override {
+    if (half_life_ms <= 0) return Status::ok();
+    return tx(false, [&]() -> Status {
+      ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT value FROM meta WHERE key = 'usage_decayed_ms'"));
+      const std::optional<int64_t> last = rows.size() == 1 && !rows[0].empty() ? to_i64(rows[0][0]) : std::nullopt;
+      if (last && (now_ms - *last) < half_life_ms / 32) return Status::ok();
+      if (last) {
+        // Rounded here rather than in SQL: the two databases break ties of ROUND(double) differently.
+        const double f = usage_decay_factor(now_ms - *last, half_life_ms);
+        ESSAIM_ASSIGN_OR_RETURN(std::vector<UsageRow> usage, list_usage());
+        for (const UsageRow& u : usage) {
+          const int64_t n = std::llround(double(u.count) * f);
+          if (n == u.count) continue;
+          ESSAIM_RETURN_IF_ERROR(
+              (n > 0 ? q("UPDATE expert_usage SET n = $3 WHERE layer = $1 AND expert = $2", {s(u.layer), s(u.expert), s(n)})
+                     : q("DELETE FROM expert_usage WHERE layer = $1 AND expert = $2", {s(u.layer), s(u.expert)}))
+                  .status());
+        }
+      }
+      return q("INSERT INTO meta (key, value) VALUES ('usage_decayed_ms', $1) ON CONFLICT (key) DO UPDATE SET"
+               " value = excluded.value", {s(now_ms)}).status();
+    });
+  }
+
   Result<std::vector<UsageRow>> list_usage() override {
     ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT layer, expert, n FROM expert_usage ORDER BY layer, expert"));
     std::vector<UsageRow> out;
@@ -171,9 +200,13 @@ class SqlStore final : public Store {
 
   Status set_pending(const std::string& node_id, const std::vector<PendingRow>& rows, int64_t now_ms) override {
     return tx(false, [&]() -> Status {
-      ESSAIM_RETURN_IF_ERROR(q("DELETE FROM pending WHERE node_id = $1 OR until_ms <= $2", {node_id, s(now_ms)}).status());
+      for (const char* table : {"pending", "pending_give_up"}) {
+        ESSAIM_RETURN_IF_ERROR(q(std::string("DELETE FROM ") + table + " WHERE node_id = $1 OR until_ms <= $2",
+                                 {node_id, s(now_ms)}).status());
+      }
       for (const PendingRow& p : rows) {
-        ESSAIM_RETURN_IF_ERROR(q("INSERT INTO pending (node_id, layer, expert_first, until_ms) VALUES ($1, $2, $3, $4)"
+        const std::string table = p.give_up ? "pending_give_up" : "pending";
+        ESSAIM_RETURN_IF_ERROR(q("INSERT INTO " + table + " (node_id, layer, expert_first, until_ms) VALUES ($1, $2, $3, $4)"
                                  " ON CONFLICT (node_id, layer, expert_first) DO UPDATE SET until_ms = excluded.until_ms",
                                  {node_id, s(p.layer), s(p.expert_first), s(p.until_ms)}).status());
       }
@@ -182,16 +215,19 @@ class SqlStore final : public Store {
   }
 
   Result<std::vector<PendingRow>> list_pending(int64_t now_ms) override {
-    ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q("SELECT node_id, layer, expert_first, until_ms FROM pending WHERE until_ms > $1"
-                                            " ORDER BY node_id, layer, expert_first", {s(now_ms)}));
     std::vector<PendingRow> out;
-    for (const auto& r : rows) {
-      const auto layer = to_i64(r[1]), first = to_i64(r[2]), until = to_i64(r[3]);
-      if (!r[0] || !node_id_valid(*r[0]) || !layer || !first || !until || !range_valid(*layer, *first, 1)) {
-        bad();
-        continue;
+    for (const bool give_up : {false, true}) {
+      ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, q(std::string("SELECT node_id, layer, expert_first, until_ms FROM ") +
+                                              (give_up ? "pending_give_up" : "pending") +
+                                              " WHERE until_ms > $1 ORDER BY node_id, layer, expert_first", {s(now_ms)}));
+      for (const auto& r : rows) {
+        const auto layer = to_i64(r[1]), first = to_i64(r[2]), until = to_i64(r[3]);
+        if (!r[0] || !node_id_valid(*r[0]) || !layer || !first || !until || !range_valid(*layer, *first, 1)) {
+          bad();
+          continue;
+        }
+        out.push_back({*r[0], *layer, *first, *until, give_up});
       }
-      out.push_back({*r[0], *layer, *first, *until});
     }
     return out;
   }

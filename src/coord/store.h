@@ -62,6 +62,7 @@ struct PendingRow {
   std::string node_id;
   int64_t layer = 0, expert_first = 0;
   int64_t until_ms = 0;
+  bool give_up = false;  // false: a slice the node downloads; true: one it gives up once its swap's take is served
 };
 
 struct WorkRow {
@@ -89,6 +90,10 @@ class Store {
   virtual Result<std::vector<HoldingRow>> list_holdings() = 0;
 
   virtual Status add_usage(int64_t layer, const std::vector<int64_t>& counts) = 0;
+  // Multiplies every usage count by usage_decay_factor(now - the last decay, half_life_ms), rounded, at most
+  // once per half_life / 32 (so rounding cannot eat counts), and forgets counts that reach 0. The first call
+  // only records the time. Shares only change when counts are added, so decaying just before add_usage suffices.
+  virtual Status decay_usage(int64_t now_ms, int64_t half_life_ms) = 0;
   virtual Result<std::vector<UsageRow>> list_usage() = 0;
 
   // Pending assignments: replaced for the node (and expired ones forgotten) in one step.

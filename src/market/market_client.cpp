@@ -145,6 +145,17 @@ Result<VolunteerAnswer> parse_volunteer_answer(const std::string& body) {
     ESSAIM_ASSIGN_OR_RETURN(RangeRef r, get_range(drop[i], where + " drop[" + std::to_string(i) + "]"));
     v.drop.push_back(r);
   }
+  ESSAIM_ASSIGN_OR_RETURN(std::vector<json> swap, get_array(j, "swap", 16, where, /*optional=*/true));
+  for (size_t i = 0; i < swap.size(); ++i) {
+    const std::string at = where + " swap[" + std::to_string(i) + "]";
+    if (!swap[i].is_object() || !swap[i].contains("take") || !swap[i].contains("give_up")) {
+      return Status::error(at + ": must be an object with 'take' and 'give_up'");
+    }
+    ESSAIM_ASSIGN_OR_RETURN(SliceOffer take, get_offer(swap[i]["take"], at + ".take"));
+    ESSAIM_ASSIGN_OR_RETURN(RangeRef give_up, get_range(swap[i]["give_up"], at + ".give_up"));
+    if (take.range == give_up) return Status::error(at + ": gives up the range it takes");
+    v.swap.push_back({std::move(take), give_up});
+  }
   return v;
 }
 
@@ -163,6 +174,10 @@ Result<CoverageAnswer> parse_coverage_answer(const std::string& body) {
   auto ok = j.find("fingerprint_ok");
   if (ok == j.end() || !ok->is_boolean()) return Status::error(where + ": 'fingerprint_ok' must be true or false");
   a.fingerprint_ok = ok->get<bool>();
+  if (auto v = j.find("volunteer"); v != j.end()) {  // optional: a coordinator before issue 41 does not send it
+    if (!v->is_boolean()) return Status::error(where + ": 'volunteer' must be true or false");
+    a.volunteer = v->get<bool>();
+  }
   return a;
 }
 
@@ -206,6 +221,7 @@ Result<CoverageAnswer> MarketClient::heartbeat(const Heartbeat& beat) const {
   }
   json body = {{"node_id", beat.node_id}, {"address", beat.address}, {"fingerprint", fingerprint_json(beat.fingerprint)},
                {"holdings", std::move(holdings)}, {"capacity_bytes", beat.capacity_bytes}, {"load", beat.load}};
+  if (beat.leaving) body["leaving"] = true;
   ESSAIM_ASSIGN_OR_RETURN(std::string answer, call("POST", "/api/expert-coverage", body.dump()));
   return parse_coverage_answer(answer);
 }

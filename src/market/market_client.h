@@ -60,17 +60,27 @@ struct Heartbeat {
   std::vector<Holding> holdings;
   uint64_t capacity_bytes = 0;
   double load = 0;
+  bool leaving = false;  // the last heartbeat of a node that stops (holdings must be empty)
 };
 
 struct CoverageAnswer {
   uint32_t accepted_holdings = 0;
   double heartbeat_s = 10;
   bool fingerprint_ok = false;
+  bool volunteer = false;  // volunteering now would change something (an assignment, a swap or a drop)
+};
+
+// Take `take` (download, verify, serve) and only then stop serving `give_up`: the coordinator asks a node with
+// no room for a needed range to move one of its better-covered ranges to it.
+struct SwapOffer {
+  SliceOffer take;
+  RangeRef give_up;
 };
 
 struct VolunteerAnswer {
   std::vector<SliceOffer> assign;
   std::vector<RangeRef> drop;
+  std::vector<SwapOffer> swap;
 };
 
 struct WorkReport {

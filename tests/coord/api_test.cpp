@@ -86,10 +86,12 @@ class ApiTest : public ::testing::Test {
     const CatalogueSlice& s = coord_->catalogue().slices[i];
     return {{"layer", s.layer}, {"expert_first", s.expert_first}, {"expert_count", s.expert_count}, {"sha256", s.sha256}};
   }
-  Reply heartbeat(const std::string& id, const std::string& token, const json& holdings, int port = 9000) {
+  Reply heartbeat(const std::string& id, const std::string& token, const json& holdings, int port = 9000,
+                  int64_t capacity = 1 << 30, bool leaving = false) {
     json b = {{"node_id", id}, {"address", "127.0.0.1:" + std::to_string(port)},
               {"fingerprint", {{"model_identity", std::string(64, 'a')}, {"protocol_version", 2}, {"kernel_abi", "1"}}},
-              {"holdings", holdings}, {"capacity_bytes", 1 << 30}, {"load", 0.5}};
+              {"holdings", holdings}, {"capacity_bytes", capacity}, {"load", 0.5}};
+    if (leaving) b["leaving"] = true;
     return request(port_, "POST", "/api/expert-coverage", b.dump(), token);
   }
 
@@ -237,6 +239,75 @@ TEST_F(ApiTest, UsageWorkRewardsAndDrop) {
   EXPECT_EQ(dash.body.find("127.0.0.1"), std::string::npos);  // the public page shows no addresses
   Reply metrics = request(port_, "GET", "/metrics");
   EXPECT_NE(metrics.body.find("essaim_coord_nodes{status=\"dropped\"} 1"), std::string::npos) << metrics.body;
+}
+
+// Issue 41 over HTTP (1 replica wanted): a full node is told by its heartbeat to volunteer and is offered a
+// swap of a range that keeps another holder for a hole; the other holder is not offered the same give-up;
+// a leaving heartbeat empties a node's holdings at once; usage decays with its half-life (1 day here).
+TEST_F(ApiTest, TheMarketHealsByASwapALeaveAndDecayingUsage) {
+  auto [a, ta] = add_node("a");
+  auto [b, tb] = add_node("b");
+  const int64_t s0 = 1000, s1 = 1004, s2 = 1100;  // slice bytes (slice 3 is 6 MiB: fits no one)
+  ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001, s1).status, 200);
+  Reply hb = heartbeat(a, ta, json::array({holding(0), holding(1)}), 9000, s0 + s1 + 100);
+  ASSERT_EQ(hb.status, 200);
+  EXPECT_EQ(hb.j()["volunteer"], true) << "full, yet it can move slice 1 (held twice) to the hole at slice 2";
+  const auto volunteer = [&](const std::string& id, const std::string& token, int64_t budget, json held) {
+    return request(port_, "POST", "/api/expert-volunteer",
+                   json{{"node_id", id}, {"budget_bytes", budget}, {"holding", held}}.dump(), token);
+  };
+  Reply v = volunteer(a, ta, s0 + s1 + 100, json::array({holding(0), holding(1)}));
+  ASSERT_EQ(v.status, 200) << v.body;
+  EXPECT_TRUE(v.j()["assign"].empty()) << v.body;
+  ASSERT_EQ(v.j()["swap"].size(), 1u) << v.body;
+  EXPECT_EQ(v.j()["swap"][0]["take"]["name"], coord_->catalogue().slices[2].name);
+  EXPECT_EQ(v.j()["swap"][0]["give_up"]["expert_first"], coord_->catalogue().slices[1].expert_first);
+  EXPECT_EQ(v.j()["swap"][0]["give_up"]["layer"], coord_->catalogue().slices[1].layer);
+  // b holds slice 1 too, but a is giving it up: b must keep it (and is not told to volunteer).
+  Reply vb = volunteer(b, tb, s1, json::array({holding(1)}));
+  ASSERT_EQ(vb.status, 200);
+  EXPECT_TRUE(vb.j()["swap"].empty()) << vb.body;
+  EXPECT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001, s1).j()["volunteer"], false);
+  // a takes slice 2 first, then gives slice 1 up: slice 1 keeps b meanwhile.
+  ASSERT_EQ(heartbeat(a, ta, json::array({holding(0), holding(1), holding(2)}), 9000, s0 + s1 + 100).status, 200);
+  ASSERT_EQ(heartbeat(a, ta, json::array({holding(0), holding(2)}), 9000, s0 + s1 + 100).status, 200);
+  json demand = request(port_, "GET", "/api/expert-demand", "", ta).j();
+  std::map<std::string, int64_t> holders;
+  for (const json& r : demand["ranges"]) holders[r["slice"]] = r["holders"];
+  EXPECT_EQ(holders[coord_->catalogue().slices[1].name], 1);
+  EXPECT_EQ(holders[coord_->catalogue().slices[2].name], 1);
+
+  // b leaves (SIGTERM): its range has no holder at once, without 3 missed heartbeats.
+  Reply bad = heartbeat(b, tb, json::array({holding(1)}), 9001, s1, /*leaving=*/true);
+  EXPECT_EQ(bad.status, 400) << "a leaving node holds nothing";
+  ASSERT_EQ(heartbeat(b, tb, json::array(), 9001, s1, /*leaving=*/true).status, 200);
+  demand = request(port_, "GET", "/api/expert-demand", "", ta).j();
+  for (const json& r : demand["ranges"]) {
+    if (r["slice"] == coord_->catalogue().slices[1].name) EXPECT_EQ(r["holders"], 0) << r.dump();
+  }
+
+  // The dashboard: public, without addresses; with the admin token, with them.
+  EXPECT_EQ(request(port_, "GET", "/api/dashboard").body.find("127.0.0.1"), std::string::npos);
+  json dash = request(port_, "GET", "/api/dashboard", "", kAdmin).j();
+  EXPECT_EQ(dash["nodes"][0]["address"], "127.0.0.1:9000") << dash.dump();
+  EXPECT_EQ(dash["nodes"][0]["role"], "worker");
+  EXPECT_FALSE(dash["coverage_history"].empty());
+
+  // Usage: experts 0-3 picked 300 times each, then a day (one half-life) later experts 4-7 as often: the
+  // first report counts half, so range 4-7 has 2/3 of the layer's picks, not 1/2.
+  const auto report = [&](int64_t first) {
+    json counts = json::array();
+    for (int e = 0; e < 8; ++e) counts.push_back(e >= first && e < first + 4 ? 300 : 0);
+    return request(port_, "POST", "/api/expert-usage", json{{"layers", {{{"layer", 0}, {"counts", counts}}}}}.dump(),
+                   kAdmin).status;
+  };
+  ASSERT_EQ(report(0), 200);
+  now_ += 86400 * 1000;
+  ASSERT_EQ(report(4), 200);
+  demand = request(port_, "GET", "/api/expert-demand", "", kAdmin).j();
+  for (const json& r : demand["ranges"]) {
+    if (r["layer"] == 0 && r["expert_first"] == 4) EXPECT_NEAR(r["usage"].get<double>(), 2.0 / 3.0, 1e-3) << r.dump();
+  }
 }
 
 TEST_F(ApiTest, WorkIsReportedByBackbonesOnly) {

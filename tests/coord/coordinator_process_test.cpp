@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -71,9 +72,68 @@ class CoordinatorProcess : public ::testing::Test {
   static inline std::string model_;
 };
 
+// Chromium's DOM of `url` once its scripts ran (virtual time), or "" when it failed.
+std::string chromium_dom(const fs::path& dir, const std::string& url) {
+  const std::string dom_file = (dir / "dom.html").string();
+  const std::string flags = "--headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + (dir / "chrome").string() +
+                            " --virtual-time-budget=5000 ";
+  const std::string dump = "timeout 90 chromium " + flags + "--dump-dom '" + url + "' > " + dom_file + " 2>/dev/null";
+  if (std::system(dump.c_str()) != 0) return "";
+  std::stringstream dom;
+  dom << std::ifstream(dom_file).rdbuf();
+  return dom.str();
+}
+
+size_t count_in(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+// A backbone registers and reports usage (n_experts x 10 tokens' picks in layer 0) and 4000 pairs phone-1
+// (address 127.0.0.1:9000) served with 3 audits.
+void backbone_reports(uint16_t port, const json& model) {
+  Reply bb = request(port, "POST", "/api/nodes", R"({"name": "backbone-1", "role": "backbone"})", kAdmin);
+  ASSERT_EQ(bb.status, 201);
+  json counts = json::array();
+  for (int64_t e = 0; e < model["n_experts"].get<int64_t>(); ++e) counts.push_back(model["n_expert_used"].get<int64_t>() * 10);
+  ASSERT_EQ(request(port, "POST", "/api/expert-usage", json{{"layers", {{{"layer", 0}, {"counts", counts}}}}}.dump(),
+                    bb.j()["token"]).status, 200);
+  ASSERT_EQ(request(port, "POST", "/api/work",
+                    R"({"reports": [{"address": "127.0.0.1:9000", "pairs_accepted": 4000, "audits": 3, "audits_failed": 0}]})",
+                    bb.j()["token"]).status, 200);
+}
+
+// The public page once its scripts ran: phone-1 and laptop-2 active, server-3 stale, backbone-1 apart.
+void check_public_dom(const std::string& dom) {
+  for (const char* name : {"phone-1", "laptop-2", "server-3", "backbone-1"}) EXPECT_NE(dom.find(name), std::string::npos) << name;
+  EXPECT_EQ(count_in(dom, "class=\"node\""), 4u) << dom;
+  EXPECT_EQ(count_in(dom, "data-role=\"backbone\""), 1u) << "backbones apart from workers";
+  EXPECT_EQ(count_in(dom, "data-status=\"stale\" data-role=\"worker\""), 1u) << "server-3 is stale\n" << dom;
+  EXPECT_EQ(count_in(dom, "data-status=\"active\" data-role=\"worker\""), 2u) << dom;
+  EXPECT_EQ(count_in(dom, "class=\"holdings struck\">L"), 1u) << "server-3's holdings struck out\n" << dom;
+  EXPECT_EQ(count_in(dom, "class=\"holdings\">L"), 2u) << dom;
+  EXPECT_NE(dom.find("s ago</td>"), std::string::npos) << "last seen";
+  EXPECT_NE(dom.find("<td>4000</td><td>3</td><td>0</td>"), std::string::npos) << "phone-1's pairs credited and audits";
+  EXPECT_NE(dom.find("class=\"layer\""), std::string::npos);
+  EXPECT_NE(dom.find("class=\"scarce\""), std::string::npos);  // most ranges have no holder
+  EXPECT_NE(dom.find("class=\"tick\" data-state=\"uncovered\""), std::string::npos) << "the coverage strip";
+  EXPECT_EQ(dom.find("127.0.0.1:9000"), std::string::npos) << "no addresses on the public page";
+  EXPECT_NE(dom.find("(admin only)"), std::string::npos);
+  // Rates: the backbone ran n_experts x 10 tokens, phone-1 served 4000 pairs, within the last minute.
+  const std::regex tokens(R"(class="tokens">([0-9.]+)<)"), pairs(R"(class="pairs">([0-9.]+)<)");
+  std::smatch mt, mp;
+  ASSERT_TRUE(std::regex_search(dom, mt, tokens)) << dom;
+  EXPECT_GT(std::stod(mt[1]), 0) << "tokens/s of backbone-1";
+  ASSERT_TRUE(std::regex_search(dom, mp, pairs)) << dom;
+  EXPECT_GT(std::stod(mp[1]), 0) << "pairs/s of phone-1";
+}
+
 TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
   const std::string slices = (dir_ / "slices").string();
-  CoordProcess c(args(slices, (dir_ / "dash.sqlite").string()));
+  std::vector<std::string> argv = args(slices, (dir_ / "dash.sqlite").string());
+  argv[argv.size() - 3] = "1";  // --heartbeat-s 1: a node silent for 3 s is stale
+  CoordProcess c(argv);
   ASSERT_NE(c.port(), 0) << "the coordinator did not start";
   auto manifest = SliceManifest::load(slices + "/manifest.json");
   ASSERT_TRUE(manifest) << manifest.status().message();
@@ -88,44 +148,59 @@ TEST_F(CoordinatorProcess, CutsThePlanServesSlicesAndTheDashboard) {
   EXPECT_EQ(digest_hex(sha256({reinterpret_cast<const uint8_t*>(dl.body.data()), dl.body.size()})), first["sha256"]);
   EXPECT_EQ(dl.headers["X-Essaim-Sha256"], first["sha256"]);
 
-  // Three nodes heartbeating with a slice each (the first still registered as phone-1).
+  // Three nodes heartbeating with a slice each (the first still registered as phone-1); server-3 then goes
+  // silent, and is stale by the time the page is read. A backbone reports usage and work.
   std::vector<std::pair<std::string, std::string>> nodes = {{reg.j()["node_id"], token}};
   for (const char* name : {"laptop-2", "server-3"}) {
     Reply r = request(c.port(), "POST", "/api/nodes", json{{"name", name}}.dump(), kAdmin);
     ASSERT_EQ(r.status, 201);
     nodes.emplace_back(r.j()["node_id"], r.j()["token"]);
   }
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  const auto beat = [&](size_t i) {
     const json s = model["slices"][i];
     json h = json::array({{{"layer", s["layer"]}, {"expert_first", s["expert_first"]}, {"expert_count", s["expert_count"]},
                            {"sha256", s["sha256"]}}});
-    Reply hb = request(c.port(), "POST", "/api/expert-coverage", heartbeat_body(nodes[i].first, model, h, 9000 + int(i)).dump(),
-                       nodes[i].second);
+    return request(c.port(), "POST", "/api/expert-coverage", heartbeat_body(nodes[i].first, model, h, 9000 + int(i)).dump(),
+                   nodes[i].second);
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Reply hb = beat(i);
     ASSERT_EQ(hb.status, 200) << hb.body;
     EXPECT_EQ(hb.j()["fingerprint_ok"], true) << hb.body;
   }
   EXPECT_EQ(request(c.port(), "GET", "/api/expert-map", "", token).j()["workers"].size(), 3u);
+  backbone_reports(c.port(), model);
+  std::atomic<bool> beating{true};
+  std::thread live([&] {  // phone-1 and laptop-2 stay fresh while Chromium runs
+    while (beating) {
+      beat(0);
+      beat(1);
+      std::this_thread::sleep_for(300ms);
+    }
+  });
+  std::this_thread::sleep_for(3500ms);
+  struct Stop {
+    std::atomic<bool>& b;
+    std::thread& t;
+    ~Stop() { b = false; t.join(); }
+  } stop{beating, live};
 
   if (std::system("command -v chromium >/dev/null 2>&1") != 0)
     ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::CHROMIUM, "no chromium on PATH");
   const std::string url = "http://127.0.0.1:" + std::to_string(c.port()) + "/";
-  const std::string dom_file = (dir_ / "dom.html").string();
-  const std::string flags = "--headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + (dir_ / "chrome").string() +
-                            " --virtual-time-budget=5000 ";
-  const std::string dump = "timeout 90 chromium " + flags + "--dump-dom " + url + " > " + dom_file + " 2>/dev/null";
-  ASSERT_EQ(std::system(dump.c_str()), 0) << dump;
-  std::stringstream dom;
-  dom << std::ifstream(dom_file).rdbuf();
-  for (const char* name : {"phone-1", "laptop-2", "server-3"}) EXPECT_NE(dom.str().find(name), std::string::npos) << name;
-  size_t rows = 0;
-  for (size_t at = 0; (at = dom.str().find("class=\"node\"", at)) != std::string::npos; ++at) ++rows;
-  EXPECT_EQ(rows, 3u) << dom.str();
-  EXPECT_NE(dom.str().find("class=\"layer\""), std::string::npos);
-  EXPECT_NE(dom.str().find("class=\"scarce\""), std::string::npos);  // most ranges have no holder
+  const std::string dom = chromium_dom(dir_, url);
+  ASSERT_FALSE(dom.empty());
+  check_public_dom(dom);
+  // With the admin token in the URL's fragment (never sent to a server), the addresses too.
+  const std::string admin_dom = chromium_dom(dir_, url + "#admin=" + kAdmin);
+  EXPECT_NE(admin_dom.find("127.0.0.1:9000"), std::string::npos) << admin_dom;
+
   const std::string shot = std::string(ESSAIM_BINARY_DIR) + "/coord_dashboard.png";
   fs::remove(shot);
-  const std::string screenshot = "timeout 90 chromium " + flags + "--window-size=1200,900 --screenshot=" + shot + " " +
-                                 url + " >/dev/null 2>&1";
+  const std::string flags = "--headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + (dir_ / "chrome").string() +
+                            " --virtual-time-budget=5000 ";
+  const std::string screenshot = "timeout 90 chromium " + flags + "--window-size=1200,1000 --screenshot=" + shot + " '" +
+                                 url + "#admin=" + kAdmin + "' >/dev/null 2>&1";
   ASSERT_EQ(std::system(screenshot.c_str()), 0) << screenshot;
   EXPECT_GT(fs::file_size(shot), 1000u);
   std::printf("dashboard screenshot: %s\n", shot.c_str());

@@ -125,6 +125,41 @@ TEST_P(StoreTest, UsageAccumulatesAndPendingExpires) {
   EXPECT_EQ(store_->list_pending(1000)->size(), 1u);
 }
 
+TEST_P(StoreTest, ASwapsGiveUpIsPendingBesideItsTake) {
+  ASSERT_TRUE(store_->set_pending(node_id(1), {{node_id(1), 3, 0, 2000, false}, {node_id(1), 2, 32, 2000, true}}, 1000));
+  auto p = store_->list_pending(1500);
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_FALSE((*p)[0].give_up);
+  EXPECT_EQ((*p)[0].layer, 3);
+  EXPECT_TRUE((*p)[1].give_up);
+  EXPECT_EQ((*p)[1].expert_first, 32);
+  ASSERT_TRUE(store_->set_pending(node_id(1), {}, 1500));  // replaced, give-up included
+  EXPECT_TRUE(store_->list_pending(1500)->empty());
+}
+
+TEST_P(StoreTest, UsageDecaysWithItsHalfLife) {
+  constexpr int64_t kHalfLife = 3200'000;
+  ASSERT_TRUE(store_->decay_usage(1'000'000, kHalfLife));  // the first call records the time only
+  ASSERT_TRUE(store_->add_usage(0, {1000, 3, 0, 1}));
+  ASSERT_TRUE(store_->decay_usage(1'000'000 + kHalfLife / 64, kHalfLife));  // too soon: nothing
+  EXPECT_EQ(store_->list_usage()->at(0).count, 1000);
+  ASSERT_TRUE(store_->decay_usage(1'000'000 + kHalfLife, kHalfLife));
+  auto u = store_->list_usage();
+  ASSERT_TRUE(u);
+  ASSERT_EQ(u->size(), 3u);
+  EXPECT_EQ((*u)[0].count, 500);
+  EXPECT_EQ((*u)[1].count, 2);  // 1.5 rounds away from zero, on both backends
+  EXPECT_EQ((*u)[2].count, 1);  // 0.5 too
+  ASSERT_TRUE(store_->decay_usage(1'000'000 + 3 * kHalfLife, kHalfLife));
+  u = store_->list_usage();
+  ASSERT_EQ(u->size(), 2u);
+  EXPECT_EQ((*u)[0].count, 125);
+  EXPECT_EQ((*u)[1].count, 1);  // 0.5; expert 3's 0.25 is gone
+  ASSERT_TRUE(store_->decay_usage(1'000'000 + 5 * kHalfLife, kHalfLife));
+  EXPECT_EQ(store_->list_usage()->size(), 1u) << "a count that reaches 0 is forgotten";
+}
+
 TEST_P(StoreTest, FailedAuditDropsAndWithholds) {
   ASSERT_TRUE(store_->add_node(node(1)));
   ASSERT_TRUE(store_->add_work(node_id(1), {100, 10, 0}, ""));
