@@ -1,6 +1,6 @@
 // `essaim run -m FILE -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
 //  [-s SEED] [--chat] [-t N] [-c N] [-b N] [--mlock] [--json] [--worker HOST:PORT]... [--expert-map FILE]
-//  [--worker-timeout-ms MS] [--require-workers]`: generate text, streaming it to stdout, and end with the
+//  [--worker-timeout-ms MS] [--require-workers] [--draft-max K [--draft-min N] [--spec mtp]]`: generate text, streaming it to stdout, and end with the
 // prompt and generation speeds (and, with workers, the dispatch summary) on stderr. With --json nothing is
 // streamed: stdout gets one JSON document (fields: docs/cli.md).
 //
@@ -9,20 +9,25 @@
 //
 // The prompt is processed in one batched forward pass (or chunks of --batch tokens), then one token per
 // step. Every routed expert goes through the ExpertExecutor built in make_executor: the local replica, or
-// the swarm's dispatcher when workers are given (cli/dispatch_flags.h, docs/dispatch.md).
+// the swarm's dispatcher when workers are given (cli/dispatch_flags.h, docs/dispatch.md). With --draft-max K
+// the model's MTP block drafts K tokens per step and one forward verifies them (cmd_run_spec.h,
+// docs/speculative.md): the same stream in fewer forwards.
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cmd_run_spec.h"
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/dispatch_flags.h"
 #include "cli/model_load.h"
 #include "cli/sampling_flags.h"
+#include "cli/spec_flags.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
@@ -51,6 +56,7 @@ struct RunArgs {
   bool keep_page_cache = false;
   bool json = false;
   DispatchFlags swarm;
+  SpecFlags spec;
 };
 
 Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const DispatchFlags& swarm) {
@@ -96,20 +102,7 @@ Status run_generate(const RunArgs& a) {
   const bool stream = !a.json;
   if (stream && !a.chat) std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
-  // Prompt: batched, chunks of --batch; only the last chunk produces logits (of its last row).
-  const auto t0 = clock::now();
-  const size_t chunk = a.batch > 0 ? size_t(a.batch) : prompt.size();
-  for (size_t b = 0; b < prompt.size(); b += chunk) {
-    const size_t n = std::min(chunk, prompt.size() - b);
-    const bool last = b + n == prompt.size();
-    ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(prompt).subspan(b, n),
-                                           .cache = &cache, .experts = experts, .pool = &pool,
-                                           .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
-                                           .logits = last ? std::span<float>(logits) : std::span<float>()}));
-  }
-  const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
-
-  // Generation: sample, print whole characters as they complete, feed the token back.
+  // Generation: print whole characters as they complete.
   Detokenizer out(tok);
   std::string generated;
   std::vector<TokenId> generated_ids;
@@ -121,8 +114,42 @@ Status run_generate(const RunArgs& a) {
     }
   };
   int32_t n_gen = 0;
+  // Prompt: batched, chunks of --batch; only the last chunk produces logits (of its last row).
+  const size_t chunk = a.batch > 0 ? size_t(a.batch) : prompt.size();
+  double prompt_s = 0, gen_s = 0;
+  std::optional<SpecStats> spec_stats;
+  const auto t0 = clock::now();
+  if (a.spec.enabled()) {
+    const auto on_token = [&](TokenId id) {
+      if (n_gen >= a.n_predict) return false;
+      ++n_gen;
+      generated_ids.push_back(id);
+      if (tok.is_eog(id)) return false;
+      emit(out.push(id));
+      return n_gen < a.n_predict;
+    };
+    ESSAIM_ASSIGN_OR_RETURN(const SpecRunResult r,
+                            run_speculative({.model = model.get(), .experts = experts, .pool = &pool,
+                                             .cache = {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16,
+                                                       .n_ctx = a.n_ctx},
+                                             .spec = a.spec.options(a.spec.draft_min > 0), .prompt = prompt,
+                                             .chunk = chunk, .on_token = on_token},
+                                            sampler));
+    prompt_s = r.prompt_s, gen_s = r.generation_s, spec_stats = r.stats;
+  }
+  for (size_t b = 0; b < prompt.size() && !spec_stats; b += chunk) {
+    const size_t n = std::min(chunk, prompt.size() - b);
+    const bool last = b + n == prompt.size();
+    ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const TokenId>(prompt).subspan(b, n),
+                                           .cache = &cache, .experts = experts, .pool = &pool,
+                                           .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
+                                           .logits = last ? std::span<float>(logits) : std::span<float>()}));
+  }
+  if (!spec_stats) prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
+
+  // Plain generation: sample, feed the token back.
   const auto t1 = clock::now();
-  while (n_gen < a.n_predict) {
+  while (!spec_stats && n_gen < a.n_predict) {
     const TokenId id = sampler.sample(logits);
     sampler.accept(id);
     ++n_gen;
@@ -137,7 +164,7 @@ Status run_generate(const RunArgs& a) {
   emit(out.flush());
   if (stream) std::fputs("\n", stdout);
   std::fflush(stdout);
-  const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
+  if (!spec_stats) gen_s = std::chrono::duration<double>(clock::now() - t1).count();
 
   std::fprintf(stderr, "\nessaim run: %s (%s), load %.3f s, seed %u, %zu thread%s\n", a.model.c_str(),
                model->info().arch.c_str(), load_s, sampler.seed(), pool.size(), pool.size() == 1 ? "" : "s");
@@ -145,7 +172,17 @@ Status run_generate(const RunArgs& a) {
                double(prompt.size()) / prompt_s);
   std::fprintf(stderr, "essaim run: generation %d tokens in %.3f s (%.2f tok/s)\n", n_gen, gen_s,
                gen_s > 0 ? double(n_gen) / gen_s : 0.0);
+  if (spec_stats)
+    std::fprintf(stderr, "essaim run: speculative (mtp, K %d): %lld steps, %lld drafted, %lld accepted (%.1f %%), "
+                 "%.2f tokens per step\n", a.spec.draft_max, (long long)spec_stats->rounds,
+                 (long long)spec_stats->drafted, (long long)spec_stats->accepted,
+                 spec_stats->drafted ? 100.0 * double(spec_stats->accepted) / double(spec_stats->drafted) : 0.0,
+                 spec_stats->rounds ? double(spec_stats->tokens) / double(spec_stats->rounds) : 0.0);
   print_dispatch_stats(chosen, "essaim run");
+  if (chosen.dispatching() && n_gen > 0)
+    std::fprintf(stderr, "essaim run: %llu layer calls for %d tokens (prompt included): %.2f per generated token\n",
+                 (unsigned long long)labelled_stats(chosen).layer_calls, n_gen,
+                 double(labelled_stats(chosen).layer_calls) / double(n_gen));
   if (a.source.is_backbone()) print_backbone_memory(*model, "essaim run");
   if (a.json) {
     nlohmann::json j{{"command", "run"},
@@ -169,6 +206,12 @@ Status run_generate(const RunArgs& a) {
                      {"tokens", generated_ids},
                      {"text", generated},
                      {"files", nlohmann::json::array()},
+                     {"speculative", spec_stats ? nlohmann::json{{"drafter", a.spec.drafter},
+                                                                  {"draft_max", a.spec.draft_max},
+                                                                  {"steps", spec_stats->rounds},
+                                                                  {"drafted", spec_stats->drafted},
+                                                                  {"accepted", spec_stats->accepted}}
+                                                : nlohmann::json(nullptr)},
                      {"dispatch", chosen.dispatching() ? nlohmann::json::parse(labelled_stats(chosen).to_json())
                                                            : nlohmann::json(nullptr)}};
     std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
@@ -198,6 +241,7 @@ void register_run(CLI::App& app, int& exit_code) {
   add_keep_page_cache_flag(*cmd, a->keep_page_cache);
   add_json_flag(*cmd, a->json);
   add_dispatch_flags(*cmd, a->swarm);
+  add_spec_flags(*cmd, a->spec);
   cmd->callback([a, &exit_code] {
     check_model_source(a->source, a->swarm);
     a->model = a->source.path();
