@@ -120,6 +120,9 @@ Status run_generate(const RunArgs& a) {
   std::optional<SpecStats> spec_stats;
   const auto t0 = clock::now();
   if (a.spec.enabled()) {
+    std::unique_ptr<LocalExpertExecutor> draft_local;  // the MTP block's experts here (--draft-experts backbone)
+    if (chosen.dispatching() && a.spec.drafts_on_backbone(*model))
+      draft_local = std::make_unique<LocalExpertExecutor>(model->expert_store(), &pool);
     const auto on_token = [&](TokenId id) {
       if (n_gen >= a.n_predict) return false;
       ++n_gen;
@@ -129,7 +132,8 @@ Status run_generate(const RunArgs& a) {
       return n_gen < a.n_predict;
     };
     ESSAIM_ASSIGN_OR_RETURN(const SpecRunResult r,
-                            run_speculative({.model = model.get(), .experts = experts, .pool = &pool,
+                            run_speculative({.model = model.get(), .experts = experts,
+                                             .draft_experts = draft_local.get(), .pool = &pool,
                                              .cache = {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16,
                                                        .n_ctx = a.n_ctx},
                                              .spec = a.spec.options(a.spec.draft_min > 0), .prompt = prompt,

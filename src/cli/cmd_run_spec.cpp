@@ -51,7 +51,7 @@ Result<SpecRunResult> run_speculative(const SpecRun& r, Sampler& sampler) {
   seq.start(r.prompt, hidden, first);
   while (more && seq.cache().n_past() < seq.cache().n_ctx()) {
     SpecSequence* one[] = {&seq};
-    ESSAIM_RETURN_IF_ERROR(spec_draft(*r.model, one, r.experts, r.pool));
+    ESSAIM_RETURN_IF_ERROR(spec_draft(*r.model, one, r.draft_experts ? r.draft_experts : r.experts, r.pool));
     const BatchItem item = seq.verify_item();
     ESSAIM_RETURN_IF_ERROR(r.model->forward_batch({.items = std::span(&item, 1), .experts = r.experts, .pool = r.pool}));
     for (int32_t id : seq.accept(sample)) {

@@ -17,6 +17,7 @@ namespace essaim::cli {
 struct SpecRun {
   const Model* model = nullptr;
   ExpertExecutor* experts = nullptr;
+  ExpertExecutor* draft_experts = nullptr;  // the MTP block's (nullptr: `experts`)
   ThreadPool* pool = nullptr;
   CacheOptions cache;
   SpecOptions spec;

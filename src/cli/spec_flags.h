@@ -17,8 +17,14 @@ struct SpecFlags {
   std::string drafter = "mtp";  // the model's own MTP (nextn) block; "none" turns speculation off
   int32_t draft_max = 0;
   int32_t draft_min = 0;
+  std::string draft_experts = "backbone";  // where the MTP block's routed experts are computed
 
   bool enabled() const { return drafter == "mtp" && draft_max > 0; }
+  // Drafts never change the stream, only how many rows are accepted: when this process holds the experts,
+  // the MTP block's are computed here and a draft costs no round trip.
+  bool drafts_on_backbone(const Model& m) const {
+    return enabled() && draft_experts == "backbone" && !m.expert_store().shape_only();
+  }
   SpecOptions options(bool adaptive) const {
     return {.draft_max = draft_max, .draft_min = draft_min, .adaptive = adaptive};
   }
@@ -34,6 +40,11 @@ inline void add_spec_flags(CLI::App& cmd, SpecFlags& f) {
       ->check(CLI::Range(0, 16));
   cmd.add_option("--draft-min", f.draft_min, "Fewest drafts per step while K adapts (default 0)")
       ->check(CLI::Range(0, 16));
+  cmd.add_option("--draft-experts", f.draft_experts,
+                 "Where the MTP block's experts are computed: backbone (default, when this process holds them: "
+                 "no round trip per draft) or swarm (dispatched like any layer's)")
+      ->check(CLI::IsMember({"backbone", "swarm"}))
+      ->capture_default_str();
 }
 
 }  // namespace essaim::cli

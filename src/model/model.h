@@ -105,7 +105,7 @@ struct NextnItem {
   std::span<const float> hidden;    // [T][n_embd] main stack's final normed states (BatchItem::hidden)
   std::span<const int32_t> tokens;  // [T] the tokens one position later
   SequenceCache* cache = nullptr;   // from new_nextn_cache
-  std::span<float> logits;          // [n_vocab]: the last row's
+  std::span<float> logits;          // [n_vocab]: the last row's; or [T][n_vocab]: every row's
   std::span<float> hidden_out;      // optional [n_embd]: the last row's normed output (the head's input)
 };
 

@@ -81,6 +81,7 @@ class Qwen35Moe final : public Model {
   Status ffn_step(const Layer& l, float* x, int64_t N, ExpertExecutor& experts, ThreadPool* pool) const;
   // The MTP block's input x [N][E] = W_eh · [enorm(embedding of tokens) | hnorm(hidden)].
   void nextn_input(std::span<const NextnItem> items, int64_t N, float* x, ThreadPool* pool) const;
+  void nextn_head(std::span<const NextnItem> items, const BatchRows& rows, const float* x, ThreadPool* pool) const;
   // Binds the MoE part every block has (router, routed experts separate or fused, shared expert); returns
   // the routed experts' bytes and, through `active`, the bytes of K experts.
   Result<uint64_t> bind_ffn(TensorBinder& b, int32_t il, TensorKind kind, Layer* l, uint64_t* active);
@@ -426,7 +427,7 @@ Status Qwen35Moe::forward_nextn_batch(const NextnBatchArgs& args) const {
   for (const NextnItem& item : args.items) {
     ESSAIM_CHECK(item.cache != nullptr && item.cache->n_layers() == 1);
     ESSAIM_CHECK(item.hidden.size() == item.tokens.size() * size_t(hp_.n_embd));
-    ESSAIM_CHECK(item.logits.size() == size_t(hp_.n_vocab));
+    ESSAIM_CHECK(item.logits.size() == size_t(hp_.n_vocab) || item.logits.size() == item.tokens.size() * size_t(hp_.n_vocab));
     ESSAIM_CHECK(item.hidden_out.empty() || item.hidden_out.size() == size_t(hp_.n_embd));
     as_rows.push_back({.tokens = item.tokens, .cache = item.cache, .logits_mode = LogitsMode::NONE, .logits = {},
                        .hidden = {}, .keep_row_states = false});
@@ -435,7 +436,7 @@ Status Qwen35Moe::forward_nextn_batch(const NextnBatchArgs& args) const {
                           prepare_batch({.items = as_rows, .experts = args.experts, .pool = args.pool}));
   const NextnBlock& nb = *nextn_;
   const Layer& l = nb.layer;
-  const int64_t N = rows.n_rows, E = hp_.n_embd, V = hp_.n_vocab;
+  const int64_t N = rows.n_rows, E = hp_.n_embd;
   const size_t n_seq = args.items.size();
   std::vector<float> x(size_t(N) * E);  // [N][E] the block's residual stream
   nextn_input(args.items, N, x.data(), args.pool);
@@ -452,20 +453,36 @@ Status Qwen35Moe::forward_nextn_batch(const NextnBatchArgs& args) const {
     return s.with_context("MTP block");
   }
 
-  std::vector<float> normed(n_seq * size_t(E));  // [n_seq][E] each item's last row, head-normed
-  for (size_t i = 0; i < n_seq; ++i)
-    std::memcpy(normed.data() + i * size_t(E), x.data() + (rows.row0[i + 1] - 1) * E, size_t(E) * sizeof(float));
-  rms_norm_rows(normed.data(), nb.head_norm, int64_t(n_seq), E, hp_.eps, normed.data(), args.pool);
-  std::vector<float> logits(n_seq * size_t(V));  // [n_seq][V]
-  matmul(nb.head, normed.data(), int64_t(n_seq), logits.data(), args.pool);
-  for (size_t i = 0; i < n_seq; ++i) {
-    const NextnItem& item = args.items[i];
-    std::memcpy(item.logits.data(), logits.data() + i * size_t(V), size_t(V) * sizeof(float));
-    if (!item.hidden_out.empty())
-      std::memcpy(item.hidden_out.data(), normed.data() + i * size_t(E), size_t(E) * sizeof(float));
-    item.cache->advance(int32_t(rows.row0[i + 1] - rows.row0[i]));
-  }
+  nextn_head(args.items, rows, x.data(), args.pool);
+  for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->advance(int32_t(rows.row0[i + 1] - rows.row0[i]));
   return Status::ok();
+}
+
+// Each item's rows through shared_head_norm and the head, one matmul for the batch: its last row, or every
+// row when its logits hold one per token (teacher-forced evaluation of the draft head).
+void Qwen35Moe::nextn_head(std::span<const NextnItem> items, const BatchRows& rows, const float* x,
+                           ThreadPool* pool) const {
+  const NextnBlock& nb = *nextn_;
+  const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+  std::vector<int64_t> wanted;  // batch rows whose logits are asked for, in item order
+  for (size_t i = 0; i < items.size(); ++i) {
+    const bool all = items[i].logits.size() == items[i].tokens.size() * size_t(V);
+    for (int64_t r = all ? rows.row0[i] : rows.row0[i + 1] - 1; r < rows.row0[i + 1]; ++r) wanted.push_back(r);
+  }
+  const int64_t n_out = int64_t(wanted.size());
+  std::vector<float> normed(size_t(n_out * E));  // [n_out][E] head-normed
+  for (int64_t o = 0; o < n_out; ++o)
+    std::memcpy(normed.data() + o * E, x + wanted[size_t(o)] * E, size_t(E) * sizeof(float));
+  rms_norm_rows(normed.data(), nb.head_norm, n_out, E, hp_.eps, normed.data(), pool);
+  std::vector<float> logits(size_t(n_out * V));  // [n_out][V]
+  matmul(nb.head, normed.data(), n_out, logits.data(), pool);
+  size_t o = 0;
+  for (const NextnItem& item : items) {
+    std::memcpy(item.logits.data(), logits.data() + o * size_t(V), item.logits.size() * sizeof(float));
+    o += item.logits.size() / size_t(V);
+    if (!item.hidden_out.empty())  // the last row's
+      std::memcpy(item.hidden_out.data(), normed.data() + (o - 1) * size_t(E), size_t(E) * sizeof(float));
+  }
 }
 
 }  // namespace
