@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backbone/remote_executor.h"
@@ -96,8 +97,16 @@ Run run_once(const Model& m, ExpertExecutor& ex, ExpertExecutor* draft_ex, Threa
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done == n; });
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (const std::vector<double>& t : times)
+  uint64_t generated = 0;
+  for (const std::vector<double>& t : times) {
+    generated += t.size();
     for (size_t j = 1; j < t.size(); ++j) r.gaps.push_back(t[j] - t[j - 1]);
+  }
+  lock.unlock();
+  // The last step's counters are added after its final events went out: wait (bounded) for them.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (sched.stats().generated_tokens < generated && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   r.stats = sched.stats();
   return r;
 }

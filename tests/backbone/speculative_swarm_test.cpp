@@ -42,7 +42,7 @@ std::vector<int32_t> plain(const Model& m, ExpertExecutor& ex, ThreadPool& pool,
 }
 
 std::vector<int32_t> speculative(const Model& m, ExpertExecutor& ex, ThreadPool& pool, std::span<const int32_t> prompt,
-                                 int n, bool greedy, int32_t k, SpecStats* stats) {
+                                 int n, bool greedy, int32_t k, SpecStats* stats, ExpertExecutor* draft_ex = nullptr) {
   SpecSequence seq(m, {}, {.draft_max = k});
   Sampler sampler(sampling(greedy));
   std::vector<float> logits(size_t(m.info().n_vocab)), hidden(prompt.size() * size_t(m.info().n_embd));
@@ -57,7 +57,7 @@ std::vector<int32_t> speculative(const Model& m, ExpertExecutor& ex, ThreadPool&
   seq.start(prompt, hidden, out[0]);
   while (int(out.size()) < n) {
     SpecSequence* one[] = {&seq};
-    const Status d = spec_draft(m, one, &ex, &pool);
+    const Status d = spec_draft(m, one, draft_ex ? draft_ex : &ex, &pool);
     EXPECT_TRUE(d.is_ok()) << d.message();
     const BatchItem item = seq.verify_item();
     EXPECT_TRUE(m.forward_batch({.items = std::span(&item, 1), .experts = &ex, .pool = &pool}).is_ok());
@@ -110,6 +110,21 @@ TEST_P(SpeculativeSwarm, StreamOverThreeWorkerProcessesEqualsPlainDecodingOnOneN
           << "K=" << k;
       if (greedy && !GetParam().file.empty() && k <= 2) EXPECT_LT(calls, plain_calls) << "K=" << k;
     }
+  }
+  // The MTP block's experts computed on a backbone holding them (`--draft-experts backbone`): the same drafts
+  // (the same bits as the workers'), so the same rounds, and no layer call for them.
+  Result<std::unique_ptr<RemoteExpertExecutor>> full =
+      RemoteExpertExecutor::create(m.model->expert_store(), m.identity, map, &pool, patient_options());
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  ASSERT_EQ((*full)->wait_connected(net::deadline_in(30s)), kWorkers);
+  for (bool greedy : {true, false}) {
+    SpecStats swarm_drafts, local_drafts;
+    const std::vector<int32_t> a = speculative(*m.model, **full, pool, prompt, n, greedy, 3, &swarm_drafts);
+    const uint64_t before = (*full)->stats().layer_calls;
+    EXPECT_EQ(speculative(*m.model, **full, pool, prompt, n, greedy, 3, &local_drafts, &local), a);
+    EXPECT_EQ(local_drafts.rounds, swarm_drafts.rounds);
+    EXPECT_EQ(local_drafts.accepted, swarm_drafts.accepted);
+    EXPECT_EQ((*full)->stats().layer_calls - before, (1 + uint64_t(local_drafts.rounds)) * uint64_t(m.model->info().n_layer));
   }
   const DispatchStats s = (*remote)->stats();
   EXPECT_EQ(s.pairs_remote, s.pairs) << s.to_json();
