@@ -203,16 +203,17 @@ void Scheduler::run() {
   for (std::unique_ptr<Sequence>& s : queued) s->finish(FinishReason::CANCELLED, "the server is shutting down");
 }
 
-// One forward_batch over every active sequence: decode rows first (each sequence waiting on one token gets
-// its row), then prompt chunks in admission order within what is left of the token budget. A step always
-// makes progress: when decode rows fill the budget, prompts wait; when there are none, the first prompt
-// gets at least one row.
+// What a step's sequences gave, counted into the stats once the step is over.
 struct Scheduler::StepTally {
   uint64_t generated = 0;
   uint64_t finished[5] = {};
   SpecStats spec;  // this step's verifications
 };
 
+// One forward_batch over every active sequence: decode rows first (each sequence waiting on one token gets
+// its row; a speculating one its K+1 verification rows, drafted just before), then prompt chunks in admission order within what is left of the token budget. A step always
+// makes progress: when decode rows fill the budget, prompts wait; when there are none, the first prompt
+// gets at least one row.
 void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   struct Row {
     Sequence* seq;
@@ -294,10 +295,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   rate_window_.emplace_back(now, tally.generated);
   while (!rate_window_.empty() && now - rate_window_.front().first > kRateWindowSeconds) rate_window_.pop_front();
 }
-
-}  // namespace essaim::serve
-
-namespace essaim::serve {
 
 // The drafts of every decoding, speculating sequence, all through the MTP block together. A failure (the
 // executor's) ends those sequences: their MTP caches may have advanced.
