@@ -43,6 +43,30 @@ struct Collector {
   }
 };
 
+// Counts the executor calls per layer (one per layer per forward: the batching the scheduler promises).
+class CountingExecutor final : public ExpertExecutor {
+ public:
+  explicit CountingExecutor(ExpertExecutor& inner) : inner_(inner) {}
+  Status compute(const ExpertBatch& batch, std::span<float> out) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (calls_.size() <= size_t(batch.layer)) calls_.resize(size_t(batch.layer) + 1);
+      ++calls_[size_t(batch.layer)];
+    }
+    return inner_.compute(batch, out);
+  }
+  bool may_fail() const override { return inner_.may_fail(); }
+  uint64_t calls(int32_t layer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return size_t(layer) < calls_.size() ? calls_[size_t(layer)] : 0;
+  }
+
+ private:
+  ExpertExecutor& inner_;
+  std::mutex mu_;
+  std::vector<uint64_t> calls_;
+};
+
 struct Outcome {
   std::vector<TokenId> tokens;
   FinishReason reason = FinishReason::NONE;
@@ -82,9 +106,10 @@ TEST_P(SchedulerSpeculative, EightConcurrentSpeculatingSequencesEqualEachAlone) 
   for (const SequenceRequest& r : requests) want.push_back(alone(m, r, local, pool, kCtx));
   EXPECT_GT(std::set<TokenId>(want[1].tokens.begin(), want[1].tokens.end()).size(), 3u);  // sampling varies
 
-  Scheduler sched(*m.model, &local, &pool,
+  CountingExecutor counting(local);
+  Scheduler sched(*m.model, &counting, &pool,
                   {.parallel = kSeqs, .batch_tokens = 16, .queue_capacity = 8, .cache = {.n_ctx = kCtx},
-                   .spec = {.draft_max = 4, .draft_min = 1}});
+                   .spec = {.draft_max = 4, .draft_min = 1, .adaptive = true}});
   std::vector<Collector> got(kSeqs);
   for (int i = 0; i < kSeqs; ++i) ASSERT_TRUE(sched.submit(requests[size_t(i)], got[size_t(i)].sink()).handle);
   uint64_t generated = 0;
@@ -103,6 +128,14 @@ TEST_P(SchedulerSpeculative, EightConcurrentSpeculatingSequencesEqualEachAlone) 
   EXPECT_GE(s.spec_drafted, s.spec_rounds);  // at least one draft each (draft_min 1)
   EXPECT_EQ(s.spec_tokens, s.spec_accepted + s.spec_rounds);
   if (!GetParam().file.empty()) EXPECT_GT(s.spec_accepted, 0u);  // the trained head drafts for real
+  // One executor call per main layer per step for every sequence's rows; the MTP block's (layer n_layer) at
+  // most K = 4 per step however many sequences draft (they go through it together).
+  const int32_t n_layer = m.model->info().n_layer;
+  EXPECT_EQ(counting.calls(0), s.steps);
+  EXPECT_EQ(counting.calls(n_layer - 1), s.steps);
+  EXPECT_GT(counting.calls(n_layer), 0u);
+  EXPECT_LE(counting.calls(n_layer), 4 * s.steps);
+  EXPECT_LT(counting.calls(n_layer), s.spec_drafted);  // fewer calls than drafts: batched across sequences
 }
 
 TEST_P(SchedulerSpeculative, ContextFullAndEndOfGenerationEndWherePlainDecodingEnds) {
