@@ -121,7 +121,7 @@ Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kin
     *active = uint64_t(hp_.n_expert_used) *
               ((gate_up ? gate_up->expert_slab_bytes() : gate->expert_slab_bytes() + up->expert_slab_bytes()) +
                down->expert_slab_bytes());
-  if (!l) return bytes;  // an MTP block: validated, not executed
+  if (!l) return bytes;  // an MTP block after the first: validated, never run
 
   const ExpertLayer experts =
       gate_up ? ExpertLayer::fused(expert_tensor(*gate_up), expert_tensor(*down))
