@@ -109,8 +109,13 @@ std::vector<int32_t> SpecSequence::accept(const std::function<int32_t(std::span<
   stats_.tokens += int64_t(got.size());
   if (options_.adaptive && K > 0) {
     const int32_t lo = std::max(options_.draft_min, 1);
-    if (a == K) k_ = std::min(k_ + 1, options_.draft_max);
-    else if (a == 0) k_ = std::max(k_ - 1, lo);
+    empty_rounds_ = a == 0 ? empty_rounds_ + 1 : 0;
+    if (a == K) {
+      k_ = std::min(k_ + 1, options_.draft_max);
+    } else if (empty_rounds_ == 2) {  // one empty round is common even for a good head; two in a row is not
+      k_ = std::max(k_ - 1, lo);
+      empty_rounds_ = 0;
+    }
   }
   drafts_.clear();
   return got;

@@ -39,8 +39,8 @@ namespace essaim {
 struct SpecOptions {
   int32_t draft_max = 3;  // K at most (llama.cpp's --draft-max)
   int32_t draft_min = 0;  // K at least while adapting (--draft-min)
-  // Adapt K per sequence from its last round: one more after every draft was accepted, one fewer after
-  // none was; otherwise K stays. Off: K = draft_max every round.
+  // Adapt K per sequence from its recent rounds: one more after a round that accepted every draft, one
+  // fewer after two rounds in a row that accepted none; otherwise K stays. Off: K = draft_max every round.
   bool adaptive = false;
 };
 
@@ -77,6 +77,7 @@ class SpecSequence {
   SpecOptions options_;
   SequenceCache cache_, nextn_cache_;
   int32_t k_ = 0;                      // drafts of the next round
+  int32_t empty_rounds_ = 0;           // consecutive rounds that accepted no draft (adaptive K)
   int32_t pending_ = -1;               // the last token of the stream, not yet fed to the main stack
   std::vector<float> catch_hidden_;    // [n][E] main hidden states of positions the MTP cache lacks
   std::vector<int32_t> catch_tokens_;  // [n] the tokens one position later
