@@ -1,5 +1,5 @@
 // `essaim perplexity -m FILE -f TEXT [-c N] [--chunks N] [-b N] [-t N] [--kv-type f16|f32] [--router-stats]
-//  [--json] [swarm flags]`: llama-perplexity's figure for a text (model/perplexity.h), its output form
+//  [--mtp] [--json] [swarm flags]`: llama-perplexity's figure for a text (model/perplexity.h), its output form
 // ("[1]a,[2]b,..." running estimates, then "Final estimate: PPL = x +/- y"), computed here or through a swarm.
 //
 //   essaim perplexity -m models/kjv-q4_k_m.gguf -f models/heldout.txt -c 256
@@ -7,6 +7,8 @@
 //
 // With --router-stats the router's picks on the text are recorded and summarised per layer (expert usage
 // entropy, share of the top 10 % of experts, reuse of the previous token's experts: moe/routing_stats.h).
+// With --mtp the MTP block drafts from every scored position, teacher-forced, and its top-1 agreement with the
+// main model's greedy next-next token and with the text is reported (model/perplexity.h DraftTally).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +43,7 @@ struct PerplexityArgs {
   int32_t threads = 0;
   std::string kv_type = "f16";
   bool router_stats = false;
+  bool mtp = false;
   bool json = false;
   DispatchFlags swarm;
 };
@@ -119,6 +122,10 @@ Status run_perplexity(const PerplexityArgs& a) {
   PerplexityTally tally;
   FILE* human = a.json ? stderr : stdout;  // with --json, stdout holds the JSON document alone
   const auto t0 = clock::now();
+  DraftTally drafts;
+  const size_t E = size_t(model->info().n_embd);
+  std::vector<float> hidden(a.mtp ? n_ctx * E : 0), draft_logits(a.mtp ? (n_ctx - 1) * V : 0);
+  if (a.mtp && !model->has_nextn()) return Status::error("--mtp needs a model with an MTP (nextn) block");
   for (size_t c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk(ids.begin() + std::ptrdiff_t(c * n_ctx), ids.begin() + std::ptrdiff_t((c + 1) * n_ctx));
     if (tokens.bos) chunk[0] = *tokens.bos;  // as llama-perplexity: the chunk's first token becomes BOS
@@ -127,11 +134,20 @@ Status run_perplexity(const PerplexityArgs& a) {
     recorder.start_sequence();
     for (size_t b = 0; b < n_ctx; b += step) {
       const size_t n = std::min(step, n_ctx - b);
-      ESSAIM_RETURN_IF_ERROR(model->forward({.tokens = std::span<const int32_t>(chunk).subspan(b, n), .cache = &cache, .experts = &experts,
-                                             .pool = &pool, .logits_mode = LogitsMode::ALL,
-                                             .logits = std::span<float>(logits).subspan(b * V, n * V)}));
+      const BatchItem item{.tokens = std::span<const int32_t>(chunk).subspan(b, n), .cache = &cache,
+                           .logits_mode = LogitsMode::ALL, .logits = std::span<float>(logits).subspan(b * V, n * V),
+                           .hidden = a.mtp ? std::span<float>(hidden).subspan(b * E, n * E) : std::span<float>()};
+      ESSAIM_RETURN_IF_ERROR(model->forward_batch({.items = std::span(&item, 1), .experts = &experts, .pool = &pool}));
     }
     tally.add_chunk(logits, chunk, V);
+    if (a.mtp) {  // the draft head over the chunk: position j from hidden j and token j+1
+      SequenceCache nc = model->new_nextn_cache(
+          {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = int32_t(n_ctx)});
+      const NextnItem d{.hidden = std::span<const float>(hidden).subspan(0, (n_ctx - 1) * E),
+                        .tokens = std::span<const int32_t>(chunk).subspan(1), .cache = &nc, .logits = draft_logits};
+      ESSAIM_RETURN_IF_ERROR(model->forward_nextn_batch({.items = std::span(&d, 1), .experts = &experts, .pool = &pool}));
+      drafts.add_chunk(logits, draft_logits, chunk, V);
+    }
     std::fprintf(human, "[%zu]%.4f,", c + 1, tally.ppl());
     std::fflush(human);
   }
@@ -141,6 +157,12 @@ Status run_perplexity(const PerplexityArgs& a) {
   std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s, %zu thread%s\n", size_t(tally.count), seconds,
                pool.size(), pool.size() == 1 ? "" : "s");
   print_dispatch_stats(chosen, "essaim perplexity");
+  const auto share = [](uint64_t k, uint64_t n) { return n ? double(k) / double(n) : 0.0; };
+  if (a.mtp)
+    std::fprintf(human, "MTP draft top-1 over %llu positions: %.4f agree with the main model's greedy next-next token, "
+                 "%.4f with the text (the main model's own next-token top-1: %.4f)\n",
+                 (unsigned long long)drafts.count, share(drafts.agree_greedy, drafts.count),
+                 share(drafts.agree_text, drafts.count), share(drafts.main_text, drafts.count));
   nlohmann::json routing = nullptr;
   if (a.router_stats) {
     ESSAIM_ASSIGN_OR_RETURN(std::vector<LayerRoutingStats> stats,
@@ -153,7 +175,12 @@ Status run_perplexity(const PerplexityArgs& a) {
                      {"n_ctx", n_ctx},          {"chunks", n_chunks},      {"tokens", ids.size()},
                      {"scored", tally.count},   {"ppl", tally.ppl()},      {"ppl_error", tally.ppl_error()},
                      {"mean_nll", tally.count ? tally.nll / double(tally.count) : 0.0},
-                     {"seconds", seconds},      {"router", routing}};
+                     {"seconds", seconds},      {"router", routing},
+                     {"mtp", a.mtp ? nlohmann::json{{"positions", drafts.count},
+                                                    {"agree_greedy", share(drafts.agree_greedy, drafts.count)},
+                                                    {"agree_text", share(drafts.agree_text, drafts.count)},
+                                                    {"main_top1", share(drafts.main_text, drafts.count)}}
+                                   : nlohmann::json(nullptr)}};
     std::fputs((j.dump() + "\n").c_str(), stdout);
   }
   if (std::fflush(stdout) != 0) return Status::error("cannot write the output");
@@ -179,6 +206,9 @@ void register_perplexity(CLI::App& app, int& exit_code) {
   cmd->add_flag("--router-stats", args->router_stats,
                 "Also summarise the router's picks per layer: usage entropy, top 10% share, reuse of the previous "
                 "token's experts");
+  cmd->add_flag("--mtp", args->mtp,
+                "Also run the MTP draft head at every scored position: its top-1 agreement with the main model's "
+                "greedy next-next token and with the text");
   add_json_flag(*cmd, args->json);
   add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code] {

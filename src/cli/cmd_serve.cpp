@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/dispatch_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/model_load.h"
 #include "serve/server.h"
 
@@ -29,6 +30,7 @@ struct ServeArgs {
   ModelSource source;
   serve::ServerOptions server;
   DispatchFlags swarm;
+  SpecFlags spec;
 };
 
 int run_serve(ServeArgs& a) {
@@ -119,10 +121,13 @@ void register_serve(CLI::App& app, int& exit_code) {
   add_no_mmap_flag(*cmd, o.no_mmap);
   add_keep_page_cache_flag(*cmd, o.keep_page_cache);
   add_dispatch_flags(*cmd, a->swarm);
+  add_spec_flags(*cmd, a->spec);
   cmd->callback([a, &exit_code] {
     check_model_source(a->source, a->swarm);
     a->server.model_path = a->source.path();
     a->server.backbone_file = a->source.is_backbone();
+    if (a->spec.enabled()) a->server.spec = a->spec.options(/*adaptive=*/true);
+    a->server.drafts_on_backbone = a->spec.draft_experts == "backbone";
     exit_code = run_serve(*a);
   });
 }

@@ -129,12 +129,36 @@ Status SequenceCache::check_room(int64_t n) const {
   return Status::ok();
 }
 
+Status SequenceCache::cut_back(int32_t n) {
+  if (n == n_past_) return Status::ok();
+  if (n < 0 || n > n_past_)
+    return Status::error("cannot cut a sequence of " + std::to_string(n_past_) + " tokens back to " + std::to_string(n));
+  bool recurrent = false;
+  for (const LayerCache& l : layers_) recurrent = recurrent || std::holds_alternative<RecurrentState>(l);
+  const int64_t row = int64_t(n) - kept_first_ - 1;  // the kept row that ends at n
+  if (recurrent && (row < 0 || row >= kept_count_ || kept_first_ + kept_count_ != n_past_))
+    return Status::error("cannot cut the sequence back to " + std::to_string(n) +
+                         " tokens: the last forward kept no recurrent state ending there");
+  for (LayerCache& l : layers_) {
+    if (auto* kv = std::get_if<KvCache>(&l)) kv->truncate(n);
+    if (auto* r = std::get_if<RecurrentState>(&l)) {
+      std::memcpy(r->conv.data(), r->conv_rows.data() + size_t(row) * r->conv.size(), r->conv.size() * sizeof(float));
+      std::memcpy(r->state.data(), r->state_rows.data() + size_t(row) * r->state.size(),
+                  r->state.size() * sizeof(float));
+    }
+  }
+  n_past_ = n;
+  kept_count_ = 0;
+  return Status::ok();
+}
+
 void SequenceCache::reset() {
   for (LayerCache& l : layers_) {
     if (auto* kv = std::get_if<KvCache>(&l)) kv->truncate(0);
     if (auto* r = std::get_if<RecurrentState>(&l)) r->reset();
   }
   n_past_ = 0;
+  kept_count_ = 0;
 }
 
 uint64_t SequenceCache::bytes() const {
@@ -142,7 +166,8 @@ uint64_t SequenceCache::bytes() const {
   for (const LayerCache& l : layers_) {
     if (auto* kv = std::get_if<KvCache>(&l)) b += kv->bytes();
     if (auto* r = std::get_if<RecurrentState>(&l))
-      b += (r->conv.size() + r->state.size() + r->conv_next.size() + r->state_next.size()) * sizeof(float);
+      b += (r->conv.size() + r->state.size() + r->conv_next.size() + r->state_next.size() + r->conv_rows.size() +
+            r->state_rows.size()) * sizeof(float);
   }
   return b;
 }

@@ -60,6 +60,10 @@ struct RecurrentState {
   // rolled back otherwise. Empty while the states advance in place (an executor that cannot fail).
   std::vector<float> conv_next;
   std::vector<float> state_next;
+  // The conv window and state after each row of the last forward that kept them (BatchItem::keep_row_states),
+  // [rows][Kc-1][C] and [rows][Hv][Dv][Dk]: what SequenceCache::cut_back restores. Empty otherwise.
+  std::vector<float> conv_rows;
+  std::vector<float> state_rows;
   void reset();
 };
 
@@ -81,6 +85,13 @@ class SequenceCache {
   // Error when n more tokens do not fit.
   Status check_room(int64_t n) const;
   void advance(int32_t n) { n_past_ += n; }
+  // The last forward kept the recurrent states after each of its rows, positions [first, first + n).
+  void set_kept_rows(int32_t first, int32_t n) { kept_first_ = first, kept_count_ = n; }
+  // Back to n_past = n ≤ n_past(), exactly as if the tokens after n had never been processed (speculative
+  // decoding's rejected drafts): KV entries from n on are dropped; recurrent states, which cannot be rolled
+  // back, are restored from the rows the last forward kept, so n must end one of them (or equal n_past()).
+  // A cache without recurrent layers can be cut back anywhere. Errors leave the cache unchanged.
+  Status cut_back(int32_t n);
   // Back to an empty sequence: KV emptied, recurrent states zeroed.
   void reset();
   uint64_t bytes() const;
@@ -89,6 +100,7 @@ class SequenceCache {
   std::vector<LayerCache> layers_;
   int32_t n_ctx_ = 0;
   int32_t n_past_ = 0;
+  int32_t kept_first_ = 0, kept_count_ = 0;  // the rows whose recurrent states are kept (set_kept_rows)
 };
 
 }  // namespace essaim

@@ -126,6 +126,11 @@ void conv_silu_channels(const GdnShape& s, const float* conv1d, const float* mix
       ut[c] = silu(sum);
     }
   }
+  if (q.io.conv_rows)  // the window after each row: window rows local+1 .. local+Kc-1
+    for (int64_t local = 0; local < q.n_rows; ++local)
+      for (int64_t r = 0; r < Kc - 1; ++r)
+        std::memcpy(q.io.conv_rows + (local * (Kc - 1) + r) * C + c0, window_row(q, mix, C, Kc, local + 1 + r) + c0,
+                    size_t(c1 - c0) * sizeof(float));
   // The newest Kc-1 raw rows become the next window. Row r comes from window row T + r > r, so ascending
   // order never overwrites a row still to be read when conv_out is conv_in; other items touch other channels.
   for (int64_t r = 0; r < Kc - 1; ++r)
@@ -145,6 +150,8 @@ struct DeltaRuleRun {
   float scale;
   float* st;
   float* o;
+  float* rows;        // the block's place in the state after row t0 (stride row_stride), or nullptr
+  int64_t row_stride;
 };
 
 template <int kTag>
@@ -160,6 +167,7 @@ __attribute__((always_inline)) inline void delta_rule_run(const DeltaRuleRun& r)
       delta_rule_columns<kTag, 8>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
     for (; c < r.c1; ++c)
       delta_rule_columns<kTag, 1>(r.st + (c - r.c0) * r.Dk, k, q, dec, v + c, bt, r.scale, r.Dk, ot + c);
+    if (r.rows) std::memcpy(r.rows + (t - r.t0) * r.row_stride, r.st, size_t((r.c1 - r.c0) * r.Dk) * sizeof(float));
   }
 }
 
@@ -213,8 +221,10 @@ void recurrent_heads(const GdnShape& s, const GdnWeights& w, const float* mix, c
           // is state_in (the caller keeps no old state: each block is read once and written back once).
           float* st = sq.io.state_out + first;
           if (st != sq.io.state_in + first) std::memmove(st, sq.io.state_in + first, n * sizeof(float));
-          const DeltaRuleRun run{u, decay, beta, sq.row0, sq.row0 + sq.n_rows, C, KD, Dk, Dv, Hv, h, j, c0, c1,
-                                 scale, st, o};
+          float* rows = sq.io.state_rows ? sq.io.state_rows + first : nullptr;
+          const DeltaRuleRun run{u,     decay, beta, sq.row0, sq.row0 + sq.n_rows, C,    KD,
+                                 Dk,    Dv,    Hv,   h,       j,                   c0,   c1,
+                                 scale, st,    o,    rows,    int64_t(s.recurrent_state_size())};
           delta_rule(run);
         }
         for (int64_t t = sq.row0; t < sq.row0 + sq.n_rows; ++t) {

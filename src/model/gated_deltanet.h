@@ -66,6 +66,11 @@ struct GdnStateIo {
   const float* state_in = nullptr;  // [Hv][Dv][Dk]
   float* conv_out = nullptr;
   float* state_out = nullptr;
+  // Optional, for speculative verification (a sequence cut back to any prefix of the run): the conv window
+  // and the state after each of the run's rows, [T][Kc-1][conv_channels] and [T][Hv][Dv][Dk]. Row t's
+  // entries are exactly the conv_out/state_out a run ending at that row would give.
+  float* conv_rows = nullptr;
+  float* state_rows = nullptr;
 };
 
 // y: [T][E]. a: [T][E] (the attn_norm output). T ≥ 1.

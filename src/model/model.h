@@ -90,6 +90,29 @@ struct BatchItem {
   SequenceCache* cache = nullptr;
   LogitsMode logits_mode = LogitsMode::LAST;
   std::span<float> logits;  // as ForwardArgs::logits
+  // Optional: the final normed state (the LM head's input), what an MTP (nextn) block drafts from; of the
+  // rows whose logits are output ([n_out][n_embd]) or of every row ([tokens.size()][n_embd]), by its size.
+  std::span<float> hidden;
+  // Keep the recurrent states after each row, so SequenceCache::cut_back can return to any prefix of these
+  // tokens (speculative verification). Costs one state copy per row and recurrent layer.
+  bool keep_row_states = false;
+};
+
+// One sequence's share of an MTP (nextn) block's step: the block at positions p..p+T-1 of its own cache
+// (p = cache->n_past()), fed for position i the main stack's final normed state of position i and the token
+// of position i + 1. It predicts the token of position i + 2.
+struct NextnItem {
+  std::span<const float> hidden;    // [T][n_embd] main stack's final normed states (BatchItem::hidden)
+  std::span<const int32_t> tokens;  // [T] the tokens one position later
+  SequenceCache* cache = nullptr;   // from new_nextn_cache
+  std::span<float> logits;          // [n_vocab]: the last row's; or [T][n_vocab]: every row's
+  std::span<float> hidden_out;      // optional [n_embd]: the last row's normed output (the head's input)
+};
+
+struct NextnBatchArgs {
+  std::span<const NextnItem> items;
+  ExpertExecutor* experts = nullptr;
+  ThreadPool* pool = nullptr;
 };
 
 struct BatchForwardArgs {
@@ -122,6 +145,13 @@ class Model {
   // leave items before a failing one advanced (the caller fails the whole step).
   virtual Status forward_batch(const BatchForwardArgs& args) const;
 
+  // The MTP (nextn) draft block, where the architecture and the file have one (docs/speculative.md): its
+  // layer index is info().n_layer (its experts are routed through the executor like any layer's). All rows
+  // of all items go through it together (one executor call); all-or-nothing as forward_batch.
+  virtual bool has_nextn() const { return false; }
+  virtual SequenceCache new_nextn_cache(const CacheOptions& options) const;
+  virtual Status forward_nextn_batch(const NextnBatchArgs& args) const;
+
  protected:
   explicit Model(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {}
 
@@ -141,9 +171,13 @@ class Model {
   static void embed_rows(const WeightMatrix& tok_embd, std::span<const int32_t> tokens, int64_t E, float* x);
   // Final RMSNorm and LM head over the rows each item's logits_mode asks for, one matmul for the whole
   // batch: x [N][E] → every item's logits [n_out_i][V].
+  // Also copies each item's normed rows into its `hidden` when given.
   static void lm_head_batch(const BatchForwardArgs& args, const BatchRows& rows, const float* x, int64_t E,
                             const float* output_norm, float eps, const WeightMatrix& output);
   int32_t resolve_n_ctx(const CacheOptions& options) const;
+  static void copy_hidden(const BatchItem& item, const BatchRows& rows, size_t i, const float* x, int64_t E,
+                          const float* output_norm, float eps, std::span<const float> normed, size_t first,
+                          ThreadPool* pool);
 
   std::unique_ptr<GgufFile> file_;
   ModelInfo info_;

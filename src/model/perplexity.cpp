@@ -35,4 +35,27 @@ double PerplexityTally::ppl_error() const {
   return var > 0 ? ppl() * std::sqrt(var / double(count - 1)) : 0.0;
 }
 
+namespace {
+
+size_t row_argmax(std::span<const float> logits, size_t row, size_t V) {  // the lowest id among equal maxima
+  const float* r = logits.data() + row * V;
+  return size_t(std::max_element(r, r + V) - r);
+}
+
+}  // namespace
+
+void DraftTally::add_chunk(std::span<const float> main_logits, std::span<const float> draft_logits,
+                           std::span<const int32_t> tokens, size_t n_vocab) {
+  const size_t n = tokens.size();
+  if (n < 3) return;
+  for (size_t j = n / 2; j + 2 < n; ++j) {
+    const size_t draft = row_argmax(draft_logits, j, n_vocab), greedy = row_argmax(main_logits, j + 1, n_vocab);
+    const size_t text = size_t(tokens[j + 2]);
+    ++count;
+    agree_greedy += draft == greedy;
+    agree_text += draft == text;
+    main_text += greedy == text;
+  }
+}
+
 }  // namespace essaim

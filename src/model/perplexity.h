@@ -27,4 +27,20 @@ struct PerplexityTally {
   double ppl_error() const;
 };
 
+// The MTP draft head's top-1 hit rate on a text, teacher-forced over the same chunks and positions as
+// PerplexityTally: the draft from position j (main hidden state of j, token j+1) predicts token j+2; it is
+// compared with the main model's greedy choice there (argmax of main row j+1: what greedy speculative
+// decoding would accept) and with the text's token.
+struct DraftTally {
+  uint64_t count = 0;
+  uint64_t agree_greedy = 0;  // draft == main model's argmax for token j+2
+  uint64_t agree_text = 0;    // draft == the text's token j+2
+  uint64_t main_text = 0;     // main model's argmax == the text's token j+2 (for scale)
+
+  // main_logits [n][V] (n = tokens.size()), draft_logits [n-1][V]: row j from position j. Counts
+  // j in [n/2, n-2).
+  void add_chunk(std::span<const float> main_logits, std::span<const float> draft_logits,
+                 std::span<const int32_t> tokens, size_t n_vocab);
+};
+
 }  // namespace essaim

@@ -11,8 +11,12 @@
 //                                                                  the shared expert on the backbone
 //   logits = W_out · RMSNorm(h, output_norm)                    -- W_out tied to token_embd when absent
 //
-// MTP (nextn) blocks after the main stack are bound and shape-checked but never executed (llama.cpp runs them
-// only as a separate speculative-draft graph). Norm weights are used as stored: the converter already wrote
+// MTP (nextn) blocks after the main stack are bound and shape-checked; the first one runs as the draft head
+// (forward_nextn_batch, docs/speculative.md), as the shipped model was trained (models/train/model.py):
+//   x      = W_eh · [RMSNorm(embed(token i+1), enorm) | RMSNorm(hidden_i, hnorm)]   -- hidden_i: the main
+//                                                     stack's final state of position i after output_norm
+//   x      = the block's gated attention (its own KV cache, position i) + MoE, as a main attention layer
+//   logits = W_head · RMSNorm(x, shared_head_norm)    -- W_head: shared_head_head, else the LM head Norm weights are used as stored: the converter already wrote
 // Qwen3.5's 1 + w (5.9). Recurrent layers keep their conv window and delta-rule state in the sequence's
 // cache. When the expert executor may fail, a forward pass writes the advanced states aside and swaps them
 // in only when every layer succeeded; when it cannot (experts held here, whether or not workers also serve
@@ -20,6 +24,7 @@
 // reading it, filling a second buffer and writing that back (the recurrent step 400-440 -> 290-340 us per
 // 122B-shaped layer on two threads, bench/recurrent_bench).
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "kernels/quantize.h"
@@ -47,6 +52,17 @@ struct Layer {
   SharedExpert shared;
 };
 
+// The MTP block that runs: layer index n_layer, an attention layer with the block's own input and head.
+struct NextnBlock {
+  Layer layer;
+  WeightMatrix eh_proj;             // [2E -> E] over [enorm(embedding) | hnorm(hidden)]
+  const float* enorm = nullptr;     // [E]
+  const float* hnorm = nullptr;     // [E]
+  WeightMatrix embed;               // nextn.embed_tokens, else token_embd
+  const float* head_norm = nullptr; // shared_head_norm, else output_norm
+  WeightMatrix head;                // shared_head_head, else the LM head
+};
+
 class Qwen35Moe final : public Model {
  public:
   explicit Qwen35Moe(std::unique_ptr<GgufFile> file) : Model(std::move(file)) {}
@@ -54,8 +70,18 @@ class Qwen35Moe final : public Model {
   SequenceCache new_cache(const CacheOptions& options) const override;
   Status forward(const ForwardArgs& args) const override { return forward_as_batch(args); }
   Status forward_batch(const BatchForwardArgs& args) const override;
+  bool has_nextn() const override { return nextn_.has_value(); }
+  SequenceCache new_nextn_cache(const CacheOptions& options) const override;
+  Status forward_nextn_batch(const NextnBatchArgs& args) const override;
 
  private:
+  // attn_norm, post_attention_norm and the gated attention's tensors of an attention block.
+  Status bind_attention(TensorBinder& b, int32_t il, Layer* l);
+  // FFN half of a layer over N rows: f = RMSNorm(x, post_attention_norm); x += moe(f) + γ·shared(f).
+  Status ffn_step(const Layer& l, float* x, int64_t N, ExpertExecutor& experts, ThreadPool* pool) const;
+  // The MTP block's input x [N][E] = W_eh · [enorm(embedding of tokens) | hnorm(hidden)].
+  void nextn_input(std::span<const NextnItem> items, int64_t N, float* x, ThreadPool* pool) const;
+  void nextn_head(std::span<const NextnItem> items, const BatchRows& rows, const float* x, ThreadPool* pool) const;
   // Binds the MoE part every block has (router, routed experts separate or fused, shared expert); returns
   // the routed experts' bytes and, through `active`, the bytes of K experts.
   Result<uint64_t> bind_ffn(TensorBinder& b, int32_t il, TensorKind kind, Layer* l, uint64_t* active);
@@ -69,6 +95,7 @@ class Qwen35Moe final : public Model {
   const float* output_norm_ = nullptr;  // [E]
   WeightMatrix output_;                 // [E -> V], token_embd when tied
   std::vector<Layer> layers_;           // [n_layer]
+  std::optional<NextnBlock> nextn_;     // the first MTP block, when the file has one
 };
 
 Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kind, Layer* l, uint64_t* active) {
@@ -94,7 +121,7 @@ Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kin
     *active = uint64_t(hp_.n_expert_used) *
               ((gate_up ? gate_up->expert_slab_bytes() : gate->expert_slab_bytes() + up->expert_slab_bytes()) +
                down->expert_slab_bytes());
-  if (!l) return bytes;  // an MTP block: validated, not executed
+  if (!l) return bytes;  // an MTP block after the first: validated, never run
 
   const ExpertLayer experts =
       gate_up ? ExpertLayer::fused(expert_tensor(*gate_up), expert_tensor(*down))
@@ -111,32 +138,58 @@ Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kin
   return bytes;
 }
 
+Status Qwen35Moe::bind_attention(TensorBinder& b, int32_t il, Layer* l) {
+  const int64_t E = hp_.n_embd, D = hp_.head_dim, HD = int64_t(hp_.n_head) * D, KD = int64_t(hp_.n_head_kv) * D;
+  constexpr TensorKind kF32 = TensorKind::F32;
+  const GgufTensor* t;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
+  l->attn_norm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
+  l->post_attn_norm = f32_data(*t);
+  GatedAttentionWeights& a = l->attn;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q, il, {E, 2 * HD}));
+  a.q = weight_matrix(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K, il, {E, KD}));
+  a.k = weight_matrix(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_V, il, {E, KD}));
+  a.v = weight_matrix(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q_NORM, il, {D}, kF32));
+  a.q_norm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K_NORM, il, {D}, kF32));
+  a.k_norm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_OUTPUT, il, {HD, E}));
+  a.out = weight_matrix(*t);
+  return Status::ok();
+}
+
+// The first MTP block is bound to run (its experts join the store at its layer index); later ones, which
+// nothing runs, are shape-checked only. Returns the block's bytes.
 Result<uint64_t> Qwen35Moe::bind_nextn_block(TensorBinder& b, int32_t il) {
-  const int64_t E = hp_.n_embd, V = hp_.n_vocab, D = hp_.head_dim, HD = int64_t(hp_.n_head) * D,
-                KD = int64_t(hp_.n_head_kv) * D;
-  struct Want {
-    TN name;
-    std::vector<int64_t> ne;
-    bool required;
-  };
-  const Want wants[] = {
-      {TN::ATTN_NORM, {E}, true},          {TN::POST_ATTN_NORM, {E}, true},   {TN::ATTN_Q, {E, 2 * HD}, true},
-      {TN::ATTN_K, {E, KD}, true},         {TN::ATTN_V, {E, KD}, true},       {TN::ATTN_Q_NORM, {D}, true},
-      {TN::ATTN_K_NORM, {D}, true},        {TN::ATTN_OUTPUT, {HD, E}, true},  {TN::NEXTN_EH_PROJ, {2 * E, E}, true},
-      {TN::NEXTN_ENORM, {E}, true},        {TN::NEXTN_HNORM, {E}, true},      {TN::NEXTN_EMBED_TOKENS, {E, V}, false},
-      {TN::NEXTN_SHARED_HEAD_HEAD, {E, V}, false}, {TN::NEXTN_SHARED_HEAD_NORM, {E}, false},
-  };
-  uint64_t bytes = 0;
-  for (const Want& w : wants) {
-    if (!w.required && !b.has(w.name, il)) continue;
-    ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* t, b.require_one_of(w.name, il, {w.ne}, TensorKind::ANY));
-    bytes += t->nbytes;
-  }
-  ESSAIM_ASSIGN_OR_RETURN(uint64_t ffn_bytes, bind_ffn(b, il, TensorKind::ANY, nullptr, nullptr));
-  // The router and shared expert are dense tensors of the block; count them too.
-  for (TN n : {TN::FFN_GATE_INP, TN::FFN_GATE_INP_SHEXP, TN::FFN_GATE_SHEXP, TN::FFN_UP_SHEXP, TN::FFN_DOWN_SHEXP})
-    bytes += file_->find_tensor(tensor_name(n, il))->nbytes;
-  return bytes + ffn_bytes;
+  const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+  constexpr TensorKind kF32 = TensorKind::F32;
+  const bool runs = il == hp_.n_layer;
+  NextnBlock n;
+  ESSAIM_RETURN_IF_ERROR(bind_attention(b, il, &n.layer));
+  const GgufTensor* t;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::NEXTN_EH_PROJ, il, {2 * E, E}));
+  n.eh_proj = weight_matrix(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::NEXTN_ENORM, il, {E}, kF32));
+  n.enorm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::NEXTN_HNORM, il, {E}, kF32));
+  n.hnorm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TN::NEXTN_EMBED_TOKENS, il, {E, V}));
+  n.embed = t ? weight_matrix(*t) : tok_embd_;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TN::NEXTN_SHARED_HEAD_HEAD, il, {E, V}));
+  n.head = t ? weight_matrix(*t) : output_;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.optional(TN::NEXTN_SHARED_HEAD_NORM, il, {E}, kF32));
+  n.head_norm = t ? f32_data(*t) : output_norm_;
+  ESSAIM_RETURN_IF_ERROR(bind_ffn(b, il, TensorKind::MATRIX, runs ? &n.layer : nullptr, nullptr).status());
+  if (runs) nextn_ = std::move(n);
+  uint64_t bytes = 0;  // every tensor of the block, its experts included
+  const std::string prefix = "blk." + std::to_string(il) + ".";
+  for (const GgufTensor& x : file_->tensors())
+    if (x.name.starts_with(prefix)) bytes += x.nbytes;
+  return bytes;
 }
 
 Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
@@ -146,8 +199,7 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
   attn_shape_ = GatedAttentionShape{.n_head = hp.n_head, .n_head_kv = hp.n_head_kv, .head_dim = hp.head_dim,
                                     .n_rot = hp.n_rot, .rope_base = hp.rope_base,
                                     .rope_sections = hp.rope_sections, .eps = hp.eps};
-  const int64_t E = hp.n_embd, V = hp.n_vocab, D = hp.head_dim, HD = int64_t(hp.n_head) * D,
-                KD = int64_t(hp.n_head_kv) * D, C = gdn_shape_.conv_channels(), VD = gdn_shape_.value_dim(),
+  const int64_t E = hp.n_embd, V = hp.n_vocab, C = gdn_shape_.conv_channels(), VD = gdn_shape_.value_dim(),
                 Hv = hp.ssm_n_v_heads, Kc = hp.ssm_conv_kernel, Dv = hp.ssm_head_dim;
   constexpr TensorKind kF32 = TensorKind::F32;
   TensorBinder b(*file_);
@@ -163,12 +215,14 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
   for (int32_t il = 0; il < hp.n_layer; ++il) {
     Layer& l = layers_[size_t(il)];
     l.recurrent = hp.recurrent[size_t(il)];
-    const GgufTensor* t;
-    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
-    l.attn_norm = f32_data(*t);
-    ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
-    l.post_attn_norm = f32_data(*t);
-    if (l.recurrent) {
+    if (!l.recurrent) {
+      ESSAIM_RETURN_IF_ERROR(bind_attention(b, il, &l));
+    } else {
+      const GgufTensor* t;
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
+      l.attn_norm = f32_data(*t);
+      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
+      l.post_attn_norm = f32_data(*t);
       GdnWeights& g = l.gdn;
       ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_QKV, il, {E, C}));
       g.qkv = weight_matrix(*t);
@@ -188,20 +242,6 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
       g.norm = f32_data(*t);
       ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::SSM_OUT, il, {VD, E}));
       g.out = weight_matrix(*t);
-    } else {
-      GatedAttentionWeights& a = l.attn;
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q, il, {E, 2 * HD}));
-      a.q = weight_matrix(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K, il, {E, KD}));
-      a.k = weight_matrix(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_V, il, {E, KD}));
-      a.v = weight_matrix(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q_NORM, il, {D}, kF32));
-      a.q_norm = f32_data(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_K_NORM, il, {D}, kF32));
-      a.k_norm = f32_data(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_OUTPUT, il, {HD, E}));
-      a.out = weight_matrix(*t);
     }
     uint64_t active = 0;
     ESSAIM_ASSIGN_OR_RETURN(uint64_t bytes, bind_ffn(b, il, TensorKind::MATRIX, &l, &active));
@@ -266,8 +306,6 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
 
   std::vector<float> cur(size_t(N) * E);  // [N][E] a = RMSNorm(h), then f = RMSNorm(h1)
   std::vector<float> mix(size_t(N) * E);  // [N][E] mixer output t
-  std::vector<float> ffn(size_t(N) * E);  // [N][E] routed sum, then + γ·shared
-  SharedExpertRows shared_rows;                       // the shared expert's gate and up outputs
   std::vector<GdnSequence> gdn(n_seq);                // [n_seq] recurrent layers: rows and state of each
   std::vector<GatedAttentionSequence> attn(n_seq);    // [n_seq] attention layers: rows and cache of each
   const bool in_place = !args.experts->may_fail();    // recurrent states advance in place, or aside
@@ -291,6 +329,12 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
         gdn[i] = {.row0 = r0, .n_rows = n,
                   .io = {.conv_in = r.conv.data(), .state_in = r.state.data(), .conv_out = conv_out,
                          .state_out = state_out}};
+        if (args.items[i].keep_row_states) {  // [n] states to cut back to (SequenceCache::cut_back)
+          r.conv_rows.resize(size_t(n) * r.conv.size());
+          r.state_rows.resize(size_t(n) * r.state.size());
+          gdn[i].io.conv_rows = r.conv_rows.data();
+          gdn[i].io.state_rows = r.state_rows.data();
+        }
       } else {
         attn[i] = {.row0 = r0, .n_rows = n, .kv = &cache.kv(il)};
       }
@@ -301,10 +345,7 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
       gated_attention_forward_batch(attn_shape_, l.attn, cur.data(), N, rows.pos.data(), attn, mix.data(), pool);
     add_f32(x.data(), mix.data(), N * E);  // h1 = h + t
 
-    rms_norm_rows(x.data(), l.post_attn_norm, N, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
-    // The shared expert's gate and up run in the router's task set; its down and γ after the routed sum.
-    const std::array<MatmulOut, 2> shared_gu = shared_expert_gate_up(l.shared, N, shared_rows);
-    Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, ffn.data(), nullptr, shared_gu);
+    Status s = ffn_step(l, x.data(), N, *args.experts, pool);
     if (!s) {
       if (in_place) {  // an executor that said it cannot fail did: the advanced states cannot be rolled back
         for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->reset();
@@ -317,8 +358,6 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
           if (!layers_[size_t(jl)].recurrent) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
       return s;
     }
-    shared_expert_finish(l.shared, cur.data(), N, shared_rows, ffn.data(), pool);  // r + γ·sh, after the routed sum
-    add_f32(x.data(), ffn.data(), N * E);                          // h = h1 + FFN(f)
   }
   for (const BatchItem& item : args.items)
     for (int32_t il = 0; il < hp_.n_layer && !in_place; ++il) {
@@ -329,8 +368,121 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
     }
 
   lm_head_batch(args, rows, x.data(), E, output_norm_, hp_.eps, output_);  // each item's [n_out][V]
+  for (size_t i = 0; i < n_seq; ++i) {
+    const int32_t n = int32_t(rows.row0[i + 1] - rows.row0[i]);
+    SequenceCache& cache = *args.items[i].cache;
+    cache.set_kept_rows(cache.n_past(), args.items[i].keep_row_states ? n : 0);
+    cache.advance(n);
+  }
+  return Status::ok();
+}
+
+Status Qwen35Moe::ffn_step(const Layer& l, float* x, int64_t N, ExpertExecutor& experts, ThreadPool* pool) const {
+  const int32_t E = hp_.n_embd;
+  std::vector<float> f(size_t(N) * E);    // [N][E] f = RMSNorm(h1)
+  std::vector<float> ffn(size_t(N) * E);  // [N][E] routed sum, then + γ·shared
+  SharedExpertRows shared_rows;           // the shared expert's gate and up outputs
+  rms_norm_rows(x, l.post_attn_norm, N, E, hp_.eps, f.data(), pool);
+  // The shared expert's gate and up run in the router's task set; its down and γ after the routed sum.
+  const std::array<MatmulOut, 2> shared_gu = shared_expert_gate_up(l.shared, N, shared_rows);
+  ESSAIM_RETURN_IF_ERROR(moe_block_forward(l.moe, f.data(), N, experts, pool, ffn.data(), nullptr, shared_gu));
+  shared_expert_finish(l.shared, f.data(), N, shared_rows, ffn.data(), pool);  // r + γ·sh, after the routed sum
+  add_f32(x, ffn.data(), N * E);                                             // h = h1 + FFN(f)
+  return Status::ok();
+}
+
+SequenceCache Qwen35Moe::new_nextn_cache(const CacheOptions& options) const {
+  if (!nextn_) return Model::new_nextn_cache(options);
+  std::vector<LayerCache> layers;
+  layers.emplace_back(KvCache(options.kv_type, hp_.n_head_kv, hp_.head_dim));
+  return SequenceCache(std::move(layers), resolve_n_ctx(options));
+}
+
+void Qwen35Moe::nextn_input(std::span<const NextnItem> items, int64_t N, float* x, ThreadPool* pool) const {
+  const NextnBlock& nb = *nextn_;
+  const int64_t E = hp_.n_embd;
+  std::vector<float> e(size_t(N) * E), g(size_t(N) * E);  // [N][E] embeddings and hidden states, then normed
+  int64_t r = 0;
+  for (const NextnItem& item : items) {
+    embed_rows(nb.embed, item.tokens, E, e.data() + r * E);
+    std::memcpy(g.data() + r * E, item.hidden.data(), item.hidden.size() * sizeof(float));
+    r += int64_t(item.tokens.size());
+  }
+  rms_norm_rows(e.data(), nb.enorm, N, E, hp_.eps, e.data(), pool);
+  rms_norm_rows(g.data(), nb.hnorm, N, E, hp_.eps, g.data(), pool);
+  std::vector<float> cat(size_t(N) * 2 * E);  // [N][2E] = [enorm(e) | hnorm(g)], the order model.py trains
+  for (int64_t i = 0; i < N; ++i) {
+    std::memcpy(cat.data() + i * 2 * E, e.data() + i * E, size_t(E) * sizeof(float));
+    std::memcpy(cat.data() + i * 2 * E + E, g.data() + i * E, size_t(E) * sizeof(float));
+  }
+  matmul(nb.eh_proj, cat.data(), N, x, pool);  // [N][E]
+}
+
+// The MTP block over all rows of all items: its input, then exactly a main attention layer (gated attention
+// on the block's own KV cache, the routed experts through the executor at layer n_layer, the shared expert),
+// then each item's last row through shared_head_norm and the head.
+Status Qwen35Moe::forward_nextn_batch(const NextnBatchArgs& args) const {
+  if (!nextn_) return Model::forward_nextn_batch(args);
+  std::vector<BatchItem> as_rows;  // the same checks as a main step: tokens in range, room, distinct caches
+  for (const NextnItem& item : args.items) {
+    ESSAIM_CHECK(item.cache != nullptr && item.cache->n_layers() == 1);
+    ESSAIM_CHECK(item.hidden.size() == item.tokens.size() * size_t(hp_.n_embd));
+    ESSAIM_CHECK(item.logits.size() == size_t(hp_.n_vocab) || item.logits.size() == item.tokens.size() * size_t(hp_.n_vocab));
+    ESSAIM_CHECK(item.hidden_out.empty() || item.hidden_out.size() == size_t(hp_.n_embd));
+    as_rows.push_back({.tokens = item.tokens, .cache = item.cache, .logits_mode = LogitsMode::NONE, .logits = {},
+                       .hidden = {}, .keep_row_states = false});
+  }
+  ESSAIM_ASSIGN_OR_RETURN(const BatchRows rows,
+                          prepare_batch({.items = as_rows, .experts = args.experts, .pool = args.pool}));
+  const NextnBlock& nb = *nextn_;
+  const Layer& l = nb.layer;
+  const int64_t N = rows.n_rows, E = hp_.n_embd;
+  const size_t n_seq = args.items.size();
+  std::vector<float> x(size_t(N) * E);  // [N][E] the block's residual stream
+  nextn_input(args.items, N, x.data(), args.pool);
+
+  std::vector<float> cur(size_t(N) * E), mix(size_t(N) * E);  // [N][E] a = RMSNorm(x), attention output
+  std::vector<GatedAttentionSequence> attn(n_seq);
+  for (size_t i = 0; i < n_seq; ++i)
+    attn[i] = {.row0 = rows.row0[i], .n_rows = rows.row0[i + 1] - rows.row0[i], .kv = &args.items[i].cache->kv(0)};
+  rms_norm_rows(x.data(), l.attn_norm, N, E, hp_.eps, cur.data(), args.pool);
+  gated_attention_forward_batch(attn_shape_, l.attn, cur.data(), N, rows.pos.data(), attn, mix.data(), args.pool);
+  add_f32(x.data(), mix.data(), N * E);
+  if (Status s = ffn_step(l, x.data(), N, *args.experts, args.pool); !s) {
+    for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->kv(0).truncate(args.items[i].cache->n_past());
+    return s.with_context("MTP block");
+  }
+
+  nextn_head(args.items, rows, x.data(), args.pool);
   for (size_t i = 0; i < n_seq; ++i) args.items[i].cache->advance(int32_t(rows.row0[i + 1] - rows.row0[i]));
   return Status::ok();
+}
+
+// Each item's rows through shared_head_norm and the head, one matmul for the batch: its last row, or every
+// row when its logits hold one per token (teacher-forced evaluation of the draft head).
+void Qwen35Moe::nextn_head(std::span<const NextnItem> items, const BatchRows& rows, const float* x,
+                           ThreadPool* pool) const {
+  const NextnBlock& nb = *nextn_;
+  const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+  std::vector<int64_t> wanted;  // batch rows whose logits are asked for, in item order
+  for (size_t i = 0; i < items.size(); ++i) {
+    const bool all = items[i].logits.size() == items[i].tokens.size() * size_t(V);
+    for (int64_t r = all ? rows.row0[i] : rows.row0[i + 1] - 1; r < rows.row0[i + 1]; ++r) wanted.push_back(r);
+  }
+  const int64_t n_out = int64_t(wanted.size());
+  std::vector<float> normed(size_t(n_out * E));  // [n_out][E] head-normed
+  for (int64_t o = 0; o < n_out; ++o)
+    std::memcpy(normed.data() + o * E, x + wanted[size_t(o)] * E, size_t(E) * sizeof(float));
+  rms_norm_rows(normed.data(), nb.head_norm, n_out, E, hp_.eps, normed.data(), pool);
+  std::vector<float> logits(size_t(n_out * V));  // [n_out][V]
+  matmul(nb.head, normed.data(), n_out, logits.data(), pool);
+  size_t o = 0;
+  for (const NextnItem& item : items) {
+    std::memcpy(item.logits.data(), logits.data() + o * size_t(V), item.logits.size() * sizeof(float));
+    o += item.logits.size() / size_t(V);
+    if (!item.hidden_out.empty())  // the last row's
+      std::memcpy(item.hidden_out.data(), normed.data() + (o - 1) * size_t(E), size_t(E) * sizeof(float));
+  }
 }
 
 }  // namespace

@@ -109,13 +109,30 @@ Result<Model::BatchRows> Model::prepare_batch(const BatchForwardArgs& args) cons
 }
 
 Status Model::forward_as_batch(const ForwardArgs& a) const {
-  const BatchItem item{.tokens = a.tokens, .cache = a.cache, .logits_mode = a.logits_mode, .logits = a.logits};
+  const BatchItem item{.tokens = a.tokens, .cache = a.cache, .logits_mode = a.logits_mode, .logits = a.logits,
+                       .hidden = {}, .keep_row_states = false};
   return forward_batch({.items = std::span(&item, 1), .experts = a.experts, .pool = a.pool});
 }
 
 void Model::embed_rows(const WeightMatrix& tok_embd, std::span<const int32_t> tokens, int64_t E, float* x) {
   for (size_t t = 0; t < tokens.size(); ++t)
     dequantize_row(tok_embd.type, tok_embd.data + uint64_t(tokens[t]) * tok_embd.row_stride, x + int64_t(t) * E, E);
+}
+
+// An item's BatchItem::hidden: the normed rows its logits come from ([n_out][E], in `normed` from row
+// `first`), or every row of the item ([T][E], normed here: RMSNorm is per row, so the same bits).
+void Model::copy_hidden(const BatchItem& item, const BatchRows& rows, size_t i, const float* x, int64_t E,
+                        const float* output_norm, float eps, std::span<const float> normed, size_t first,
+                        ThreadPool* pool) {
+  if (item.hidden.empty()) return;
+  const int64_t r0 = rows.row0[i], T = rows.row0[i + 1] - r0;
+  const size_t n_out = logits_rows(item.logits_mode, size_t(T));
+  if (item.hidden.size() == size_t(T * E)) {
+    rms_norm_rows(x + r0 * E, output_norm, T, E, eps, item.hidden.data(), pool);
+    return;
+  }
+  ESSAIM_CHECK(item.hidden.size() == n_out * size_t(E));
+  std::memcpy(item.hidden.data(), normed.data() + first * size_t(E), item.hidden.size() * sizeof(float));
 }
 
 void Model::lm_head_batch(const BatchForwardArgs& args, const BatchRows& rows, const float* x, int64_t E,
@@ -131,11 +148,16 @@ void Model::lm_head_batch(const BatchForwardArgs& args, const BatchRows& rows, c
     first_out[i + 1] = wanted.size();
   }
   const int64_t n_out = int64_t(wanted.size());
-  if (n_out == 0) return;
+  if (n_out == 0) {
+    for (size_t i = 0; i < args.items.size(); ++i) copy_hidden(args.items[i], rows, i, x, E, output_norm, eps, {}, 0, args.pool);
+    return;
+  }
   std::vector<float> normed(size_t(n_out * E));  // [n_out][E]
   for (int64_t o = 0; o < n_out; ++o)
     std::memcpy(normed.data() + o * E, x + wanted[size_t(o)] * E, size_t(E) * sizeof(float));
   rms_norm_rows(normed.data(), output_norm, n_out, E, eps, normed.data(), args.pool);
+  for (size_t i = 0; i < args.items.size(); ++i) copy_hidden(args.items[i], rows, i, x, E, output_norm, eps, normed,
+                                                             first_out[i], args.pool);
   if (args.items.size() == 1) {  // straight into the caller's buffer
     matmul(output, normed.data(), n_out, args.items[0].logits.data(), args.pool);  // [n_out][V]
     return;
@@ -154,6 +176,14 @@ Status Model::forward_batch(const BatchForwardArgs& args) const {
     ESSAIM_RETURN_IF_ERROR(forward({.tokens = item.tokens, .cache = item.cache, .experts = args.experts,
                                     .pool = args.pool, .logits_mode = item.logits_mode, .logits = item.logits}));
   return Status::ok();
+}
+
+SequenceCache Model::new_nextn_cache(const CacheOptions& options) const {
+  return SequenceCache({}, resolve_n_ctx(options));
+}
+
+Status Model::forward_nextn_batch(const NextnBatchArgs&) const {
+  return Status::error("the model (" + info_.arch + ") has no MTP (nextn) block to draft with");
 }
 
 int32_t Model::resolve_n_ctx(const CacheOptions& options) const {

@@ -52,7 +52,7 @@ enum class TensorName : int32_t {
   SSM_ALPHA,
   SSM_NORM,
   SSM_OUT,
-  // Multi-token prediction block (qwen35moe, loaded but not executed).
+  // Multi-token prediction block (qwen35moe): the first one drafts for speculative decoding.
   NEXTN_EH_PROJ,
   NEXTN_ENORM,
   NEXTN_HNORM,

@@ -328,6 +328,17 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_serve_steps_failed_total", {}, double(s.failed_steps));
   m.histogram("essaim_serve_batch_rows", "Token rows per forward step", s.batch_rows);
   m.histogram("essaim_serve_batch_sequences", "Sequences per forward step", s.batch_sequences);
+  m.family("essaim_serve_spec_drafted_total", "counter", "Speculative decoding: draft tokens proposed by the MTP block");
+  m.sample("essaim_serve_spec_drafted_total", {}, double(s.spec_drafted));
+  m.family("essaim_serve_spec_accepted_total", "counter", "Speculative decoding: draft tokens accepted");
+  m.sample("essaim_serve_spec_accepted_total", {}, double(s.spec_accepted));
+  m.family("essaim_serve_spec_verifications_total", "counter",
+           "Speculative decoding: sequence-steps that verified drafts (each gives accepted + 1 tokens)");
+  m.sample("essaim_serve_spec_verifications_total", {}, double(s.spec_rounds));
+  m.family("essaim_serve_spec_tokens_per_step", "gauge",
+           "Speculative decoding: tokens a sequence got per verifying step, since start");
+  m.sample("essaim_serve_spec_tokens_per_step", {},
+           s.spec_rounds ? double(s.spec_tokens) / double(s.spec_rounds) : 0.0);
 
   if (!model_.dispatch_stats) return m.text();
   const std::optional<backbone::DispatchStats> d = model_.dispatch_stats();

@@ -37,7 +37,9 @@ struct Scheduler::Sequence {
   std::shared_ptr<SequenceHandle> handle;
   SequenceRequest request;
   SequenceSink sink;
-  SequenceCache cache;
+  SequenceCache plain_cache;
+  std::unique_ptr<SpecSequence> spec;  // its caches and drafts when speculating
+  std::vector<float> prompt_hidden;    // [prompt][E] for the MTP block (speculating only)
   std::unique_ptr<Sampler> sampler;
   std::vector<float> logits;  // (n_vocab), the row the next token is sampled from
   size_t prompt_done = 0;     // prompt tokens already in the cache
@@ -46,6 +48,7 @@ struct Scheduler::Sequence {
   bool done = false;
 
   bool decoding() const { return prompt_done == request.prompt.size(); }
+  SequenceCache& cache() { return spec ? spec->cache() : plain_cache; }
   void finish(FinishReason reason, std::string error = {}, std::vector<TokenId> tokens = {}) {
     SequenceEvent e{.tokens = std::move(tokens), .done = true, .reason = reason, .error = std::move(error),
                     .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated};
@@ -158,7 +161,12 @@ void Scheduler::run() {
         ++stats_.finished[size_t(FinishReason::LENGTH)];
         continue;
       }
-      s->cache = model_.new_cache(options_.cache);
+      if (speculating()) {
+        s->spec = std::make_unique<SpecSequence>(model_, options_.cache, options_.spec);
+        s->prompt_hidden.resize(s->request.prompt.size() * size_t(model_.info().n_embd));
+      } else {
+        s->plain_cache = model_.new_cache(options_.cache);
+      }
       s->sampler = std::make_unique<Sampler>(s->request.sampling);
       for (TokenId id : s->request.prompt) s->sampler->accept(id);  // the penalty window sees the prompt, as in `essaim run`
       s->logits.assign(size_t(model_.info().n_vocab), 0.0f);
@@ -195,8 +203,15 @@ void Scheduler::run() {
   for (std::unique_ptr<Sequence>& s : queued) s->finish(FinishReason::CANCELLED, "the server is shutting down");
 }
 
+// What a step's sequences gave, counted into the stats once the step is over.
+struct Scheduler::StepTally {
+  uint64_t generated = 0;
+  uint64_t finished[5] = {};
+  SpecStats spec;  // this step's verifications
+};
+
 // One forward_batch over every active sequence: decode rows first (each sequence waiting on one token gets
-// its row), then prompt chunks in admission order within what is left of the token budget. A step always
+// its row; a speculating one its K+1 verification rows, drafted just before), then prompt chunks in admission order within what is left of the token budget. A step always
 // makes progress: when decode rows fill the budget, prompts wait; when there are none, the first prompt
 // gets at least one row.
 void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
@@ -208,12 +223,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   std::vector<BatchItem> items;
   std::vector<Row> rows;
   int64_t budget = options_.batch_tokens;
+  if (Status d = draft(active); !d) return;
   for (std::unique_ptr<Sequence>& s : active) {
     if (!s->decoding()) continue;
-    items.push_back({.tokens = std::span<const TokenId>(&s->next, 1), .cache = &s->cache,
-                     .logits_mode = LogitsMode::LAST, .logits = s->logits});
+    if (s->spec)
+      items.push_back(s->spec->verify_item());  // [next | drafts]: K+1 rows
+    else
+      items.push_back({.tokens = std::span<const TokenId>(&s->next, 1), .cache = &s->cache(),
+                       .logits_mode = LogitsMode::LAST, .logits = s->logits});
     rows.push_back({s.get(), 0, true});
-    --budget;
+    budget -= int64_t(items.back().tokens.size());
   }
   for (std::unique_ptr<Sequence>& s : active) {
     if (s->decoding()) continue;
@@ -223,9 +242,12 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     n = std::min(n, left);
     if (n == 0) continue;
     const bool last = n == left;
+    const size_t E = size_t(model_.info().n_embd);
     items.push_back({.tokens = std::span<const TokenId>(s->request.prompt).subspan(s->prompt_done, n),
-                     .cache = &s->cache, .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
-                     .logits = last ? std::span<float>(s->logits) : std::span<float>()});
+                     .cache = &s->cache(), .logits_mode = last ? LogitsMode::LAST : LogitsMode::NONE,
+                     .logits = last ? std::span<float>(s->logits) : std::span<float>(),
+                     .hidden = s->spec ? std::span(s->prompt_hidden).subspan(s->prompt_done * E, n * E)
+                                       : std::span<float>()});
     rows.push_back({s.get(), n, last});
     budget -= int64_t(n);
   }
@@ -247,32 +269,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     return;
   }
 
-  uint64_t prompt_rows = 0, generated = 0;
-  uint64_t finished[5] = {};
+  uint64_t prompt_rows = 0;
+  StepTally tally;
   for (const Row& r : rows) {
     Sequence& s = *r.seq;
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
-    if (!r.wants_logits) continue;
-    const TokenId id = s.sampler->sample(s.logits);
-    s.sampler->accept(id);
-    if (std::binary_search(s.request.eog.begin(), s.request.eog.end(), id)) {
-      s.finish(FinishReason::STOP);
-      ++finished[size_t(FinishReason::STOP)];
-      continue;
-    }
-    ++s.n_generated;
-    ++generated;
-    if (s.n_generated >= s.request.max_tokens || s.cache.n_past() >= s.cache.n_ctx()) {
-      s.finish(FinishReason::LENGTH, {}, {id});
-      ++finished[size_t(FinishReason::LENGTH)];
-      continue;
-    }
-    s.next = id;
-    if (s.sink) {
-      s.sink(SequenceEvent{.tokens = {id}, .done = false, .reason = FinishReason::NONE, .error = {},
-                           .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated});
-    }
+    if (r.wants_logits) take_tokens(s, tally);
   }
   for (std::unique_ptr<Sequence>& s : active)
     if (s->done) s.reset();  // finished this step
@@ -280,13 +283,88 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.prompt_tokens += prompt_rows;
-  stats_.generated_tokens += generated;
-  for (size_t i = 0; i < 5; ++i) stats_.finished[i] += finished[i];
+  stats_.generated_tokens += tally.generated;
+  for (size_t i = 0; i < 5; ++i) stats_.finished[i] += tally.finished[i];
+  stats_.spec_rounds += uint64_t(tally.spec.rounds);
+  stats_.spec_drafted += uint64_t(tally.spec.drafted);
+  stats_.spec_accepted += uint64_t(tally.spec.accepted);
+  stats_.spec_tokens += uint64_t(tally.spec.tokens);
   stats_.batch_rows.observe(double(n_rows));
   stats_.batch_sequences.observe(double(items.size()));
   const double now = seconds_since(kProcessStart);
-  rate_window_.emplace_back(now, generated);
+  rate_window_.emplace_back(now, tally.generated);
   while (!rate_window_.empty() && now - rate_window_.front().first > kRateWindowSeconds) rate_window_.pop_front();
+}
+
+// The drafts of every decoding, speculating sequence, all through the MTP block together. A failure (the
+// executor's) ends those sequences: their MTP caches may have advanced.
+Status Scheduler::draft(std::vector<std::unique_ptr<Sequence>>& active) {
+  std::vector<SpecSequence*> drafting;
+  for (std::unique_ptr<Sequence>& s : active)
+    if (s->spec && s->decoding()) drafting.push_back(s->spec.get());
+  if (drafting.empty()) return Status::ok();
+  const Status d = spec_draft(model_, drafting, options_.draft_experts ? options_.draft_experts : experts_, pool_);
+  if (d) return d;
+  uint64_t failed = 0;
+  for (std::unique_ptr<Sequence>& s : active)
+    if (s->spec && s->decoding()) {
+      s->finish(FinishReason::ERROR, "drafting failed: " + d.message());
+      s.reset();
+      ++failed;
+    }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steps;
+  ++stats_.failed_steps;
+  stats_.finished[size_t(FinishReason::ERROR)] += failed;
+  return d;
+}
+
+// Plain: one token sampled from the row's logits. Speculating: the first token after the prompt is sampled
+// the same way (and starts the drafting); afterwards the verification's tokens, sampled in order by the
+// same sampler (SpecSequence::accept). Each token is then taken exactly as plain decoding takes it: an EOG
+// ends the sequence, max_tokens or a full context ends it after the token.
+void Scheduler::take_tokens(Sequence& s, StepTally& tally) {
+  const auto sample = [&](std::span<const float> logits) {
+    const TokenId id = s.sampler->sample(logits);
+    s.sampler->accept(id);
+    return id;
+  };
+  std::vector<TokenId> got;
+  const bool verified = s.spec && s.next >= 0;
+  if (verified) {
+    const SpecStats before = s.spec->stats();
+    got = s.spec->accept(sample);
+    const SpecStats& after = s.spec->stats();
+    tally.spec.rounds += after.rounds - before.rounds, tally.spec.drafted += after.drafted - before.drafted;
+    tally.spec.accepted += after.accepted - before.accepted, tally.spec.tokens += after.tokens - before.tokens;
+  } else {
+    got = {sample(s.logits)};
+  }
+  if (s.spec && !verified) s.spec->start(s.request.prompt, s.prompt_hidden, got[0]);
+  std::vector<TokenId> emitted;
+  const int32_t n_past_last = s.cache().n_past();  // the cache holds every token of `got` but the last
+  for (size_t j = 0; j < got.size(); ++j) {
+    const TokenId id = got[j];
+    if (std::binary_search(s.request.eog.begin(), s.request.eog.end(), id)) {
+      s.finish(FinishReason::STOP, {}, std::move(emitted));
+      ++tally.finished[size_t(FinishReason::STOP)];
+      return;
+    }
+    ++s.n_generated;
+    ++tally.generated;
+    emitted.push_back(id);
+    const int32_t n_past = n_past_last - int32_t(got.size() - 1 - j);  // plain decoding's cache at this token
+    if (s.n_generated >= s.request.max_tokens || n_past >= s.cache().n_ctx()) {
+      s.finish(FinishReason::LENGTH, {}, std::move(emitted));
+      ++tally.finished[size_t(FinishReason::LENGTH)];
+      return;
+    }
+  }
+  s.next = got.back();
+  if (s.sink) {
+    s.sink(SequenceEvent{.tokens = std::move(emitted), .done = false, .reason = FinishReason::NONE, .error = {},
+                         .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated});
+  }
 }
 
 }  // namespace essaim::serve

@@ -13,6 +13,10 @@
 //
 // Exactness: a sequence's tokens depend only on its prompt, its sampler and the model — never on the other
 // sequences of a step (batch-invariant kernels; prompt chunking does not change results).
+// Speculative decoding (options.spec.draft_max > 0, a model with an MTP block; docs/speculative.md): each
+// decoding sequence drafts its own K tokens (the MTP block runs for all of them together), its K+1 rows join
+// the step's one forward_batch, and it emits the tokens its verification accepts — exactly its plain stream.
+// With spec.adaptive (as `essaim serve` sets it) K adapts per sequence from its last round.
 #pragma once
 
 #include <atomic>
@@ -29,6 +33,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "model/speculative.h"
 #include "moe/executor.h"
 #include "net/metrics_text.h"
 #include "text/sampler.h"
@@ -53,7 +58,8 @@ struct SequenceRequest {
 };
 
 // One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
-// most one; none on the final event of a sequence that stops on an EOG id or fails).
+// most one without speculative decoding, up to K+1 with it; none on the final event of a sequence that stops
+// on an EOG id straight away or fails).
 struct SequenceEvent {
   std::vector<TokenId> tokens;
   bool done = false;
@@ -91,6 +97,8 @@ struct SchedulerOptions {
   int32_t batch_tokens = 512;   // most rows per step (decode rows first, then prompt chunks)
   int32_t queue_capacity = 64;  // sequences waiting for a slot; beyond parallel + this, submit() refuses
   CacheOptions cache;           // per sequence
+  SpecOptions spec{.draft_max = 0};  // speculative decoding with the MTP block when draft_max > 0
+  ExpertExecutor* draft_experts = nullptr;  // computes the MTP block's experts (nullptr: the step's executor)
 };
 
 enum class SubmitError : uint8_t { NONE, QUEUE_FULL, BAD_REQUEST, STOPPED };
@@ -114,6 +122,12 @@ struct SchedulerStats {
   double tokens_per_second = 0;   // generated tokens over the last few seconds
   net::Histogram batch_rows;           // rows per step
   net::Histogram batch_sequences;      // sequences per step
+  // Speculative decoding: sequence-steps that verified drafts, drafts proposed and accepted, and the tokens
+  // those sequence-steps gave (accepted + one each).
+  uint64_t spec_rounds = 0;
+  uint64_t spec_drafted = 0;
+  uint64_t spec_accepted = 0;
+  uint64_t spec_tokens = 0;
 };
 
 class Scheduler {
@@ -131,6 +145,11 @@ class Scheduler {
   struct Sequence;
   void run();
   void step(std::vector<std::unique_ptr<Sequence>>& active);
+  // Samples the token(s) a row's forward gave its sequence and emits them; counts into the step's tallies.
+  struct StepTally;
+  void take_tokens(Sequence& s, StepTally& tally);
+  Status draft(std::vector<std::unique_ptr<Sequence>>& active);
+  bool speculating() const { return options_.spec.draft_max > 0 && model_.has_nextn(); }
 
   const Model& model_;
   ExpertExecutor* experts_;

@@ -51,11 +51,16 @@ Status Server::load() {
   } else {
     executor_ = std::make_unique<LocalExpertExecutor>(model_->expert_store(), pool_.get());
   }
+  if (options_.spec.draft_max > 0 && options_.drafts_on_backbone && options_.executor.make &&
+      !model_->expert_store().shape_only())  // drafts cost no round trip (docs/speculative.md)
+    draft_executor_ = std::make_unique<LocalExpertExecutor>(model_->expert_store(), pool_.get());
   scheduler_ = std::make_unique<Scheduler>(*model_, executor_.get(), pool_.get(),
                                            SchedulerOptions{.parallel = options_.parallel,
                                                             .batch_tokens = options_.batch_tokens,
                                                             .queue_capacity = options_.queue_capacity,
-                                                            .cache = {.kv_type = KvType::F16, .n_ctx = options_.n_ctx}});
+                                                            .cache = {.kv_type = KvType::F16, .n_ctx = options_.n_ctx},
+                                                            .spec = options_.spec,
+                                                            .draft_experts = draft_executor_.get()});
   std::string id = options_.model_id;
   if (id.empty()) {
     id = options_.model_path.substr(options_.model_path.find_last_of('/') + 1);

@@ -48,6 +48,8 @@ struct ServerOptions {
   int32_t n_ctx = 0;             // per sequence; 0: the model's, at most 8192
   int32_t batch_tokens = 512;    // rows per step
   int32_t queue_capacity = 64;   // waiting sequences beyond --parallel
+  SpecOptions spec{.draft_max = 0};  // speculative decoding with the MTP block (--draft-max), K adapting per sequence
+  bool drafts_on_backbone = true;    // the MTP block's experts computed here when the model file holds them
   int32_t threads = 0;           // compute threads; 0: all cores
   int io_threads = 2;
   std::string model_id;          // /v1/models id; empty: the file's name
@@ -79,6 +81,7 @@ class Server {
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ExpertExecutor> executor_;
+  std::unique_ptr<ExpertExecutor> draft_executor_;  // the MTP block's experts on this process, or null
   std::unique_ptr<Scheduler> scheduler_;
   std::thread loader_;
   std::mutex mu_;

@@ -34,8 +34,9 @@ ModelDirCleanup* const g_cleanup =
 }  // namespace
 
 std::string spec_name(const ModelSpec& s) {
+  if (!s.file.empty()) return std::filesystem::path(s.file).stem().string();
   return std::string(s.arch == SynthArch::QWEN3MOE ? "qwen3moe" : "qwen35moe") +
-         (s.types == SynthTypeMix::F32 ? "_f32" : "_q4km");
+         (s.types == SynthTypeMix::F32 ? "_f32" : "_q4km") + (s.nextn ? "_mtp" : "");
 }
 
 std::vector<ModelSpec> exactness_specs() {
@@ -55,12 +56,14 @@ const SwarmModel& SwarmModel::get(const ModelSpec& spec) {
   m->spec = spec;
   m->dir = essaim::testing::make_temp_dir("essaim-dispatch-" + name);
   g_cleanup->dirs.push_back(m->dir);
-  m->path = m->dir + "/model.gguf";
-  Result<SynthPlan> plan = synth_plan({.arch = spec.arch, .preset = SynthPreset::TINY, .types = spec.types,
-                                       .seed = 1, .threads = 2});
-  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
-  Result<SynthSummary> written = synth_write(*plan, m->path);
-  EXPECT_TRUE(written.is_ok()) << written.status().message();
+  m->path = spec.file.empty() ? m->dir + "/model.gguf" : spec.file;
+  if (spec.file.empty()) {
+    Result<SynthPlan> plan = synth_plan({.arch = spec.arch, .preset = SynthPreset::TINY, .types = spec.types,
+                                         .seed = 1, .nextn = spec.nextn, .threads = 2});
+    EXPECT_TRUE(plan.is_ok()) << plan.status().message();
+    Result<SynthSummary> written = synth_write(*plan, m->path);
+    EXPECT_TRUE(written.is_ok()) << written.status().message();
+  }
   Result<std::unique_ptr<Model>> model = load_model(m->path);
   EXPECT_TRUE(model.is_ok()) << model.status().message();
   m->model = std::move(*model);

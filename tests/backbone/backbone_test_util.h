@@ -39,6 +39,8 @@ using namespace std::chrono_literals;
 struct ModelSpec {
   SynthArch arch = SynthArch::QWEN3MOE;
   SynthTypeMix types = SynthTypeMix::Q4_K_M;
+  uint32_t nextn = 0;  // MTP blocks (qwen35moe)
+  std::string file;    // a given model (e.g. the trained one of models/) instead of a synth one
 };
 std::string spec_name(const ModelSpec& s);  // "qwen3moe_q4km": gtest parameter names
 inline void PrintTo(const ModelSpec& s, std::ostream* os) { *os << spec_name(s); }

@@ -41,5 +41,26 @@ TEST(Perplexity, ChunkIsScoredOnItsSecondHalfOnly) {
   EXPECT_NEAR(t.ppl_error(), std::exp(mean) * std::sqrt(var / 2), 1e-6);
 }
 
+TEST(Perplexity, DraftTallyComparesRowJOfTheDraftWithMainRowJPlus1AndTokenJPlus2) {
+  // n = 7, vocab 3: draft rows 3 and 4 (of 6) predict tokens 5 and 6; main rows 4 and 5 are the greedy
+  // choices there. Rows never read are NaN.
+  const float nan = std::nanf("");
+  const std::vector<float> main = {nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan,
+                                   0.0f, 2.0f, 1.0f,   // row 4: greedy 1
+                                   3.0f, 0.0f, 0.0f,   // row 5: greedy 0
+                                   nan, nan, nan};
+  const std::vector<float> draft = {nan, nan, nan, nan, nan, nan, nan, nan, nan,
+                                    0.0f, 5.0f, 0.0f,  // row 3: draft 1 (main agrees; the text has 2)
+                                    1.0f, 1.0f, 0.0f,  // row 4: draft 0, the lowest of equal maxima (main agrees, text 0)
+                                    nan, nan, nan};
+  const std::vector<int32_t> tokens = {0, 0, 0, 0, 0, 2, 0};
+  DraftTally t;
+  t.add_chunk(main, draft, tokens, 3);
+  EXPECT_EQ(t.count, 2u);
+  EXPECT_EQ(t.agree_greedy, 2u);
+  EXPECT_EQ(t.agree_text, 1u);
+  EXPECT_EQ(t.main_text, 1u);
+}
+
 }  // namespace
 }  // namespace essaim
