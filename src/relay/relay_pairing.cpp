@@ -156,6 +156,7 @@ bool Pairing::forward(RelayConnection& c, std::vector<uint8_t> m) {
 void Pairing::on_sent(const std::shared_ptr<RelayPair>& p, int to, size_t bytes, const net::NetStatus& st) {
   const int from = 1 - to;
   std::shared_ptr<RelayConnection> resume, culprit;
+  bool first_failure = false;  // (every message queued to a stalled peer fails: one log line)
   {
     std::lock_guard pl(p->mu);
     p->queued[to] -= bytes;
@@ -165,6 +166,7 @@ void Pairing::on_sent(const std::shared_ptr<RelayPair>& p, int to, size_t bytes,
     } else {
       counters_.drop(st.error().kind == net::NetErrorKind::TIMEOUT ? DropReason::STALLED_PEER : DropReason::PEER_GONE, bytes);
       culprit = p->conn[to].lock();
+      first_failure = !p->verdict;
     }
     if (p->paused[from] && p->queued[to] <= opts_.limits.read_ahead_bytes) {
       p->paused[from] = false;
@@ -174,7 +176,7 @@ void Pairing::on_sent(const std::shared_ptr<RelayPair>& p, int to, size_t bytes,
   if (resume) resume->ws->resume_reading();
   if (st) return;
   const bool stalled = st.error().kind == net::NetErrorKind::TIMEOUT;
-  if (stalled && culprit) log("dropping a pair: " + culprit->ws->peer_name() + " stopped reading");
+  if (stalled && culprit && first_failure) log("dropping a pair: " + culprit->ws->peer_name() + " stopped reading");
   fail_pair(*p, to, stalled ? "the peer stopped reading" : "the peer is gone");
 }
 

@@ -35,6 +35,8 @@ std::string_view drop_reason_name(DropReason r) {
 struct RelayServer::Impl {
   // First, so destroyed last: its io_context's pending handlers hold sessions and connections.
   std::unique_ptr<net::WsListener> listener;
+  // The listener for /metrics, which an I/O thread may serve before `listener` is assigned.
+  std::atomic<const net::WsListener*> listening{nullptr};
   RelayOptions opts;
   std::unique_ptr<TokenChecker> tokens;
   RelayCounters counters;
@@ -126,8 +128,8 @@ struct RelayServer::Impl {
     m.family("essaim_relay_refusals_total", "counter", "Connections refused, by reason");
     for (size_t i = 0; i < size_t(RefusalReason::COUNT); ++i)
       m.sample("essaim_relay_refusals_total", {{"reason", std::string(refusal_reason_name(RefusalReason(i)))}}, double(counters.refusals[i].load()));
-    if (listener) {
-      net::WsListenerStats l = listener->stats();
+    if (const net::WsListener* serving = listening.load(std::memory_order_acquire)) {
+      net::WsListenerStats l = serving->stats();
       m.family("essaim_relay_handshake_failures_total", "counter", "TLS or upgrade handshakes that failed");
       m.sample("essaim_relay_handshake_failures_total", {}, double(l.handshake_failures));
       m.family("essaim_relay_refused_busy_total", "counter", "Connections closed at once: too many handshakes in progress");
@@ -165,6 +167,7 @@ Result<std::unique_ptr<RelayServer>> RelayServer::start(const std::string& host,
       net::WsListener::listen(host, port, std::move(lo), [raw](std::shared_ptr<net::WsSession> s) { raw->on_session(s); });
   if (!l) return Status::error(l.error().message);
   impl->listener = std::move(*l);
+  impl->listening.store(impl->listener.get(), std::memory_order_release);
   return std::unique_ptr<RelayServer>(new RelayServer(std::move(impl)));
 }
 
