@@ -3,16 +3,12 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 #include <charconv>
 #include <condition_variable>
 #include <deque>
-#include <future>
-#include <list>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -22,7 +18,6 @@ namespace essaim::net {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
 namespace ssl = asio::ssl;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;

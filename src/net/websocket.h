@@ -10,7 +10,7 @@
 // Byte-stream mapping: every write_all() is sent as one binary message; read_some() hands out the bytes
 // of the received messages in order, so message boundaries carry no meaning to a ByteStream user (the
 // expert protocol's frames have their own lengths). read_message()/write_message() keep the boundaries
-// for the relay, which forwards messages unchanged. Text messages are a protocol error (close 1003).
+// (the relay's clients). Text messages are a protocol error (close 1003).
 //
 // Threading: every stream has its own io_context and one thread that runs it (Beast's asynchronous
 // operations, each with a timer), and the blocking calls wait for them on a condition variable with the
@@ -59,9 +59,12 @@ struct WsLimits {
   // The largest message accepted; a bigger one is refused with close 1009 (Beast enforces it while
   // reading, before the message is held).
   uint64_t max_message_bytes = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
-  // The first message a server stream accepts (the relay's preamble is at most 1 KiB): an unauthenticated
-  // peer cannot make it hold max_message_bytes before its first message is checked. 0: max_message_bytes.
+  // The first message a server session accepts (net/ws_listener.h; the relay's preamble is at most 1 KiB):
+  // an unauthenticated peer cannot make it hold max_message_bytes before its first message is checked.
+  // 0: max_message_bytes.
   uint64_t first_message_max_bytes = 0;
+  // A client stream reads ahead of its reader by at most this plus one message; the relay queues at most
+  // this plus one message for one destination before it stops reading from the sender.
   uint64_t read_ahead_bytes = 4 << 20;
   // Keep-alive: a ping after idle/2 without traffic, the connection closed after idle without any frame
   // (a pong counts). 0 = no keep-alive.
