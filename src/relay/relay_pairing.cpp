@@ -106,8 +106,9 @@ void Pairing::expire_wait(const std::string& node, uint64_t id) {
   }
 }
 
-// Both sides are told PAIRED, the backbone first; the per-session queues keep that order ahead of any
-// forwarded message. The backbone starts reading now.
+// The backbone is told PAIRED first, and the worker once that is written (or, should the backbone's first
+// message come sooner, just before it: the worker's PAIRED always precedes what is forwarded to it). The
+// backbone starts reading now.
 void Pairing::match_locked(const std::shared_ptr<RelayConnection>& worker, const std::shared_ptr<RelayConnection>& backbone) {
   std::shared_ptr<RelayPair> p = worker->pair;
   backbone->pair = p;
@@ -117,17 +118,27 @@ void Pairing::match_locked(const std::shared_ptr<RelayConnection>& worker, const
     p->active = true;
     counters_.pairs_total++;
     counters_.pairs_active++;
-    const std::vector<uint8_t> paired{kPairedMessage};
-    backbone->ws->send(paired, [this, p](const net::NetStatus& st) { on_paired_sent(p, kBackbone, st); });
-    worker->ws->send(paired, [this, p](const net::NetStatus& st) { on_paired_sent(p, kWorker, st); });
+    backbone->ws->send({kPairedMessage}, [this, p](const net::NetStatus& st) { on_paired_sent(p, kBackbone, st); });
   }
   backbone->ws->resume_reading();
   log("paired " + backbone->node + " (" + backbone->ws->peer_name() + ") with worker " + worker->node);
 }
 
 void Pairing::on_paired_sent(const std::shared_ptr<RelayPair>& p, int to, const net::NetStatus& st) {
+  if (st && to == kBackbone) {
+    std::lock_guard pl(p->mu);
+    tell_worker_locked(p);
+  }
   if (st) return;
   fail_pair(*p, to, std::string(to == kWorker ? "the worker" : "the backbone") + " is gone: " + st.error().message);
+}
+
+void Pairing::tell_worker_locked(const std::shared_ptr<RelayPair>& p) {
+  if (p->worker_told || p->over) return;
+  p->worker_told = true;
+  if (std::shared_ptr<RelayConnection> w = p->conn[kWorker].lock()) {
+    w->ws->send({kPairedMessage}, [this, p](const net::NetStatus& st) { on_paired_sent(p, kWorker, st); });
+  }
 }
 
 bool Pairing::forward(RelayConnection& c, std::vector<uint8_t> m) {
@@ -145,6 +156,7 @@ bool Pairing::forward(RelayConnection& c, std::vector<uint8_t> m) {
     }
     return true;
   }
+  if (other == kWorker) tell_worker_locked(p);
   const size_t bytes = m.size();
   p->queued[other] += bytes;
   to->ws->send(std::move(m), [this, p, other, bytes](const net::NetStatus& st) { on_sent(p, other, bytes, st); });

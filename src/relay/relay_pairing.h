@@ -63,7 +63,8 @@ struct RelayConnection {
 struct RelayPair {
   std::mutex mu;
   std::array<std::weak_ptr<RelayConnection>, 2> conn;
-  bool active = false;                    // matched: PAIRED queued to both sides
+  bool active = false;                    // matched: PAIRED queued to the backbone
+  bool worker_told = false;               // PAIRED queued to the worker
   std::array<bool, 2> ended{};            // that side's read ended
   std::array<size_t, 2> queued{};         // bytes queued for sending to that side
   std::array<bool, 2> paused{};           // that side stopped reading: the other side's queue is full
@@ -100,6 +101,7 @@ class Pairing {
   void expire_wait(const std::string& node, uint64_t id);
   void leave_idle_locked(RelayConnection& c);
   void on_paired_sent(const std::shared_ptr<RelayPair>& p, int to, const net::NetStatus& st);
+  void tell_worker_locked(const std::shared_ptr<RelayPair>& p);
   void on_sent(const std::shared_ptr<RelayPair>& p, int to, size_t bytes, const net::NetStatus& st);
   void fail_pair(RelayPair& p, int culprit, const std::string& why);
   void close_side_locked(RelayPair& p, int side, net::WsCloseCode code, std::string why);
