@@ -29,6 +29,7 @@ struct RelayArgs {
   int32_t max_connections = int32_t(relay::RelayOptions{}.max_connections);
   size_t max_per_address = relay::RelayOptions{}.max_per_address;
   double idle_timeout_s = 30, write_stall_s = 10;
+  int threads = relay::RelayOptions{}.threads;
   bool quiet = false;
 };
 
@@ -77,6 +78,7 @@ int run_relay(const RelayArgs& a) {
   o.max_connections_per_node = a.per_node;
   o.max_connections = size_t(a.max_connections);
   o.max_per_address = a.max_per_address;
+  o.threads = a.threads;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "essaim relay: %s\n", line.c_str()); };
   Result<std::unique_ptr<relay::RelayServer>> server = relay::RelayServer::start(where->first, where->second, o, std::move(tokens));
   if (!server) {
@@ -114,6 +116,9 @@ void register_relay(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--write-stall", a->write_stall_s, "Seconds a peer may take to read one message before its pair is dropped")
       ->check(CLI::Range(0.1, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "I/O threads serving every connection (idle connections cost none)")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", a->quiet, "Do not log connections");
   cmd->callback([a, &exit_code] { exit_code = run_relay(*a); });

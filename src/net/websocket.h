@@ -1,20 +1,16 @@
-// WebSocket transports (RFC 6455, Boost.Beast; TLS through OpenSSL): a client stream over ws:// and
-// wss://, and a listener that upgrades incoming connections and answers plain HTTP requests (GET /metrics)
-// on the same port. Both give a WsStream, which is a ByteStream: FrameConnection and the worker and
-// backbone cores run over it unchanged.
+// WebSocket transports (RFC 6455, Boost.Beast; TLS through OpenSSL): the client stream over ws:// and
+// wss://, a WsStream, which is a ByteStream: FrameConnection and the worker and backbone cores run over it
+// unchanged. The server side (the relay's) is net/ws_listener.h, on a fixed pool of I/O threads.
 //
 //   NetResult<WsUrl> url = parse_ws_url("wss://relay.example.org:443/node/n-0123");
 //   NetResult<std::unique_ptr<WsStream>> s = ws_connect(*url, {.ca_file = "ca.pem"}, deadline_in(5s));
 //   (*s)->write_message(bytes, deadline_in(1s));        // one binary message
 //   NetResult<std::vector<uint8_t>> m = (*s)->read_message(deadline_in(1s));
 //
-//   auto l = WsListener::listen("127.0.0.1", 0, {.tls = server_tls, .http = metrics_handler});
-//   NetResult<std::unique_ptr<ByteStream>> c = (*l)->accept(deadline_in(1s));   // upgraded already
-//
 // Byte-stream mapping: every write_all() is sent as one binary message; read_some() hands out the bytes
 // of the received messages in order, so message boundaries carry no meaning to a ByteStream user (the
 // expert protocol's frames have their own lengths). read_message()/write_message() keep the boundaries
-// for the relay, which forwards messages unchanged. Text messages are a protocol error (close 1003).
+// (the relay's clients). Text messages are a protocol error (close 1003).
 //
 // Threading: every stream has its own io_context and one thread that runs it (Beast's asynchronous
 // operations, each with a timer), and the blocking calls wait for them on a condition variable with the
@@ -32,9 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "net/admission.h"
 #include "net/byte_stream.h"
-#include "net/http_server.h"
 
 namespace essaim::net {
 
@@ -65,9 +59,12 @@ struct WsLimits {
   // The largest message accepted; a bigger one is refused with close 1009 (Beast enforces it while
   // reading, before the message is held).
   uint64_t max_message_bytes = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
-  // The first message a server stream accepts (the relay's preamble is at most 1 KiB): an unauthenticated
-  // peer cannot make it hold max_message_bytes before its first message is checked. 0: max_message_bytes.
+  // The first message a server session accepts (net/ws_listener.h; the relay's preamble is at most 1 KiB):
+  // an unauthenticated peer cannot make it hold max_message_bytes before its first message is checked.
+  // 0: max_message_bytes.
   uint64_t first_message_max_bytes = 0;
+  // A client stream reads ahead of its reader by at most this plus one message; the relay queues at most
+  // this plus one message for one destination before it stops reading from the sender.
   uint64_t read_ahead_bytes = 4 << 20;
   // Keep-alive: a ping after idle/2 without traffic, the connection closed after idle without any frame
   // (a pong counts). 0 = no keep-alive.
@@ -88,12 +85,8 @@ class WsStream : public ByteStream {
   // The close code the peer sent (0 while open or when it vanished without one) and its reason.
   virtual uint16_t peer_close_code() const = 0;
   virtual std::string peer_close_reason() const = 0;
-  // The request target of the upgrade ("/", "/node/n-1"); a client stream returns what it asked for.
+  // The request target it asked for in the upgrade ("/", "/node/n-1").
   virtual std::string target() const = 0;
-  // A server stream holds its listener's admission ticket from the TCP accept on: it may be evicted (closed
-  // with 1013) while unauthenticated. Once the peer's credentials are accepted: nullopt, and it is never
-  // evicted from then on; else why not (the authenticated caps are full). A client stream: nullopt.
-  virtual std::optional<std::string> authenticate() = 0;
 };
 
 struct WsClientOptions {
@@ -108,45 +101,6 @@ NetResult<std::unique_ptr<WsStream>> ws_connect(const WsUrl& url, const WsClient
 struct WsServerTls {
   std::string cert_file;  // PEM chain
   std::string key_file;   // PEM private key
-};
-
-struct WsListenerOptions {
-  WsLimits limits;
-  std::optional<WsServerTls> tls;  // none: plain ws://
-  // Answers requests that are not upgrades (GET /metrics); null: 404 for every one.
-  std::function<HttpReply(const HttpRequestView&)> http;
-  size_t max_header_bytes = 8 << 10;  // a bigger request head is answered 431 and closed
-  // Connections from TCP accept until authenticate(): past max_unauthenticated (in all) or
-  // max_unauthenticated_per_address, the oldest such connection is closed (1013 once upgraded) to admit the
-  // new one (net::Admission, as every listener). Authenticated ones are capped by max_authenticated(_per_address).
-  AdmissionLimits admission{.max_unauthenticated = 256, .max_unauthenticated_per_address = 32,
-                            .max_authenticated = 1024, .max_authenticated_per_address = 1024};
-  std::function<void(const std::string&)> log;  // admission refusals, at most one line a second; null: silent
-};
-
-struct WsListenerStats {
-  uint64_t accepted_tcp = 0;
-  uint64_t upgraded = 0;
-  uint64_t http_requests = 0;
-  uint64_t handshake_failures = 0;  // TLS garbage, bad upgrade requests, timeouts
-  uint64_t refused_busy = 0;        // the listener was closing
-  AdmissionCounters admission;      // evictions of unauthenticated connections, authenticated caps
-};
-
-class WsListener : public Acceptor {
- public:
-  static NetResult<std::unique_ptr<WsListener>> listen(std::string_view host, uint16_t port, WsListenerOptions options);
-  ~WsListener() override;
-  uint16_t port() const;
-  // The next upgraded connection (a WsStream).
-  NetResult<std::unique_ptr<ByteStream>> accept(Deadline deadline) override;
-  void close() override;
-  WsListenerStats stats() const;
-  struct Impl;
-
- private:
-  explicit WsListener(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace essaim::net

@@ -9,10 +9,12 @@
 //
 // A worker connection, once its preamble and token are accepted, waits idle under its node id; a backbone
 // naming that node id takes one idle connection whose build fingerprint equals its own (never another),
-// both get PAIRED, and from then each side's thread reads its own peer and writes to the other. A peer
-// that stops reading blocks only the thread that writes to it, for at most `write_stall`, after which its
-// pair is closed (1011) and the messages it never took are counted as dropped: no other pair waits.
-// `GET /metrics` on the same port reports pairs, bytes, drops and refusals.
+// both get PAIRED, and from then each side's messages are forwarded to the other. Every connection is
+// served on a fixed pool of `threads` I/O threads (net/ws_listener.h), so idle connections cost no thread.
+// Each direction queues a bounded amount at its destination, then stops reading from the sender; a peer
+// that does not take one message within `write_stall` has its pair closed (1011) and the messages it
+// never took counted as dropped: no other pair waits (relay_pairing.h). `GET /metrics` on the same port
+// reports pairs, bytes, drops and refusals.
 #pragma once
 
 #include <array>
@@ -25,6 +27,7 @@
 
 #include "core/status.h"
 #include "net/websocket.h"
+#include "net/ws_listener.h"
 #include "relay/token_check.h"
 
 namespace essaim::relay {
@@ -43,6 +46,7 @@ struct RelayOptions {
   std::chrono::milliseconds preamble_timeout{5000};
   std::chrono::milliseconds pair_wait{5000};    // a backbone waits this long for an idle worker connection
   std::chrono::milliseconds write_stall{10000}; // a peer not taking one message within this loses its pair
+  int threads = 2;  // I/O threads serving every connection (--threads); token checks run on 2 more
   std::function<void(const std::string&)> log;  // null: silent
 };
 

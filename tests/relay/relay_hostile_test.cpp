@@ -221,6 +221,27 @@ TEST(RelayHostile, StalledWorkerDoesNotSlowAnotherPair) {
   flood.join();
 }
 
+// The relay queues a bounded amount for a peer that does not read (4 MiB beyond one message, then it stops
+// reading from the sender and TCP pushes back): a backbone flooding a stalled worker is held back long
+// before write_stall ends the pair, instead of the relay buffering whatever it is sent.
+TEST(RelayHostile, AStalledPeersQueueIsBoundedAndPushesBackOnTheSender) {
+  auto relay = start_relay({.write_stall = 10s});
+  const uint16_t port = relay->port();
+  auto stalled = worker_end(port, "tok-worker-1");
+  auto b = backbone_end(port, "w1");
+  ASSERT_TRUE(b) << b.error().message;
+  ASSERT_TRUE(stalled->read_message(net::deadline_in(5s)));  // PAIRED; then it never reads again
+  const std::vector<uint8_t> m = random_bytes(1 << 20, 5);
+  int sent = 0;
+  const net::Deadline until = net::deadline_in(3s);
+  while (net::Clock::now() < until && (*b)->write_message(m, net::deadline_in(500ms))) ++sent;
+  RecordProperty("mib_taken_before_pushback", std::to_string(sent));
+  // Socket buffers on both hops (a few MiB each on loopback) plus the relay's 4 MiB: far below what 3 s of
+  // unbounded loopback forwarding takes (hundreds of MiB).
+  EXPECT_LT(sent, 48) << "the relay kept taking messages for a peer that reads nothing";
+  EXPECT_EQ(relay->stats().dropped_messages[size_t(DropReason::STALLED_PEER)], 0u);  // write_stall not reached
+}
+
 // A client frame as a browser would send it, masked with a zero key (the bytes unchanged).
 std::string masked_frame(const std::vector<uint8_t>& payload) {
   std::string f = "\x82";

@@ -65,6 +65,18 @@ class RawClient {
     }
   }
 
+  // Half-closes: the server reads end of stream (FIN); what it sends can still be read.
+  void shutdown_send() {
+    boost::system::error_code ec;
+    socket_.shutdown(boost::asio::socket_base::shutdown_send, ec);
+  }
+
+  // The client end's port (the server's peer port for this connection).
+  uint16_t local_port() const {
+    boost::system::error_code ec;
+    return socket_.local_endpoint(ec).port();
+  }
+
   // Closes with a reset (SO_LINGER 0): the server's pending writes fail at once.
   void reset() {
     boost::system::error_code ec;
