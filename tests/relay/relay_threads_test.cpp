@@ -43,6 +43,10 @@ TEST(RelayThreads, IdleConnectionsDoNotAddThreads) {
   constexpr int kIdleWorkers = 300, kHalfSent = 100;
   RelayOptions o;
   o.max_connections_per_node = 1024;
+  // Under load a worker may still wait for its token check when the next ones connect: no eviction here
+  // (this test counts threads; eviction has its own tests in relay_hostile_test).
+  o.max_pending = 1024;
+  o.max_pending_per_address = 1024;
   o.threads = 2;
   const size_t before = thread_count();
   auto relay = start_relay(o);
