@@ -41,7 +41,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   require(r.sampling.temperature >= 0 && r.sampling.top_k >= 0);
   require(r.stop.size() <= kMaxStopStrings);
   if (endpoint == ApiEndpoint::CHAT) require(!r.messages.empty() && r.messages.size() <= kMaxMessages);
-  std::string text = r.prompt;
+  if (endpoint == ApiEndpoint::COMPLETION) require(!r.prompts.empty() && r.prompts.size() <= kMaxPrompts);
+  std::string text;
+  for (const PromptInput& p : r.prompts) {
+    require(p.is_tokens != p.tokens.empty());
+    for (int32_t t : p.tokens) require(t >= 0);
+    text += p.text;
+  }
   for (const auto& m : r.messages) text += m.content;
   StopMatcher stops(r.stop);
   std::string out;

@@ -102,6 +102,42 @@ std::optional<ApiError> parse_stop(const json& v, std::vector<std::string>& out)
   return std::nullopt;
 }
 
+// OpenAI's four prompt shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]; each prompt one choice.
+std::optional<ApiError> parse_prompt(const json& v, std::vector<PromptInput>& out) {
+  const auto token_list = [](const json& a, PromptInput& p) -> std::optional<ApiError> {
+    if (a.empty()) return bad("a prompt of token ids must not be empty", "prompt");
+    for (const json& t : a) {
+      if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(INT32_MAX)) ||
+          t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        return bad("prompt token ids must be integers >= 0", "prompt", "invalid_type");
+      p.tokens.push_back(int32_t(t.get<int64_t>()));
+    }
+    p.is_tokens = true;
+    return std::nullopt;
+  };
+  constexpr const char* kShapes = "prompt must be a string, an array of strings, an array of token ids or an array of such arrays";
+  if (v.is_string()) {
+    out.push_back({.text = v.get<std::string>(), .tokens = {}, .is_tokens = false});
+    return std::nullopt;
+  }
+  if (!v.is_array() || v.empty()) return bad(kShapes, "prompt", "invalid_type");
+  if (v.front().is_number()) {
+    PromptInput p;
+    if (auto e = token_list(v, p)) return e;
+    out.push_back(std::move(p));
+    return std::nullopt;
+  }
+  if (v.size() > kMaxPrompts) return bad("at most " + std::to_string(kMaxPrompts) + " prompts", "prompt");
+  for (const json& item : v) {
+    PromptInput p;
+    if (item.is_string()) p.text = item.get<std::string>();
+    else if (!item.is_array()) return bad(kShapes, "prompt", "invalid_type");
+    else if (auto e = token_list(item, p)) return e;
+    out.push_back(std::move(p));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const json& v, bool& have_messages,
                                     bool& have_prompt) {
   const bool chat = r.endpoint == ApiEndpoint::CHAT;
@@ -113,9 +149,8 @@ std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const j
     have_messages = true;
     return parse_messages(v, r.messages);
   } else if (!chat && k == "prompt") {
-    if (!v.is_string()) return bad("prompt must be a string", k, "invalid_type");
-    r.prompt = v.get<std::string>();
     have_prompt = true;
+    return parse_prompt(v, r.prompts);
   } else if (k == "stream") {
     if (!v.is_boolean()) return bad("stream must be a boolean", k, "invalid_type");
     r.stream = v.get<bool>();

@@ -35,13 +35,21 @@ inline constexpr size_t kMaxJsonDepth = 32;      // nesting of objects and array
 inline constexpr size_t kMaxMessages = 1024;     // chat messages per request
 inline constexpr size_t kMaxStopStrings = 16;    // OpenAI allows 4; llama-server more
 inline constexpr size_t kMaxStopBytes = 256;     // per stop string
+inline constexpr size_t kMaxPrompts = 64;        // COMPLETION: prompts in one request (one choice each)
+
+// One prompt of /v1/completions: text, or token ids as sent (checked against the vocabulary later).
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool is_tokens = false;
+};
 
 struct ApiRequest {
   ApiEndpoint endpoint = ApiEndpoint::CHAT;
   std::string model;                  // as sent (informational: one model is served)
   std::vector<ChatMessage> messages;  // CHAT
   bool enable_thinking = true;        // CHAT: chat_template_kwargs.enable_thinking (llama-server)
-  std::string prompt;                 // COMPLETION
+  std::vector<PromptInput> prompts;   // COMPLETION: a string, a list of strings, token ids, lists of token ids
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; absent: until the context is full

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,6 +22,7 @@
 #include "backbone/dispatch_stats.h"
 #include "model/model.h"
 #include "net/http_server.h"
+#include "serve/access_log.h"
 #include "serve/scheduler.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
@@ -35,11 +38,15 @@ struct ServeModel {
   int64_t created = 0;   // unix seconds, when the model was loaded
   // The swarm dispatcher's counters, when workers are used (for /metrics); empty otherwise.
   std::function<std::optional<backbone::DispatchStats>()> dispatch_stats;
+  // Why the swarm cannot serve now (some expert with no live holder and no local copy), or nothing when it
+  // can; /health answers 503 with the reason meanwhile. Empty: always can (the local replica).
+  std::function<std::optional<std::string>()> unavailable;
 };
 
 struct ServeApiOptions {
   std::string api_key;  // empty: none needed
   std::function<net::HttpServerStats()> http_stats;  // for /metrics, may be empty
+  AccessLogFn access_log;  // one line per request (serve/access_log.h); empty: none
 };
 
 class ServeApi {
@@ -48,6 +55,11 @@ class ServeApi {
   void set_ready(ServeModel model);  // /health answers 200 from now on
   void set_failed(std::string why);  // loading failed: /health answers 500 with why
   bool ready() const { return ready_.load(); }
+  // Shutdown, first step: /health answers 503 "shutting down" and new generations are refused with 503.
+  void begin_shutdown() { shutting_down_.store(true); }
+  // Blocks until every answer in flight has written its last bytes (or lost its client), at most `timeout`;
+  // returns whether all did.
+  bool wait_settled(std::chrono::milliseconds timeout);
 
   void handle(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out);
   // The listener's credentials check (net::HttpAuthorizer), from the request head: /health is public;
@@ -61,12 +73,17 @@ class ServeApi {
   void count_outcome(const std::string& outcome);
 
  private:
-  void generate(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out, bool chat);
+  void generate(const net::HttpRequestView& request, std::shared_ptr<LoggedResponder> out, bool chat);
+  void answer_health(net::HttpResponder& out);
   void error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
                    std::string outcome = "invalid", std::string retry_after = {});
 
   ServeApiOptions options_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::mutex settle_mu_;
+  std::condition_variable settle_cv_;
+  int64_t unsettled_ = 0;  // answers submitted and not yet settled (guarded by settle_mu_)
   ServeModel model_;  // set once, before ready_
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex mu_;

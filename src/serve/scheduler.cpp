@@ -73,13 +73,16 @@ Scheduler::Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* po
   thread_ = std::thread([this] { run(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (thread_.joinable()) thread_.join();
 }
 
 SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {

@@ -119,7 +119,10 @@ struct SchedulerStats {
 class Scheduler {
  public:
   Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* pool, SchedulerOptions options);
-  ~Scheduler();  // stops the step thread; sequences still in flight get a final CANCELLED event
+  ~Scheduler();  // stop()
+  // Stops the step thread: every sequence in flight or queued gets a final CANCELLED event whose error says
+  // "the server is shutting down", and submit() refuses from now on (STOPPED). Idempotent, thread-safe.
+  void stop();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -146,6 +149,7 @@ class Scheduler {
   int64_t in_system_ = 0;  // submitted and not yet finished (queued or in flight)
   SchedulerStats stats_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds since start, tokens) of recent steps
+  std::mutex stop_mu_;  // one joiner of thread_
   std::thread thread_;
 };
 

@@ -12,9 +12,12 @@ namespace essaim::serve {
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   std::unique_ptr<Server> s(new Server(std::move(options)));
   Server* raw = s.get();
-  s->api_ = std::make_unique<ServeApi>(ServeApiOptions{
-      .api_key = s->options_.limits.api_key,
-      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : net::HttpServerStats{}; }});
+  ServeApiOptions api{.api_key = s->options_.limits.api_key,
+                      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : net::HttpServerStats{}; },
+                      .access_log = {}};
+  if (s->options_.access_log)
+    api.access_log = [](const std::string& line) { std::fprintf(stderr, "essaim serve: %s\n", line.c_str()); };
+  s->api_ = std::make_unique<ServeApi>(std::move(api));
   ESSAIM_ASSIGN_OR_RETURN(s->http_, net::HttpServer::listen(s->options_.host, s->options_.port, s->options_.limits,
                                                        [raw](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
                                                          raw->api_->handle(req, std::move(out));
@@ -68,6 +71,9 @@ Status Server::load() {
   if (options_.executor.stats) {
     m.dispatch_stats = [this] { return options_.executor.stats(*executor_); };
   }
+  if (options_.executor.unavailable) {
+    m.unavailable = [this] { return options_.executor.unavailable(*model_, *executor_); };
+  }
   api_->set_ready(std::move(m));
   return Status::ok();
 }
@@ -83,8 +89,14 @@ void Server::stop() {
   if (stopped_) return;
   stopped_ = true;
   if (loader_.joinable()) loader_.join();  // loading is bounded (mmap + connects with deadlines)
+  if (!http_) return;     // start() failed before listening: nothing else was started
+  api_->begin_shutdown();  // new generations: 503
+  if (scheduler_) {
+    scheduler_->stop();    // every sequence's final event: streams write their error event
+    api_->wait_settled(options_.drain);
+  }
   http_->stop();          // no new requests, no I/O threads
-  scheduler_.reset();     // final events post to the stopped I/O context; dropped with it
+  scheduler_.reset();
   executor_.reset();
   pool_.reset();
 }

@@ -35,6 +35,8 @@ namespace essaim::serve {
 struct ExecutorChoiceFn {
   std::function<Result<std::unique_ptr<ExpertExecutor>>(const Model&, ThreadPool*)> make;
   std::function<std::optional<backbone::DispatchStats>(const ExpertExecutor&)> stats;
+  // Why the executor cannot serve every expert now (/health's 503 reason), or nothing when it can.
+  std::function<std::optional<std::string>(const Model&, const ExpertExecutor&)> unavailable;
 };
 
 struct ServerOptions {
@@ -53,6 +55,8 @@ struct ServerOptions {
   std::string model_id;          // /v1/models id; empty: the file's name
   net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
+  bool access_log = true;        // one line per request on stderr (serve/access_log.h)
+  std::chrono::milliseconds drain{2000};  // at stop: how long open answers get to write their last event
 };
 
 class Server {
@@ -62,11 +66,14 @@ class Server {
   uint16_t port() const { return http_->port(); }
   // Blocks until the model is loaded (ok) or loading failed (its error), at most `timeout`.
   Status wait_ready(std::chrono::milliseconds timeout);
+  // Stops accepting generations, ends every open answer (streams get an error event, never a silent
+  // close), waits up to options.drain for those bytes to go out, then stops listening.
   void stop();
 
   ServeApi& api() { return *api_; }
   Scheduler* scheduler() { return scheduler_.get(); }  // null until ready
   const Model* model() const { return model_.get(); }
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }  // null until loaded
 
  private:
   explicit Server(ServerOptions options) : options_(std::move(options)) {}

@@ -23,6 +23,33 @@ ApiError parse_error(ApiEndpoint e, const std::string& body) {
   return p.error.value_or(ApiError{.status = 0});
 }
 
+// /v1/completions' four prompt shapes: a string, strings, token ids, lists of token ids (one choice each).
+TEST(ServeRequestParser, AcceptsEveryOpenAiPromptShape) {
+  const auto prompts = [](const std::string& body) {
+    ApiParse p = parse_api_request(ApiEndpoint::COMPLETION, body);
+    EXPECT_TRUE(p.request.has_value()) << body << (p.error ? p.error->message : "");
+    return p.request ? p.request->prompts : std::vector<PromptInput>{};
+  };
+  std::vector<PromptInput> p = prompts(R"({"prompt":"a"})");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_FALSE(p[0].is_tokens);
+  EXPECT_EQ(p[0].text, "a");
+  p = prompts(R"({"prompt":["a","b",[7,8]]})");
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1].text, "b");
+  EXPECT_TRUE(p[2].is_tokens);
+  EXPECT_EQ(p[2].tokens, (std::vector<int32_t>{7, 8}));
+  p = prompts(R"({"prompt":[1,2,3]})");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  p = prompts(R"({"prompt":[[1],[2,3]]})");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1].tokens, (std::vector<int32_t>{2, 3}));
+  std::string many;  // one prompt more than kMaxPrompts
+  for (size_t i = 0; i <= kMaxPrompts; ++i) many += std::string(i ? "," : "") + "\"a\"";
+  EXPECT_EQ(parse_error(ApiEndpoint::COMPLETION, "{\"prompt\":[" + many + "]}").param, "prompt");
+}
+
 TEST(ServeRequestParser, AcceptsWhatOpenAiClientsSend) {
   ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"model":"x","messages":[{"role":"developer","content":"s"},
       {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"me"}],
@@ -64,7 +91,13 @@ TEST(ServeRequestParser, RefusesWithAnActionableError) {
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "invalid_value", "messages[0].content"},
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x","extra":1}]})", "unknown_parameter", "messages[0].extra"},
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x"}],"prompt":"p"})", "unknown_parameter", "prompt"},
-      {ApiEndpoint::COMPLETION, R"({"prompt":["a","b"]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":{"a":1}})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[1,-2]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[1,2.5]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[["x"]]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":["a",[]]})", "invalid_value", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":["a",3]})", "invalid_type", "prompt"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":-5})", "invalid_value", "max_tokens"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":1e30})", "invalid_type", "max_tokens"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":99999999999999999999})", "invalid_type", "max_tokens"},
