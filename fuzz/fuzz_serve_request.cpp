@@ -48,7 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t t : p.tokens) require(t >= 0);
     text += p.text;
   }
-  for (const auto& m : r.messages) text += m.content;
+  for (const auto& m : r.messages) {
+    require(m.is_object() && m["role"].is_string() && m["content"].is_string());
+    text += m["content"].get<std::string>();
+    if (m.contains("tool_calls"))
+      for (const auto& c : m["tool_calls"]) require(c["function"]["arguments"].is_object() && c["function"]["name"].is_string());
+  }
+  require(r.tools.is_null() || (r.tools.is_array() && r.tools.size() <= kMaxTools));
   StopMatcher stops(r.stop);
   std::string out;
   for (size_t i = 0; i < text.size(); i += 3) out += stops.push(std::string_view(text).substr(i, 3));

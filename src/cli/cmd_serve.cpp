@@ -167,6 +167,10 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(kNonNegative);
   cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
+  cmd->add_option("--reasoning-budget", o.reasoning_budget,
+                  "Reasoning tokens allowed per answer: -1 unlimited (default), 0 no thinking (the template's "
+                  "enable_thinking=false unless a request sets it), N: the reasoning is closed after N tokens")
+      ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("-a,--alias", o.model_id, "Model id in answers and /v1/models (default: the file name)");
   add_admission_flags(*cmd, o.limits.max_connections, o.limits.max_per_address);
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")

@@ -6,7 +6,8 @@
 namespace essaim::serve {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tool arguments and schemas reach the chat template (and its tojson) in the client's key order.
+using json = nlohmann::ordered_json;
 
 ApiError bad(std::string message, std::string param = {}, std::string code = "invalid_value") {
   return ApiError{.status = 400, .message = std::move(message), .type = "invalid_request_error",
@@ -15,7 +16,7 @@ ApiError bad(std::string message, std::string param = {}, std::string code = "in
 
 // Fields OpenAI clients send that change nothing here; accepted so that ordinary clients work.
 bool is_ignored_field(std::string_view k) {
-  return k == "user" || k == "logit_bias" || k == "response_format" || k == "cache_prompt" ||
+  return k == "user" || k == "logit_bias" || k == "cache_prompt" ||
          k == "parallel_tool_calls" || k == "store" || k == "metadata";
 }
 
@@ -39,8 +40,7 @@ std::optional<ApiError> integer_in(const json& v, const char* name, int64_t lo, 
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_content(const json& v, size_t index, std::string& out) {
-  const std::string param = "messages[" + std::to_string(index) + "].content";
+std::optional<ApiError> parse_content(const json& v, const std::string& param, std::string& out) {
   if (v.is_null()) return std::nullopt;  // an assistant turn with only tool calls
   if (v.is_string()) {
     out = v.get<std::string>();
@@ -56,34 +56,140 @@ std::optional<ApiError> parse_content(const json& v, size_t index, std::string& 
   return std::nullopt;
 }
 
-std::optional<ApiError> parse_messages(const json& v, std::vector<ChatMessage>& out) {
+// An assistant message's tool_calls, as the chat templates read them: arguments as a JSON object (OpenAI
+// sends them as JSON text), ids kept.
+std::optional<ApiError> parse_tool_calls(const json& v, const std::string& param, json& out) {
+  if (!v.is_array()) return bad(param + " must be an array", param, "invalid_type");
+  if (v.size() > kMaxTools) return bad(param + ": at most " + std::to_string(kMaxTools) + " tool calls", param);
+  out = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    const json& c = v[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      return bad(p + " must be {\"type\":\"function\",\"id\":...,\"function\":{\"name\":...,\"arguments\":...}}", p, "invalid_type");
+    if (c.contains("type") && c["type"] != "function") return bad(p + ".type must be \"function\"", p + ".type");
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) return bad(p + ".function.name must be a string", p + ".function.name", "invalid_type");
+    json args = json::object();
+    if (f.contains("arguments")) {
+      const json& a = f["arguments"];
+      if (a.is_string()) {
+        const std::string text = a.get<std::string>();
+        if (json_nesting_depth(text) > kMaxJsonDepth) return bad(p + ".function.arguments nests too deeply", p + ".function.arguments");
+        args = text.empty() ? json::object() : json::parse(text, nullptr, false);
+      } else {
+        args = a;
+      }
+      if (!args.is_object()) return bad(p + ".function.arguments must be a JSON object (or its text)", p + ".function.arguments");
+    }
+    std::string id = c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : "call_" + std::to_string(i);
+    out.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", f["name"]}, {"arguments", args}}}});
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_message(const json& m, size_t i, json& out) {
+  const std::string param = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) return bad(param + " must be an object", param, "invalid_type");
+  out = json::object();
+  std::string role, content;
+  for (const auto& [k, f] : m.items()) {
+    if (k == "role") {
+      if (!f.is_string()) return bad(param + ".role must be a string", param + ".role", "invalid_type");
+      role = f.get<std::string>();
+      if (role == "developer") role = "system";  // OpenAI's newer name for the system role
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        return bad(param + ".role must be system, developer, user, assistant or tool", param + ".role");
+    } else if (k == "content") {
+      if (auto e = parse_content(f, param + ".content", content)) return e;
+    } else if (k == "name" || k == "tool_call_id") {
+      if (!f.is_string()) return bad(param + "." + k + " must be a string", param + "." + k, "invalid_type");
+      out[k] = f;
+    } else if (k == "tool_calls") {
+      if (f.is_null()) continue;
+      json calls;
+      if (auto e = parse_tool_calls(f, param + ".tool_calls", calls)) return e;
+      out["tool_calls"] = std::move(calls);
+    } else if (k == "reasoning_content") {  // llama-server's field for an assistant turn's reasoning
+      if (!f.is_string() && !f.is_null()) return bad(param + ".reasoning_content must be a string", param + "." + k, "invalid_type");
+      if (f.is_string()) out[k] = f;
+    } else {
+      return bad("unknown field " + param + "." + k, param + "." + k, "unknown_parameter");
+    }
+  }
+  if (role.empty()) return bad(param + ".role is required", param + ".role", "missing_required_parameter");
+  if (out.contains("tool_calls") && role != "assistant")
+    return bad(param + ".tool_calls is for assistant messages", param + ".tool_calls");
+  // Templates index these first; absent content reads as "" (Qwen3's template cannot test a null for "<think>").
+  json head = {{"role", role}, {"content", content}};
+  for (auto& [k, f] : out.items()) head[k] = f;
+  out = std::move(head);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& v, json& out) {
   if (!v.is_array()) return bad("messages must be an array", "messages", "invalid_type");
   if (v.empty()) return bad("messages must not be empty", "messages");
   if (v.size() > kMaxMessages) return bad("too many messages (at most " + std::to_string(kMaxMessages) + ")", "messages");
+  out = json::array();
   for (size_t i = 0; i < v.size(); ++i) {
-    const json& m = v[i];
-    const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return bad(param + " must be an object", param, "invalid_type");
-    ChatMessage msg;
-    for (const auto& [k, f] : m.items()) {
-      if (k == "role") {
-        if (!f.is_string()) return bad(param + ".role must be a string", param + ".role", "invalid_type");
-        msg.role = f.get<std::string>();
-        if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
-        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-          return bad(param + ".role must be system, developer, user, assistant or tool", param + ".role");
-      } else if (k == "content") {
-        if (auto e = parse_content(f, i, msg.content)) return e;
-      } else if (k == "name" || k == "tool_call_id") {
-        if (!f.is_string()) return bad(param + "." + k + " must be a string", param + "." + k, "invalid_type");
-      } else {
-        return bad("unknown field " + param + "." + k, param + "." + k, "unknown_parameter");
-      }
-    }
-    if (msg.role.empty()) return bad(param + ".role is required", param + ".role", "missing_required_parameter");
-    out.push_back(std::move(msg));
+    json m;
+    if (auto e = parse_message(v[i], i, m)) return e;
+    out.push_back(std::move(m));
   }
   return std::nullopt;
+}
+
+// OpenAI's tools: [{"type":"function","function":{"name","description"?,"parameters"?,"strict"?}}].
+std::optional<ApiError> parse_tools(const json& v, json& out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_array()) return bad("tools must be an array", "tools", "invalid_type");
+  if (v.size() > kMaxTools) return bad("at most " + std::to_string(kMaxTools) + " tools", "tools");
+  out = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const json& t = v[i];
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      return bad(p + " must be {\"type\":\"function\",\"function\":{\"name\":...}}", p, "invalid_type");
+    const json& f = t["function"];
+    for (const auto& [k, x] : f.items()) {
+      if (k != "name" && k != "description" && k != "parameters" && k != "strict")
+        return bad("unknown field " + p + ".function." + k, p + ".function." + k, "unknown_parameter");
+    }
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+      return bad(p + ".function.name must be a non-empty string", p + ".function.name", "invalid_type");
+    if (f.contains("description") && !f["description"].is_string())
+      return bad(p + ".function.description must be a string", p + ".function.description", "invalid_type");
+    if (f.contains("parameters") && !f["parameters"].is_object())
+      return bad(p + ".function.parameters must be a JSON schema object", p + ".function.parameters", "invalid_type");
+    for (const json& seen : out)
+      if (seen["function"]["name"] == f["name"]) return bad(p + ": a second tool named " + f["name"].dump(), p + ".function.name");
+    out.push_back(t);
+  }
+  return std::nullopt;
+}
+
+// auto and none are honoured; required and a named function need constrained decoding, which is not built yet:
+// a 400 that says so, never a silent "auto".
+std::optional<ApiError> parse_tool_choice(const json& v, ToolChoice& out) {
+  if (v.is_string() && v == "auto") return out = ToolChoice::AUTO, std::nullopt;
+  if (v.is_string() && v == "none") return out = ToolChoice::NONE, std::nullopt;
+  if ((v.is_string() && v == "required") || v.is_object())
+    return bad("tool_choice \"required\" and a named function are not supported yet (they need grammar-constrained "
+               "decoding, not built yet); use \"auto\" or \"none\"", "tool_choice", "unsupported_value");
+  return bad("tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",...}", "tool_choice", "invalid_value");
+}
+
+std::optional<ApiError> parse_response_format(const json& v) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+    return bad("response_format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}", "response_format", "invalid_type");
+  const std::string type = v["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object" || type == "json_schema")
+    return bad("response_format \"" + type + "\" is not supported yet (it needs grammar-constrained decoding, not built "
+               "yet); it is refused rather than ignored", "response_format", "unsupported_value");
+  return bad("response_format.type must be \"text\", \"json_object\" or \"json_schema\"", "response_format.type");
 }
 
 std::optional<ApiError> parse_stop(const json& v, std::vector<std::string>& out) {
@@ -193,11 +299,18 @@ std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const j
   } else if (chat && k == "chat_template_kwargs") {
     if (!v.is_object()) return bad("chat_template_kwargs must be an object", k, "invalid_type");
     for (const auto& [ck, cv] : v.items()) {
-      if (ck != "enable_thinking")
-        return bad("unknown field chat_template_kwargs." + ck, "chat_template_kwargs." + ck, "unknown_parameter");
-      if (!cv.is_boolean()) return bad("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs.enable_thinking", "invalid_type");
-      r.enable_thinking = cv.get<bool>();
+      if (ck == "messages" || ck == "tools" || ck == "add_generation_prompt")
+        return bad("chat_template_kwargs." + ck + " is set by the server", "chat_template_kwargs." + ck);
+      if (ck == "enable_thinking" && !cv.is_boolean())
+        return bad("chat_template_kwargs.enable_thinking must be a boolean", "chat_template_kwargs.enable_thinking", "invalid_type");
+      r.template_kwargs[ck] = cv;
     }
+  } else if (chat && k == "tools") {
+    return parse_tools(v, r.tools);
+  } else if (chat && k == "tool_choice") {
+    return parse_tool_choice(v, r.tool_choice);
+  } else if (k == "response_format") {
+    return parse_response_format(v);
   } else if (k == "logprobs" || k == "echo") {
     if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return bad(k + " is not supported", k);
   } else if (is_ignored_field(k)) {

@@ -4,7 +4,7 @@
 //
 //   ApiParse p = parse_api_request(ApiEndpoint::CHAT, body);
 //   if (p.error) return reply(p.error->status, api_error_json(*p.error));
-//   const ApiRequest& r = *p.request;   // r.messages, r.sampling, r.max_tokens, r.stop, r.stream
+//   const ApiRequest& r = *p.request;   // r.messages, r.tools, r.sampling, r.max_tokens, r.stop, r.stream
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat.h"
+#include <nlohmann/json.hpp>
+
 #include "text/sampler.h"
 
 namespace essaim::serve {
@@ -36,6 +37,9 @@ inline constexpr size_t kMaxMessages = 1024;     // chat messages per request
 inline constexpr size_t kMaxStopStrings = 16;    // OpenAI allows 4; llama-server more
 inline constexpr size_t kMaxStopBytes = 256;     // per stop string
 inline constexpr size_t kMaxPrompts = 64;        // COMPLETION: prompts in one request (one choice each)
+inline constexpr size_t kMaxTools = 128;         // tools offered, and tool calls in one assistant message
+
+enum class ToolChoice : uint8_t { AUTO, NONE };  // "required" and named functions: 400 until constrained decoding
 
 // One prompt of /v1/completions: text, or token ids as sent (checked against the vocabulary later).
 struct PromptInput {
@@ -47,8 +51,12 @@ struct PromptInput {
 struct ApiRequest {
   ApiEndpoint endpoint = ApiEndpoint::CHAT;
   std::string model;                  // as sent (informational: one model is served)
-  std::vector<ChatMessage> messages;  // CHAT
-  bool enable_thinking = true;        // CHAT: chat_template_kwargs.enable_thinking (llama-server)
+  // CHAT: the messages as the chat template reads them — {"role", "content" (a string: text parts joined, null
+  // read as ""), "name"?, "tool_call_id"?, "tool_calls"? (arguments as JSON objects), "reasoning_content"?}.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;        // CHAT: OpenAI tool objects, or null
+  ToolChoice tool_choice = ToolChoice::AUTO;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs (enable_thinking...)
   std::vector<PromptInput> prompts;   // COMPLETION: a string, a list of strings, token ids, lists of token ids
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage

@@ -7,7 +7,7 @@
 namespace essaim::serve {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -17,29 +17,43 @@ json usage_json(int64_t n_prompt, int64_t n_generated) {
 
 }  // namespace
 
+// The assistant message of a whole answer: content (null when the answer is only tool calls), reasoning_content
+// when the model reasoned, tool_calls when it called.
+json Generation::message_json(const Choice& c) {
+  json m = {{"role", "assistant"}};
+  m["content"] = c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr);
+  if (!c.reasoning.empty()) m["reasoning_content"] = c.reasoning;
+  if (!c.calls.empty()) m["tool_calls"] = c.calls;
+  return m;
+}
+
 Generation::Generation(GenerationSetup setup) : s_(std::move(setup)), open_choices_(s_.n_choices) {
   settle_->fn = s_.settled;
   choices_.reserve(s_.n_choices);
   for (size_t i = 0; i < s_.n_choices; ++i)
     choices_.push_back(Choice{.detok = Detokenizer(*s_.tokenizer), .stops = StopMatcher(s_.stop), .handle = {},
-                              .text = {}, .finish = nullptr, .n_prompt = 0, .n_generated = 0});
+                              .text = {}, .reasoning = {}, .calls = json::array(), .split = std::nullopt,
+                              .reasoning_tokens = 0, .finish = nullptr, .n_prompt = 0, .n_generated = 0});
+  if (s_.chat)
+    for (Choice& c : choices_) c.split.emplace(ChatOutputOptions{.in_reasoning = s_.in_reasoning, .tools = &s_.tools});
 }
 
-std::string Generation::chunk_json(size_t choice, const std::string& piece, const char* finish_reason, bool role) const {
-  json c;
-  if (s_.chat) {
-    json delta = json::object();
-    if (role) delta["role"] = "assistant";
-    if (!piece.empty() || role) delta["content"] = piece;
-    c = {{"index", choice}, {"delta", delta}, {"logprobs", nullptr}};
-  } else {
-    c = {{"index", choice}, {"text", piece}, {"logprobs", nullptr}};
-  }
+std::string Generation::chunk_json(size_t choice, const json& delta, const char* finish_reason) const {
+  json c = {{"index", choice}};
+  if (s_.chat) c["delta"] = delta;
+  else c["text"] = delta.value("text", "");
+  c["logprobs"] = nullptr;
   c["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
   return "data: " +
          dump({{"id", s_.id}, {"object", s_.chat ? "chat.completion.chunk" : "text_completion"}, {"created", s_.created},
                {"model", s_.model}, {"choices", json::array({c})}}) +
          "\n\n";
+}
+
+json Generation::tool_call_json(const ToolCall& call) const {
+  return {{"id", "call_" + s_.id.substr(s_.id.find('-') + 1) + "_" + std::to_string(call.index)},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
 void Generation::begin() {
@@ -52,7 +66,8 @@ void Generation::begin_locked() {
   began_ = true;
   s_.out->stream_begin({.status = 200, .content_type = "text/event-stream", .body = {}, .headers = {}});
   if (s_.chat)
-    for (size_t i = 0; i < choices_.size(); ++i) s_.out->stream_write(chunk_json(i, "", nullptr, true));
+    for (size_t i = 0; i < choices_.size(); ++i)
+      s_.out->stream_write(chunk_json(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
 }
 
 void Generation::attach(size_t choice, std::shared_ptr<SequenceHandle> handle) {
@@ -64,11 +79,39 @@ void Generation::attach(size_t choice, std::shared_ptr<SequenceHandle> handle) {
 
 void Generation::emit_locked(size_t choice, const std::string& piece) {
   if (piece.empty()) return;
+  Choice& c = choices_[choice];
+  if (c.split) return emit_deltas_locked(choice, c.split->push(piece));
   if (s_.stream) {
     begin_locked();
-    s_.out->stream_write(chunk_json(choice, piece, nullptr, false));
+    s_.out->stream_write(chunk_json(choice, {{"text", piece}}, nullptr));
   } else {
-    choices_[choice].text += piece;
+    c.text += piece;
+  }
+}
+
+// A tool call streams as OpenAI's do: its id, type and name with empty arguments, then the arguments.
+void Generation::emit_deltas_locked(size_t choice, const std::vector<ChatDelta>& deltas) {
+  Choice& c = choices_[choice];
+  for (const ChatDelta& d : deltas) {
+    if (!s_.stream) {
+      if (d.kind == ChatDelta::Kind::CONTENT) c.text += d.text;
+      else if (d.kind == ChatDelta::Kind::REASONING) c.reasoning += d.text;
+      else c.calls.push_back(tool_call_json(d.call));
+      continue;
+    }
+    begin_locked();
+    if (d.kind == ChatDelta::Kind::CONTENT) {
+      s_.out->stream_write(chunk_json(choice, {{"content", d.text}}, nullptr));
+    } else if (d.kind == ChatDelta::Kind::REASONING) {
+      s_.out->stream_write(chunk_json(choice, {{"reasoning_content", d.text}}, nullptr));
+    } else {
+      json head = tool_call_json(d.call);
+      head["function"]["arguments"] = "";
+      head = {{"index", d.call.index}, {"id", head["id"]}, {"type", "function"}, {"function", head["function"]}};
+      s_.out->stream_write(chunk_json(choice, {{"tool_calls", json::array({head})}}, nullptr));
+      const json args = {{"index", d.call.index}, {"function", {{"arguments", d.call.arguments}}}};
+      s_.out->stream_write(chunk_json(choice, {{"tool_calls", json::array({args})}}, nullptr));
+    }
   }
 }
 
@@ -79,6 +122,9 @@ void Generation::on_event(size_t index, const SequenceEvent& e) {
   c.n_prompt = e.n_prompt;
   c.n_generated = e.n_generated;
   for (TokenId id : e.tokens) {
+    if (c.split && c.split->in_reasoning() && s_.reasoning_budget > 0 && c.handle &&
+        ++c.reasoning_tokens == s_.reasoning_budget)
+      c.handle->force(s_.close_reasoning);
     emit_locked(index, c.stops.push(c.detok.push(id)));
     if (c.stops.matched()) {
       if (c.handle) c.handle->finish();  // the sequence leaves at the next step
@@ -110,12 +156,16 @@ void Generation::on_event(size_t index, const SequenceEvent& e) {
 
 void Generation::end_choice_locked(size_t index, const char* reason, const SequenceEvent& e) {
   Choice& c = choices_[index];
+  if (c.split) {
+    emit_deltas_locked(index, c.split->finish());
+    if (c.split->tool_calls() > 0 && std::string_view(reason) == "stop") reason = "tool_calls";
+  }
   c.finish = reason;
   c.n_prompt = e.n_prompt;
   c.n_generated = e.n_generated;
   if (s_.stream) {
     begin_locked();
-    s_.out->stream_write(chunk_json(index, "", reason, false));
+    s_.out->stream_write(chunk_json(index, json::object(), reason));
   }
   if (--open_choices_ == 0) complete_locked();
 }
@@ -144,7 +194,7 @@ void Generation::complete_locked() {
   json list = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", choices_[i].finish}};
-    if (s_.chat) c["message"] = {{"role", "assistant"}, {"content", choices_[i].text}};
+    if (s_.chat) c["message"] = message_json(choices_[i]);
     else c["text"] = choices_[i].text;
     list.push_back(std::move(c));
   }

@@ -16,7 +16,12 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
 #include "serve/access_log.h"
+#include "serve/chat_output.h"
 #include "serve/scheduler.h"
 #include "serve/stop_strings.h"
 #include "text/tokenizer.h"
@@ -34,6 +39,14 @@ struct GenerationSetup {
   int64_t created = 0;
   std::vector<std::string> stop;
   size_t n_choices = 1;
+  // Chat: where the prompt left the model (inside <think>) and the tools it was offered (their calls are
+  // parsed out of the text; null or empty: none are).
+  bool in_reasoning = false;
+  nlohmann::ordered_json tools;
+  // --reasoning-budget N > 0: after N tokens of reasoning, `close_reasoning` ("\n</think>\n\n" as ids) is
+  // forced in, and the model goes on to its answer.
+  int32_t reasoning_budget = -1;
+  std::vector<TokenId> close_reasoning;
   std::function<void(const std::string& outcome)> count_outcome;  // "stop", "length", "error", "cancelled", ...
   std::function<void()> settled;  // once: the last bytes are written, or the client is gone
 };
@@ -54,18 +67,26 @@ class Generation : public std::enable_shared_from_this<Generation> {
     Detokenizer detok;
     StopMatcher stops;
     std::shared_ptr<SequenceHandle> handle;
-    std::string text;            // non-streaming: the whole answer
+    std::string text;            // non-streaming: the whole answer (content)
+    std::string reasoning;       // non-streaming chat: reasoning_content
+    nlohmann::ordered_json calls = nlohmann::ordered_json::array();  // non-streaming chat: tool_calls
+    std::optional<ChatOutputSplitter> split;  // chat only
+    int32_t reasoning_tokens = 0;
     const char* finish = nullptr;  // set once the choice is over
     int32_t n_prompt = 0;
     int32_t n_generated = 0;
   };
   void begin_locked();
   void emit_locked(size_t choice, const std::string& piece);
+  void emit_deltas_locked(size_t choice, const std::vector<ChatDelta>& deltas);
   void end_choice_locked(size_t choice, const char* reason, const SequenceEvent& e);
   void complete_locked();
   void fail_locked(int status, const std::string& message, const std::string& code);
   void finish_bytes_locked(std::string last_sse);  // stream: last bytes, then close; settles once written
-  std::string chunk_json(size_t choice, const std::string& piece, const char* finish_reason, bool role) const;
+  // One SSE event: a chat chunk with `delta`, or a completion chunk with `delta["text"]`.
+  std::string chunk_json(size_t choice, const nlohmann::ordered_json& delta, const char* finish_reason) const;
+  nlohmann::ordered_json tool_call_json(const ToolCall& call) const;
+  static nlohmann::ordered_json message_json(const Choice& c);
   // Fires `settled` once: when fired, or when the last holder lets go (a write callback the connection
   // dropped unrun), so a shutdown waiting on it is never left hanging.
   struct SettleToken {

@@ -131,6 +131,7 @@ namespace {
 struct PromptIds {
   std::vector<std::vector<TokenId>> ids;
   std::optional<ApiError> error;
+  bool in_reasoning = false;  // chat: the rendered prompt ends inside <think>
 };
 
 PromptIds prompt_ids(const ApiRequest& r, const ServeModel& m) {
@@ -146,9 +147,18 @@ PromptIds prompt_ids(const ApiRequest& r, const ServeModel& m) {
     p.ids.push_back(std::move(ids));
   };
   if (r.endpoint == ApiEndpoint::CHAT) {
-    add(m.tokenizer->encode(chat_render(m.chat_format, r.messages,
-                                        {.add_generation_prompt = true, .enable_thinking = r.enable_thinking}),
-                            /*parse_special=*/true));
+    ChatTemplateInput in{.messages = r.messages, .tools = r.tool_choice == ToolChoice::NONE ? nlohmann::ordered_json() : r.tools,
+                         .add_generation_prompt = true, .kwargs = r.template_kwargs};
+    // --reasoning-budget 0 is llama-server's "no thinking": the template's own switch, unless the request set it.
+    if (m.reasoning_budget == 0 && !in.kwargs.contains("enable_thinking")) in.kwargs["enable_thinking"] = false;
+    Result<std::string> text = m.chat_template->render(in);
+    if (!text) {
+      p.error = ApiError{.status = 400, .message = "the model's chat template refused these messages: " + text.status().message(),
+                         .code = "chat_template_error", .param = "messages"};
+      return p;
+    }
+    p.in_reasoning = prompt_opens_reasoning(*text);
+    add(m.tokenizer->encode(*text, /*parse_special=*/true));
     return p;
   }
   for (const PromptInput& in : r.prompts) {
@@ -190,7 +200,10 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
   auto g = std::make_shared<Generation>(GenerationSetup{
       .out = out, .tokenizer = model_.tokenizer, .chat = chat, .stream = r.stream, .include_usage = r.include_usage,
       .id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1)), .model = model_.id,
-      .created = unix_now(), .stop = r.stop, .n_choices = prompts.ids.size(),
+      .created = unix_now(), .stop = r.stop, .n_choices = prompts.ids.size(), .in_reasoning = prompts.in_reasoning,
+      .tools = r.tool_choice == ToolChoice::NONE ? nlohmann::ordered_json() : r.tools,
+      .reasoning_budget = model_.reasoning_budget,
+      .close_reasoning = model_.tokenizer->encode("\n</think>\n\n", /*parse_special=*/true),
       .count_outcome = [this](const std::string& o) { count_outcome(o); },
       .settled = [this] {
         std::lock_guard<std::mutex> lock(settle_mu_);

@@ -5,7 +5,7 @@
 //   ServeApi api({.api_key = "k"});
 //   auto http = net::HttpServer::listen(host, port, limits, [&](auto& req, auto out) { api.handle(req, out); });
 //   ...load the model...
-//   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_format = fmt, .scheduler = &sched, .id = "tiny"});
+//   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_template = &tmpl, .scheduler = &sched, .id = "tiny"});
 #pragma once
 
 #include <atomic>
@@ -24,7 +24,7 @@
 #include "net/http_server.h"
 #include "serve/access_log.h"
 #include "serve/scheduler.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace essaim::serve {
@@ -32,7 +32,8 @@ namespace essaim::serve {
 struct ServeModel {
   const Model* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  ChatFormat chat_format = ChatFormat::QWEN3;
+  const ChatTemplate* chat_template = nullptr;  // the model's own (text/chat_template.h)
+  int32_t reasoning_budget = -1;  // --reasoning-budget: -1 unlimited, 0 no thinking, N: at most N reasoning tokens
   Scheduler* scheduler = nullptr;
   std::string id;        // what /v1/models lists and answers carry
   int64_t created = 0;   // unix seconds, when the model was loaded

@@ -257,7 +257,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
     if (!r.wants_logits) continue;
-    const TokenId id = s.sampler->sample(s.logits);
+    TokenId id = -1;
+    if (!s.handle->take_forced(id)) id = s.sampler->sample(s.logits);
     s.sampler->accept(id);
     if (std::binary_search(s.request.eog.begin(), s.request.eog.end(), id)) {
       s.finish(FinishReason::STOP);

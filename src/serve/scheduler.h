@@ -75,6 +75,19 @@ class SequenceHandle {
   void finish() { leave(FinishReason::STOP); }
   bool cancelled() const { return leave_.load() != uint8_t(FinishReason::NONE); }
   FinishReason leave_reason() const { return FinishReason(leave_.load()); }
+  // Tokens the sequence emits next instead of sampled ones, one per step, in order: the server's own
+  // continuation (closing a reasoning block at --reasoning-budget). The sampler still sees them.
+  void force(const std::vector<TokenId>& tokens) {
+    std::lock_guard<std::mutex> lock(forced_mu_);
+    forced_.insert(forced_.end(), tokens.begin(), tokens.end());
+  }
+  bool take_forced(TokenId& id) {
+    std::lock_guard<std::mutex> lock(forced_mu_);
+    if (forced_.empty()) return false;
+    id = forced_.front();
+    forced_.pop_front();
+    return true;
+  }
   explicit SequenceHandle(uint64_t id) : id_(id) {}
 
  private:
@@ -84,6 +97,8 @@ class SequenceHandle {
   }
   uint64_t id_;
   std::atomic<uint8_t> leave_{uint8_t(FinishReason::NONE)};
+  std::mutex forced_mu_;
+  std::deque<TokenId> forced_;
 };
 
 struct SchedulerOptions {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/huge_pages.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/vocab.h"
 
 namespace essaim::serve {
@@ -47,7 +47,13 @@ Status Server::load() {
   const std::string chat_template = vocab.chat_template;
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
   tokenizer_.emplace(std::move(tok));
-  ESSAIM_ASSIGN_OR_RETURN(ChatFormat fmt, chat_format_for(model_->info().arch, chat_template));
+  const auto special = [&](std::optional<TokenId> id) {
+    return id ? tokenizer_->token_to_piece(*id, /*render_special=*/true) : std::string();
+  };
+  ESSAIM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::create(chat_template, special(tokenizer_->bos()), special(tokenizer_->eos())));
+  chat_template_.emplace(std::move(tmpl));
+  if (chat_template_->is_chatml_fallback())
+    std::fprintf(stderr, "essaim serve: %s has no chat template; using ChatML\n", options_.model_path.c_str());
   pool_ = std::make_unique<ThreadPool>(size_t(options_.threads > 0 ? options_.threads : 0));
   if (options_.executor.make) {
     ESSAIM_ASSIGN_OR_RETURN(executor_, options_.executor.make(*model_, pool_.get()));
@@ -63,7 +69,8 @@ Status Server::load() {
   if (id.empty()) {
     id = options_.model_path.substr(options_.model_path.find_last_of('/') + 1);
   }
-  ServeModel m{.model = model_.get(), .tokenizer = &*tokenizer_, .chat_format = fmt, .scheduler = scheduler_.get(),
+  ServeModel m{.model = model_.get(), .tokenizer = &*tokenizer_, .chat_template = &*chat_template_,
+               .reasoning_budget = options_.reasoning_budget, .scheduler = scheduler_.get(),
                .id = id,
                .created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count(),

@@ -26,6 +26,7 @@
 #include "net/http_server.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace essaim::serve {
@@ -53,6 +54,7 @@ struct ServerOptions {
   int32_t threads = 0;           // compute threads; 0: all cores
   int io_threads = 2;
   std::string model_id;          // /v1/models id; empty: the file's name
+  int32_t reasoning_budget = -1; // --reasoning-budget: -1 unlimited, 0 no thinking, N: reasoning ends after N tokens
   net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
   bool access_log = true;        // one line per request on stderr (serve/access_log.h)
@@ -84,6 +86,7 @@ class Server {
   std::unique_ptr<net::HttpServer> http_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ExpertExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -50,6 +50,42 @@ TEST(ServeRequestParser, AcceptsEveryOpenAiPromptShape) {
   EXPECT_EQ(parse_error(ApiEndpoint::COMPLETION, "{\"prompt\":[" + many + "]}").param, "prompt");
 }
 
+// Tools, an assistant turn's tool calls (arguments sent as JSON text, handed to the template as an object)
+// and tool results; required / named tool_choice and json response formats are refused by name until
+// constrained decoding exists.
+TEST(ServeRequestParser, ToolsToolCallsAndWhatIsNotSupportedYet) {
+  ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":2}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object"}}}],
+      "tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},
+      "chat_template_kwargs":{"enable_thinking":true,"custom":1}})");
+  ASSERT_TRUE(p.request) << p.error->message;
+  const ApiRequest& r = *p.request;
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"], nlohmann::ordered_json::parse(R"({"city":"Paris","days":2})"));
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"].begin().key(), "city");  // the client's order
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tool_choice, ToolChoice::AUTO);
+  EXPECT_EQ(r.template_kwargs["custom"], 1);
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  for (const std::string& extra : {std::string(R"("tool_choice":"required")"),
+                                   std::string(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
+                                   std::string(R"("response_format":{"type":"json_object"})"),
+                                   std::string(R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})")}) {
+    const ApiError e = parse_error(ApiEndpoint::CHAT, "{" + user + "," + extra + "}");
+    EXPECT_EQ(e.code, "unsupported_value") << extra;
+    EXPECT_NE(e.message.find("not supported yet"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, "{" + user + R"(,"tools":[{"type":"function","function":{}}]})").param, "tools[0].function.name");
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})").param,
+            "messages[0].tool_calls[0].function.arguments");
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})").param,
+            "messages[0].tool_calls");
+}
+
 TEST(ServeRequestParser, AcceptsWhatOpenAiClientsSend) {
   ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"model":"x","messages":[{"role":"developer","content":"s"},
       {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"me"}],
@@ -59,15 +95,16 @@ TEST(ServeRequestParser, AcceptsWhatOpenAiClientsSend) {
   ASSERT_TRUE(p.request) << p.error->message;
   const ApiRequest& r = *p.request;
   ASSERT_EQ(r.messages.size(), 2u);
-  EXPECT_EQ(r.messages[0].role, "system");
-  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "ab");
+  EXPECT_EQ(r.messages[1]["name"], "me");
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_EQ(r.sampling.top_k, 5);
   EXPECT_EQ(r.sampling.seed, 42u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
   EXPECT_TRUE(r.stream && r.include_usage);
-  EXPECT_FALSE(r.enable_thinking);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
   ApiParse c = parse_api_request(ApiEndpoint::COMPLETION, R"({"prompt":"p","seed":-1,"max_tokens":null})");
   ASSERT_TRUE(c.request);
   EXPECT_EQ(c.request->sampling.seed, SamplerParams::SEED_RANDOM);
