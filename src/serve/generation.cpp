@@ -122,9 +122,9 @@ void Generation::on_event(size_t index, const SequenceEvent& e) {
   c.n_prompt = e.n_prompt;
   c.n_generated = e.n_generated;
   for (TokenId id : e.tokens) {
-    if (c.split && c.split->in_reasoning() && s_.reasoning_budget > 0 && c.handle &&
+    if (c.split && c.split->in_reasoning() && s_.reasoning_budget > 0 && e.handle != nullptr &&
         ++c.reasoning_tokens == s_.reasoning_budget)
-      c.handle->force(s_.close_reasoning);
+      e.handle->force(s_.close_reasoning);  // sampled next, in place of the model's choice
     emit_locked(index, c.stops.push(c.detok.push(id)));
     if (c.stops.matched()) {
       if (c.handle) c.handle->finish();  // the sequence leaves at the next step

@@ -48,7 +48,7 @@ struct Scheduler::Sequence {
   bool decoding() const { return prompt_done == request.prompt.size(); }
   void finish(FinishReason reason, std::string error = {}, std::vector<TokenId> tokens = {}) {
     SequenceEvent e{.tokens = std::move(tokens), .done = true, .reason = reason, .error = std::move(error),
-                    .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated};
+                    .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated, .handle = handle.get()};
     done = true;
     {
       // Counted out before the caller hears of the end, so a caller that resubmits at once finds the room.
@@ -275,7 +275,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     s.next = id;
     if (s.sink) {
       s.sink(SequenceEvent{.tokens = {id}, .done = false, .reason = FinishReason::NONE, .error = {},
-                           .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated});
+                           .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated,
+                           .handle = s.handle.get()});
     }
   }
   for (std::unique_ptr<Sequence>& s : active)

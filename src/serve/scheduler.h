@@ -52,18 +52,6 @@ struct SequenceRequest {
   std::vector<TokenId> eog;     // ids that end generation (sorted); the scheduler never emits them
 };
 
-// One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
-// most one; none on the final event of a sequence that stops on an EOG id or fails).
-struct SequenceEvent {
-  std::vector<TokenId> tokens;
-  bool done = false;
-  FinishReason reason = FinishReason::NONE;
-  std::string error;
-  int32_t n_prompt = 0;
-  int32_t n_generated = 0;  // tokens emitted so far, these included
-};
-using SequenceSink = std::function<void(const SequenceEvent&)>;
-
 // The caller's hold on a submitted sequence. Thread-safe.
 class SequenceHandle {
  public:
@@ -100,6 +88,21 @@ class SequenceHandle {
   std::mutex forced_mu_;
   std::deque<TokenId> forced_;
 };
+
+// One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
+// most one; none on the final event of a sequence that stops on an EOG id or fails).
+struct SequenceEvent {
+  std::vector<TokenId> tokens;
+  bool done = false;
+  FinishReason reason = FinishReason::NONE;
+  std::string error;
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;  // tokens emitted so far, these included
+  // The sequence's handle, for a sink that must act before its submitter holds it (force() right after the
+  // token that asks for it, whichever thread submitted).
+  SequenceHandle* handle = nullptr;
+};
+using SequenceSink = std::function<void(const SequenceEvent&)>;
 
 struct SchedulerOptions {
   int32_t parallel = 4;         // sequences in flight at once

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the pinned openai npm client into a build directory (once; reruns reuse it) and runs
 # openai_client.mjs against a running `essaim serve`.
-#   run.sh BUILD_DIR/serve-js BASE_URL EXPECTED.json
+#   run.sh BUILD_DIR/serve-js BASE_URL EXPECTED.json [SCRIPT.mjs]   (default openai_client.mjs)
 # Fails with a message naming what is missing; the test that calls it skips only when ESSAIM_SKIP_NPM=1.
 set -euo pipefail
-dir=$1 base_url=$2 expected=$3
+dir=$1 base_url=$2 expected=$3 script=${4:-openai_client.mjs}
 src=$(cd "$(dirname "$0")" && pwd)
 for tool in node npm; do
   command -v "$tool" >/dev/null || { echo "error: '$tool' not found: install Node.js >= 20 with npm" >&2; exit 2; }
@@ -20,5 +20,5 @@ if ! cmp -s "$src/package-lock.json" "$dir/package-lock.json" || [ ! -d "$dir/no
     exit 3
   fi
 fi
-cp "$src/openai_client.mjs" "$dir/"  # next to node_modules, so node resolves the package
-exec node "$dir/openai_client.mjs" "$base_url" "$expected"
+cp "$src/$script" "$dir/"  # next to node_modules, so node resolves the package
+exec node "$dir/$script" "$base_url" "$expected"
