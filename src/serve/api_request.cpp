@@ -321,6 +321,162 @@ std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const j
   return std::nullopt;
 }
 
+
+// ---- Anthropic's Messages API ----
+
+std::optional<ApiError> anthropic_text(const json& v, const std::string& param, std::string& out) {
+  if (v.is_string()) {
+    out += v.get<std::string>();
+    return std::nullopt;
+  }
+  if (!v.is_array()) return bad(param + " must be a string or an array of text blocks", param, "invalid_type");
+  for (const json& b : v) {
+    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
+      return bad(param + ": only {\"type\":\"text\",\"text\":...} blocks are supported here", param);
+    out += b["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// One Anthropic message as OpenAI-shaped messages: a user turn's tool_result blocks become tool messages
+// (before its text, as a client answers the calls first); an assistant turn keeps text, thinking and tool_use.
+std::optional<ApiError> anthropic_message(const json& m, size_t i, json& out) {
+  const std::string param = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+    return bad(param + " must be {\"role\": \"user\"|\"assistant\", \"content\": ...}", param, "invalid_type");
+  const std::string role = m["role"].get<std::string>();
+  if (role != "user" && role != "assistant") return bad(param + ".role must be user or assistant", param + ".role");
+  for (const auto& [k, f] : m.items())
+    if (k != "role" && k != "content") return bad("unknown field " + param + "." + k, param + "." + k, "unknown_parameter");
+  if (!m.contains("content")) return bad(param + ".content is required", param + ".content", "missing_required_parameter");
+  const json& content = m["content"];
+  if (content.is_string()) {
+    out.push_back({{"role", role}, {"content", content}});
+    return std::nullopt;
+  }
+  if (!content.is_array()) return bad(param + ".content must be a string or an array of blocks", param + ".content", "invalid_type");
+  std::string text, thinking;
+  json calls = json::array();
+  for (size_t b = 0; b < content.size(); ++b) {
+    const json& block = content[b];
+    const std::string p = param + ".content[" + std::to_string(b) + "]";
+    const std::string type = block.is_object() ? block.value("type", "") : "";
+    if (type == "text" && block.contains("text") && block["text"].is_string()) {
+      text += block["text"].get<std::string>();
+    } else if (type == "thinking" && role == "assistant" && block.contains("thinking") && block["thinking"].is_string()) {
+      thinking += block["thinking"].get<std::string>();
+    } else if (type == "redacted_thinking" && role == "assistant") {
+      // opaque to this server: nothing to render
+    } else if (type == "tool_use" && role == "assistant") {
+      if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") || !block["name"].is_string() ||
+          !block.contains("input") || !block["input"].is_object())
+        return bad(p + " must be {\"type\":\"tool_use\",\"id\":...,\"name\":...,\"input\":{...}}", p, "invalid_type");
+      calls.push_back({{"id", block["id"]}, {"type", "function"},
+                       {"function", {{"name", block["name"]}, {"arguments", block["input"]}}}});
+    } else if (type == "tool_result" && role == "user") {
+      if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string())
+        return bad(p + ".tool_use_id must be a string", p + ".tool_use_id", "invalid_type");
+      std::string result;
+      if (block.contains("content"))
+        if (auto e = anthropic_text(block["content"], p + ".content", result)) return e;
+      if (block.value("is_error", false)) result = "Error: " + result;
+      out.push_back({{"role", "tool"}, {"content", result}, {"tool_call_id", block["tool_use_id"]}});
+    } else {
+      return bad(p + ": a " + (type.empty() ? std::string("block without a type") : "'" + type + "' block") +
+                     " is not supported in a " + role + " message (text, thinking, tool_use, tool_result are)", p);
+    }
+  }
+  if (role == "user" && text.empty() && !out.empty() && out.back()["role"] == "tool") return std::nullopt;
+  json msg = {{"role", role}, {"content", text}};
+  if (!thinking.empty()) msg["reasoning_content"] = thinking;
+  if (!calls.empty()) msg["tool_calls"] = calls;
+  out.push_back(std::move(msg));
+  return std::nullopt;
+}
+
+std::optional<ApiError> anthropic_field(ApiRequest& r, const std::string& k, const json& v, bool& have_max) {
+  int64_t i = 0;
+  if (k == "model") {
+    if (!v.is_string()) return bad("model must be a string", k, "invalid_type");
+    r.model = v.get<std::string>();
+  } else if (k == "max_tokens") {
+    if (auto e = integer_in(v, "max_tokens", 1, INT32_MAX, i)) return e;
+    r.max_tokens = int32_t(i);
+    have_max = true;
+  } else if (k == "messages") {
+    if (!v.is_array() || v.empty()) return bad("messages must be a non-empty array", k, "invalid_type");
+    if (v.size() > kMaxMessages) return bad("too many messages (at most " + std::to_string(kMaxMessages) + ")", k);
+    for (size_t m = 0; m < v.size(); ++m)
+      if (auto e = anthropic_message(v[m], m, r.messages)) return e;
+  } else if (k == "system") {
+    std::string text;
+    if (auto e = anthropic_text(v, "system", text)) return e;
+    r.messages.insert(r.messages.begin(), json{{"role", "system"}, {"content", text}});
+  } else if (k == "stream") {
+    if (!v.is_boolean()) return bad("stream must be a boolean", k, "invalid_type");
+    r.stream = v.get<bool>();
+  } else if (k == "stop_sequences") {
+    return parse_stop(v, r.stop);
+  } else if (k == "temperature") {
+    return number_in(v, "temperature", 0, 1, r.sampling.temperature);
+  } else if (k == "top_p") {
+    return number_in(v, "top_p", 0, 1, r.sampling.top_p);
+  } else if (k == "top_k") {
+    if (auto e = integer_in(v, "top_k", 0, INT32_MAX, i)) return e;
+    r.sampling.top_k = int32_t(i);
+  } else if (k == "tools") {
+    if (!v.is_array()) return bad("tools must be an array", k, "invalid_type");
+    json openai = json::array();
+    for (const json& t : v) {
+      if (!t.is_object() || !t.contains("name") || !t.contains("input_schema"))
+        return bad("tools[]: {\"name\":...,\"input_schema\":{...}} (server tools are not supported)", k, "invalid_type");
+      json f = {{"name", t["name"]}};
+      if (t.contains("description")) f["description"] = t["description"];
+      f["parameters"] = t["input_schema"];
+      openai.push_back({{"type", "function"}, {"function", f}});
+    }
+    return parse_tools(openai, r.tools);
+  } else if (k == "tool_choice") {
+    const std::string type = v.is_object() ? v.value("type", "") : "";
+    if (type == "auto") r.tool_choice = ToolChoice::AUTO;
+    else if (type == "none") r.tool_choice = ToolChoice::NONE;
+    else if (type == "any" || type == "tool")
+      return bad("tool_choice \"" + type + "\" is not supported yet (it needs grammar-constrained decoding, not built yet); "
+                 "use \"auto\" or \"none\"", k, "unsupported_value");
+    else return bad("tool_choice must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", k);
+  } else if (k == "thinking") {
+    const std::string type = v.is_object() ? v.value("type", "") : "";
+    if (type != "enabled" && type != "disabled") return bad("thinking must be {\"type\": \"enabled\" | \"disabled\", ...}", k);
+    r.template_kwargs["enable_thinking"] = type == "enabled";
+  } else if (k == "metadata" || k == "service_tier") {
+    // accepted and ignored (docs/serve.md)
+  } else {
+    return bad("unknown field '" + k + "'", k, "unknown_parameter");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiParse parse_anthropic_request(std::string_view body) {
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    return {std::nullopt, bad("the JSON body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels")};
+  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return {std::nullopt, bad("the body is not valid JSON", {}, "invalid_json")};
+  if (!j.is_object()) return {std::nullopt, bad("the body must be a JSON object", {}, "invalid_type")};
+  ApiRequest r;
+  r.endpoint = ApiEndpoint::MESSAGES;
+  bool have_max = false;
+  for (const auto& [k, v] : j.items())
+    if (std::optional<ApiError> e = anthropic_field(r, k, v, have_max)) return {std::nullopt, std::move(e)};
+  if (!have_max) return {std::nullopt, bad("max_tokens is required", "max_tokens", "missing_required_parameter")};
+  if (r.messages.empty() || (r.messages.size() == 1 && r.messages[0]["role"] == "system"))
+    return {std::nullopt, bad("messages is required", "messages", "missing_required_parameter")};
+  if (r.messages.size() > kMaxMessages) return {std::nullopt, bad("too many messages", "messages")};
+  return {std::move(r), std::nullopt};
+}
+
+namespace {
 }  // namespace
 
 std::string api_error_json(const ApiError& e) {

@@ -19,7 +19,8 @@
 
 namespace essaim::serve {
 
-enum class ApiEndpoint : uint8_t { CHAT, COMPLETION };
+// MESSAGES: Anthropic's POST /v1/messages, parsed into the same request (messages in OpenAI's shape).
+enum class ApiEndpoint : uint8_t { CHAT, COMPLETION, MESSAGES };
 
 // An OpenAI error: HTTP status and the {"error":{"message","type","param","code"}} fields.
 struct ApiError {
@@ -71,6 +72,11 @@ struct ApiParse {
 };
 
 ApiParse parse_api_request(ApiEndpoint endpoint, std::string_view body);
+// Anthropic's Messages API body (system, content blocks: text, thinking, tool_use, tool_result; tools with
+// input_schema; tool_choice; thinking; stop_sequences), as the chat request the templates read: tool_use
+// blocks become tool_calls, tool_result blocks tool messages, thinking blocks reasoning_content, `thinking`
+// the template's enable_thinking. Errors use the same ApiError (serve/anthropic_api.h renders them).
+ApiParse parse_anthropic_request(std::string_view body);
 
 // Depth of the deepest object/array nesting, scanning the text (strings skipped) without building anything:
 // lets the parser refuse a hostile "[[[[..." before a recursive parser sees it.

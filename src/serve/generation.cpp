@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/anthropic_api.h"
 #include "serve/api_request.h"
 
 namespace essaim::serve {
@@ -33,7 +34,8 @@ Generation::Generation(GenerationSetup setup) : s_(std::move(setup)), open_choic
   for (size_t i = 0; i < s_.n_choices; ++i)
     choices_.push_back(Choice{.detok = Detokenizer(*s_.tokenizer), .stops = StopMatcher(s_.stop), .handle = {},
                               .text = {}, .reasoning = {}, .calls = json::array(), .split = std::nullopt,
-                              .reasoning_tokens = 0, .finish = nullptr, .n_prompt = 0, .n_generated = 0});
+                              .reasoning_tokens = 0, .blocks = json::array(), .block_index = -1,
+                              .block_open = false, .block_kind = ChatDelta::Kind::CONTENT, .finish = nullptr, .n_prompt = 0, .n_generated = 0});
   if (s_.chat)
     for (Choice& c : choices_) c.split.emplace(ChatOutputOptions{.in_reasoning = s_.in_reasoning, .tools = &s_.tools});
 }
@@ -65,6 +67,13 @@ void Generation::begin_locked() {
   if (began_ || !s_.stream || finished_) return;
   began_ = true;
   s_.out->stream_begin({.status = 200, .content_type = "text/event-stream", .body = {}, .headers = {}});
+  if (s_.anthropic) {
+    json message = {{"id", s_.id}, {"type", "message"}, {"role", "assistant"}, {"model", s_.model},
+                    {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                    {"usage", {{"input_tokens", s_.prompt_tokens}, {"output_tokens", 0}}}};
+    s_.out->stream_write(anthropic_event("message_start", {{"type", "message_start"}, {"message", message}}));
+    return;
+  }
   if (s_.chat)
     for (size_t i = 0; i < choices_.size(); ++i)
       s_.out->stream_write(chunk_json(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
@@ -93,6 +102,10 @@ void Generation::emit_locked(size_t choice, const std::string& piece) {
 void Generation::emit_deltas_locked(size_t choice, const std::vector<ChatDelta>& deltas) {
   Choice& c = choices_[choice];
   for (const ChatDelta& d : deltas) {
+    if (s_.anthropic) {
+      anthropic_delta_locked(c, d);
+      continue;
+    }
     if (!s_.stream) {
       if (d.kind == ChatDelta::Kind::CONTENT) c.text += d.text;
       else if (d.kind == ChatDelta::Kind::REASONING) c.reasoning += d.text;
@@ -163,7 +176,7 @@ void Generation::end_choice_locked(size_t index, const char* reason, const Seque
   c.finish = reason;
   c.n_prompt = e.n_prompt;
   c.n_generated = e.n_generated;
-  if (s_.stream) {
+  if (s_.stream && !s_.anthropic) {
     begin_locked();
     s_.out->stream_write(chunk_json(index, json::object(), reason));
   }
@@ -180,6 +193,20 @@ void Generation::complete_locked() {
   s_.out->set_tokens(n_prompt, n_generated);
   s_.count_outcome(choices_.size() == 1 ? choices_[0].finish : "stop");
   const char* object = s_.chat ? "chat.completion" : "text_completion";
+  if (s_.anthropic) {
+    if (!s_.stream) {
+      s_.out->reply({.status = 200, .content_type = "application/json",
+                     .body = anthropic_message_locked(choices_[0], n_prompt, n_generated), .headers = {}});
+      return settle();
+    }
+    Choice& c = choices_[0];
+    std::string tail = anthropic_close_block_locked(c);
+    tail += anthropic_event("message_delta",
+                            {{"type", "message_delta"},
+                             {"delta", {{"stop_reason", anthropic_stop_reason(c.finish, c.stops.matched())}, {"stop_sequence", nullptr}}},
+                             {"usage", {{"output_tokens", n_generated}}}});
+    return finish_bytes_locked(tail + anthropic_event("message_stop", {{"type", "message_stop"}}));
+  }
   if (s_.stream) {
     std::string tail;
     if (s_.include_usage) {
@@ -223,6 +250,12 @@ void Generation::fail_locked(int status, const std::string& message, const std::
   s_.out->set_note(code);
   const ApiError e{.status = status, .message = message, .type = status == 503 ? "unavailable_error" : "server_error",
                    .code = code, .param = {}};
+  if (s_.anthropic) {
+    if (s_.stream && began_)
+      return finish_bytes_locked(anthropic_event("error", json::parse(anthropic_error_json(e))));
+    s_.out->reply({.status = status, .content_type = "application/json", .body = anthropic_error_json(e), .headers = {}});
+    return settle();
+  }
   if (s_.stream && began_) {
     // The 200 head has gone: the error travels as an event (as llama-server sends it; the openai client
     // raises it as an APIError), and no [DONE] follows, so no client takes the stream for a whole answer.
@@ -242,6 +275,57 @@ void Generation::client_gone() {
   for (Choice& c : choices_)
     if (c.handle) c.handle->cancel();
   settle();
+}
+
+}  // namespace essaim::serve
+
+namespace essaim::serve {
+
+// Anthropic: a whole answer collects its blocks in order (consecutive text or thinking merged); a stream opens a
+// block when the kind changes (content_block_start), sends its deltas, and closes it (content_block_stop).
+void Generation::anthropic_delta_locked(Choice& c, const ChatDelta& d) {
+  const std::string call_id = "toolu_" + s_.id.substr(s_.id.find('_') + 1) + "_" + std::to_string(d.call.index);
+  if (!s_.stream) {
+    const bool merge = d.kind != ChatDelta::Kind::TOOL_CALL && !c.blocks.empty() &&
+                       c.blocks.back()["type"] == anthropic_block(d, call_id)["type"];
+    if (!merge) c.blocks.push_back(anthropic_block(d, call_id));
+    else if (d.kind == ChatDelta::Kind::CONTENT) c.blocks.back()["text"] = c.blocks.back()["text"].get<std::string>() + d.text;
+    else c.blocks.back()["thinking"] = c.blocks.back()["thinking"].get<std::string>() + d.text;
+    return;
+  }
+  begin_locked();
+  std::string bytes;
+  if (!c.block_open || c.block_kind != d.kind || d.kind == ChatDelta::Kind::TOOL_CALL) {
+    bytes += anthropic_close_block_locked(c);
+    json start = anthropic_block(d, call_id);
+    if (d.kind == ChatDelta::Kind::CONTENT) start["text"] = "";
+    if (d.kind == ChatDelta::Kind::REASONING) start["thinking"] = "";
+    if (d.kind == ChatDelta::Kind::TOOL_CALL) start["input"] = json::object();
+    c.block_open = true;
+    c.block_kind = d.kind;
+    ++c.block_index;
+    bytes += anthropic_event("content_block_start", {{"type", "content_block_start"}, {"index", c.block_index}, {"content_block", start}});
+  }
+  json delta;
+  if (d.kind == ChatDelta::Kind::CONTENT) delta = {{"type", "text_delta"}, {"text", d.text}};
+  else if (d.kind == ChatDelta::Kind::REASONING) delta = {{"type", "thinking_delta"}, {"thinking", d.text}};
+  else delta = {{"type", "input_json_delta"}, {"partial_json", d.call.arguments}};
+  bytes += anthropic_event("content_block_delta", {{"type", "content_block_delta"}, {"index", c.block_index}, {"delta", delta}});
+  s_.out->stream_write(std::move(bytes));
+}
+
+std::string Generation::anthropic_close_block_locked(Choice& c) {
+  if (!c.block_open) return {};
+  c.block_open = false;
+  return anthropic_event("content_block_stop", {{"type", "content_block_stop"}, {"index", c.block_index}});
+}
+
+std::string Generation::anthropic_message_locked(const Choice& c, int64_t n_prompt, int64_t n_generated) const {
+  const json body = {{"id", s_.id}, {"type", "message"}, {"role", "assistant"}, {"model", s_.model},
+                     {"content", c.blocks}, {"stop_reason", anthropic_stop_reason(c.finish, c.stops.matched())},
+                     {"stop_sequence", nullptr},
+                     {"usage", {{"input_tokens", n_prompt}, {"output_tokens", n_generated}}}};
+  return dump(body);
 }
 
 }  // namespace essaim::serve

@@ -32,6 +32,8 @@ struct GenerationSetup {
   std::shared_ptr<LoggedResponder> out;
   const Tokenizer* tokenizer = nullptr;
   bool chat = true;
+  bool anthropic = false;     // chat answered in Anthropic's Messages shapes (serve/anthropic_api.h)
+  int32_t prompt_tokens = 0;  // anthropic: message_start's input_tokens
   bool stream = false;
   bool include_usage = false;
   std::string id;
@@ -72,6 +74,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
     nlohmann::ordered_json calls = nlohmann::ordered_json::array();  // non-streaming chat: tool_calls
     std::optional<ChatOutputSplitter> split;  // chat only
     int32_t reasoning_tokens = 0;
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::array();  // anthropic, whole answer: content blocks
+    int block_index = -1;      // anthropic stream: the open content block, if block_open
+    bool block_open = false;
+    ChatDelta::Kind block_kind = ChatDelta::Kind::CONTENT;
     const char* finish = nullptr;  // set once the choice is over
     int32_t n_prompt = 0;
     int32_t n_generated = 0;
@@ -79,6 +85,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void begin_locked();
   void emit_locked(size_t choice, const std::string& piece);
   void emit_deltas_locked(size_t choice, const std::vector<ChatDelta>& deltas);
+  void anthropic_delta_locked(Choice& c, const ChatDelta& d);
+  std::string anthropic_close_block_locked(Choice& c);
+  std::string anthropic_message_locked(const Choice& c, int64_t n_prompt, int64_t n_generated) const;
   void end_choice_locked(size_t choice, const char* reason, const SequenceEvent& e);
   void complete_locked();
   void fail_locked(int status, const std::string& message, const std::string& code);

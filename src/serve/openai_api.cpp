@@ -3,6 +3,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "serve/anthropic_api.h"
 #include "serve/api_request.h"
 #include "net/metrics_text.h"
 #include "serve/generation.h"
@@ -99,7 +100,8 @@ void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::Http
   }
   const bool get = req.method == "GET", post = req.method == "POST";
   const bool known = path == "/metrics" || path == "/v1/models" || path == "/models" || path == "/v1/chat/completions" ||
-                     path == "/chat/completions" || path == "/v1/completions" || path == "/completions";
+                     path == "/chat/completions" || path == "/v1/completions" || path == "/completions" ||
+                     path == "/v1/messages";
   if (!known) return error_reply(*out, 404, "no endpoint " + path, "not_found", {}, "not_found");
   if (path == "/metrics") {
     if (!get) return error_reply(*out, 405, "use GET " + path, "method_not_allowed", {}, "invalid");
@@ -116,7 +118,9 @@ void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::Http
   if (!post) return error_reply(*out, 405, "use POST " + path, "method_not_allowed", {}, "invalid");
   if (shutting_down_.load())
     return error_reply(*out, 503, "the server is shutting down", "shutting_down", "unavailable_error", "overloaded");
-  generate(req, std::move(out), path.ends_with("/chat/completions"));
+  generate(req, std::move(out),
+           path == "/v1/messages" ? ApiEndpoint::MESSAGES
+           : path.ends_with("/chat/completions") ? ApiEndpoint::CHAT : ApiEndpoint::COMPLETION);
 }
 
 bool ServeApi::wait_settled(std::chrono::milliseconds timeout) {
@@ -179,27 +183,27 @@ PromptIds prompt_ids(const ApiRequest& r, const ServeModel& m) {
 
 }  // namespace
 
-void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedResponder> out, bool chat) {
-  ApiParse parsed = parse_api_request(chat ? ApiEndpoint::CHAT : ApiEndpoint::COMPLETION, req.body);
-  if (parsed.error) {
+void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint) {
+  const bool chat = endpoint != ApiEndpoint::COMPLETION, anthropic = endpoint == ApiEndpoint::MESSAGES;
+  ApiParse parsed = anthropic ? parse_anthropic_request(req.body) : parse_api_request(endpoint, req.body);
+  if (!parsed.error && anthropic) parsed.request->endpoint = ApiEndpoint::CHAT;  // rendered as a chat from here on
+  PromptIds prompts;
+  if (!parsed.error) prompts = prompt_ids(*parsed.request, model_);
+  if (std::optional<ApiError> e = parsed.error ? parsed.error : prompts.error) {
     count_outcome("invalid");
-    return out->reply({.status = parsed.error->status, .content_type = "application/json",
-                       .body = api_error_json(*parsed.error), .headers = {}});
+    return out->reply({.status = e->status, .content_type = "application/json",
+                       .body = anthropic ? anthropic_error_json(*e) : api_error_json(*e), .headers = {}});
   }
   const ApiRequest& r = *parsed.request;
-  PromptIds prompts = prompt_ids(r, model_);
-  if (prompts.error) {
-    count_outcome("invalid");
-    return out->reply({.status = prompts.error->status, .content_type = "application/json",
-                       .body = api_error_json(*prompts.error), .headers = {}});
-  }
   {
     std::lock_guard<std::mutex> lock(settle_mu_);
     ++unsettled_;
   }
   auto g = std::make_shared<Generation>(GenerationSetup{
-      .out = out, .tokenizer = model_.tokenizer, .chat = chat, .stream = r.stream, .include_usage = r.include_usage,
-      .id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1)), .model = model_.id,
+      .out = out, .tokenizer = model_.tokenizer, .chat = chat, .anthropic = anthropic,
+      .prompt_tokens = int32_t(prompts.ids[0].size()), .stream = r.stream, .include_usage = r.include_usage,
+      .id = std::string(anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1)),
+      .model = model_.id,
       .created = unix_now(), .stop = r.stop, .n_choices = prompts.ids.size(), .in_reasoning = prompts.in_reasoning,
       .tools = r.tool_choice == ToolChoice::NONE ? nlohmann::ordered_json() : r.tools,
       .reasoning_budget = model_.reasoning_budget,
@@ -220,6 +224,7 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
       const bool busy = submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED;
       if (i > 0) return g->fail(busy ? 503 : 400, submitted.message, busy ? "overloaded" : "invalid_value");
       // Nothing submitted yet: a plain refusal (g settles as it goes).
+      if (anthropic) return g->fail(busy ? 503 : 400, submitted.message, busy ? "overloaded" : "invalid_value");
       if (busy) return error_reply(*out, 503, submitted.message, "overloaded", "server_error", "overloaded", "1");
       return error_reply(*out, 400, submitted.message, "invalid_value");
     }

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "net/http_server.h"
 #include "serve/access_log.h"
+#include "serve/api_request.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -74,7 +75,7 @@ class ServeApi {
   void count_outcome(const std::string& outcome);
 
  private:
-  void generate(const net::HttpRequestView& request, std::shared_ptr<LoggedResponder> out, bool chat);
+  void generate(const net::HttpRequestView& request, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint);
   void answer_health(net::HttpResponder& out);
   void error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
                    std::string outcome = "invalid", std::string retry_after = {});
