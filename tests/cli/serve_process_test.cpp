@@ -113,7 +113,9 @@ TEST(ServeProcess, SigtermMidStreamEndsTheStreamWithAnErrorEventAndLogsOneLinePe
   while (read_text(out).find("server_shutting_down") == std::string::npos && std::chrono::steady_clock::now() < stop_end)
     std::this_thread::sleep_for(20ms);
   const std::string stream = read_text(out);
-  EXPECT_NE(stream.find("data: {\"error\":{\"code\":\"server_shutting_down\""), std::string::npos) << stream;
+  const size_t error_event = stream.find("data: {\"error\":{");
+  ASSERT_NE(error_event, std::string::npos) << stream;
+  EXPECT_NE(stream.find("\"code\":\"server_shutting_down\"", error_event), std::string::npos) << stream;
   EXPECT_EQ(stream.find("[DONE]"), std::string::npos) << "a cut stream must not look finished";
   EXPECT_EQ(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream;
 
