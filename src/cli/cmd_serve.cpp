@@ -167,6 +167,8 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(kNonNegative);
   cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
+  cmd->add_option("--chat-template-file", o.chat_template_file,
+                  "A Jinja chat template to use instead of the model's own (llama-server's flag)");
   cmd->add_option("--reasoning-budget", o.reasoning_budget,
                   "Reasoning tokens allowed per answer: -1 unlimited (default), 0 no thinking (the template's "
                   "enable_thinking=false unless a request sets it), N: the reasoning is closed after N tokens")

@@ -172,8 +172,10 @@ std::optional<ApiError> parse_tools(const json& v, json& out) {
 // auto and none are honoured; required and a named function need constrained decoding, which is not built yet:
 // a 400 that says so, never a silent "auto".
 std::optional<ApiError> parse_tool_choice(const json& v, ToolChoice& out) {
-  if (v.is_string() && v == "auto") return out = ToolChoice::AUTO, std::nullopt;
-  if (v.is_string() && v == "none") return out = ToolChoice::NONE, std::nullopt;
+  if (v.is_string() && (v == "auto" || v == "none")) {
+    out = v == "auto" ? ToolChoice::AUTO : ToolChoice::NONE;
+    return std::nullopt;
+  }
   if ((v.is_string() && v == "required") || v.is_object())
     return bad("tool_choice \"required\" and a named function are not supported yet (they need grammar-constrained "
                "decoding, not built yet); use \"auto\" or \"none\"", "tool_choice", "unsupported_value");

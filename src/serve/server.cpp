@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "core/huge_pages.h"
 #include "text/chat_template.h"
@@ -44,7 +46,13 @@ Status Server::load() {
     if (!note.empty()) std::fprintf(stderr, "essaim serve: %s\n", note.c_str());
   }
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model_->file()));
-  const std::string chat_template = vocab.chat_template;
+  std::string chat_template = vocab.chat_template;
+  if (!options_.chat_template_file.empty()) {
+    std::ifstream f(options_.chat_template_file, std::ios::binary);
+    if (!f) return Status::error("cannot read --chat-template-file " + options_.chat_template_file);
+    chat_template.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (chat_template.empty()) return Status::error("--chat-template-file " + options_.chat_template_file + " is empty");
+  }
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
   tokenizer_.emplace(std::move(tok));
   const auto special = [&](std::optional<TokenId> id) {

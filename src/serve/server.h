@@ -54,6 +54,7 @@ struct ServerOptions {
   int32_t threads = 0;           // compute threads; 0: all cores
   int io_threads = 2;
   std::string model_id;          // /v1/models id; empty: the file's name
+  std::string chat_template_file;  // --chat-template-file: a Jinja template used instead of the model's
   int32_t reasoning_budget = -1; // --reasoning-budget: -1 unlimited, 0 no thinking, N: reasoning ends after N tokens
   net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
