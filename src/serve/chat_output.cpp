@@ -33,6 +33,9 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
+// A model's bytes need not be UTF-8 (a parameter value cut mid-character): such bytes become U+FFFD.
+std::string json_text(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
 const ojson* find_tool(const ojson& tools, const std::string& name) {
   if (!tools.is_array()) return nullptr;
   for (const ojson& t : tools)
@@ -78,7 +81,7 @@ ParsedToolCall parse_json_call(std::string_view inner, const ojson& tools) {
     std::string why = schema_violation(args, (*tool)["parameters"]);
     if (!why.empty()) return {std::nullopt, why};
   }
-  return {ToolCall{.index = 0, .name = name, .arguments = args.dump()}, {}};
+  return {ToolCall{.index = 0, .name = name, .arguments = json_text(args)}, {}};
 }
 
 ParsedToolCall parse_xml_call(std::string_view s, const ojson& tools) {
@@ -112,7 +115,7 @@ ParsedToolCall parse_xml_call(std::string_view s, const ojson& tools) {
     std::string why = schema_violation(args, (*tool)["parameters"]);
     if (!why.empty()) return {std::nullopt, why};
   }
-  return {ToolCall{.index = 0, .name = name, .arguments = args.dump()}, {}};
+  return {ToolCall{.index = 0, .name = name, .arguments = json_text(args)}, {}};
 }
 
 }  // namespace

@@ -98,6 +98,10 @@ TEST(ChatOutput, Qwen3JsonAndQwen35XmlToolCallsParse) {
   EXPECT_EQ(s.content, "");
   ASSERT_EQ(s.calls.size(), 1u);
   EXPECT_EQ(ojson::parse(s.calls[0].arguments), ojson::parse(R"({"city":"New York","days":2,"unit":"c"})"));
+  // A value that is not UTF-8 (found by fuzz_chat_output): the call stands, the bad bytes become U+FFFD.
+  s = run_all_chunkings("<tool_call>\n<function=get_weather>\n<parameter=city>\nN\xff\xfeY\n</parameter>\n</function>\n</tool_call>", false);
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(ojson::parse(s.calls[0].arguments)["city"], "N\xef\xbf\xbd\xef\xbf\xbdY");
 }
 
 TEST(ChatOutput, CallsThatDoNotValidateStayContent) {
