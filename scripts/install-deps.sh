@@ -10,6 +10,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libsqlite3-dev
   libutf8proc-dev                    # Unicode NFC before pre-tokenisation
   python3                            # test helpers
+  python3-jinja2                     # the oracle of the chat-template engine's test (tests/text/jinja_oracle.py)
   curl                               # the demo talks to essaim serve
   openssl                            # the relay tests make throw-away TLS certificates with it
   jq                                 # scripts/bench-vs-llama.sh (JSON of the comparison)

@@ -31,7 +31,61 @@ struct ServeArgs {
   serve::ServerOptions server;
   DispatchFlags swarm;
   SpecFlags spec;
+  bool no_access_log = false;
 };
+
+// llama-server flags that mean nothing here, accepted so that a llama-server command line starts essaim
+// serve unchanged; each one given gets a one-line note on stderr instead of a parse error.
+struct IgnoredLlamaFlag {
+  const char* names;    // CLI11 spelling (the single-dash ones are rewritten by rewrite_llama_spellings)
+  bool takes_value;
+  const char* why;
+};
+constexpr IgnoredLlamaFlag kIgnoredLlamaFlags[] = {
+    {"--n-gpu-layers,--gpu-layers", true, "the backbone runs on the CPU; GPUs serve experts as workers (essaim worker --cuda)"},
+    {"--flash-attn", true, "attention has one exact kernel here"},
+    {"--split-mode", true, "there is one device per process; experts are split across workers instead"},
+    {"--main-gpu", true, "the backbone runs on the CPU"},
+    {"--mlock", false, "serve maps the model (--no-mmap reads it into private memory)"},
+    {"--cont-batching", false, "continuous batching is always on"},
+    {"--jinja", false, "the model's own chat template is always used"},
+    {"--metrics", false, "/metrics is always served"},
+    {"--no-webui", false, "there is no web UI"},
+};
+
+void add_ignored_llama_flags(CLI::App& cmd, std::vector<std::pair<CLI::Option*, const char*>>& given) {
+  for (const IgnoredLlamaFlag& f : kIgnoredLlamaFlags) {
+    CLI::Option* o = f.takes_value ? cmd.add_option(std::string(f.names))->description("llama-server flag, accepted and ignored")
+                                         ->expected(0, 1)
+                                   : cmd.add_flag(std::string(f.names))->description("llama-server flag, accepted and ignored");
+    o->group("llama-server compatibility");
+    given.emplace_back(o, f.why);
+  }
+}
+
+void note_ignored_llama_flags(const std::vector<std::pair<CLI::Option*, const char*>>& given) {
+  for (const auto& [o, why] : given) {
+    if (o->count() == 0) continue;
+    std::string value;
+    if (!o->results().empty() && !o->results().front().empty()) value = " " + o->results().front();
+    std::fprintf(stderr, "essaim serve: note: %s%s is ignored: %s\n", o->get_name().c_str(), value.c_str(), why);
+  }
+}
+
+// /health's 503 reason: with no local copy of the experts (a backbone file), the layers whose experts no
+// connected worker serves.
+std::optional<std::string> swarm_unavailable(const Model& model, const ExpertExecutor& ex) {
+  const auto* remote = dynamic_cast<const backbone::RemoteExpertExecutor*>(&ex);
+  if (remote == nullptr || !remote->may_fail()) return std::nullopt;
+  const CoverageReport report = swarm_coverage(model, *remote);
+  std::string why;
+  for (const std::string& line : report.lines) {
+    if (line.rfind("layer", 0) != 0) continue;  // a worker down whose experts others serve is no hole
+    why += (why.empty() ? "" : "; ") + line;
+  }
+  if (why.empty()) return std::nullopt;
+  return why;
+}
 
 int run_serve(ServeArgs& a) {
   sigset_t stop_signals;
@@ -53,6 +107,7 @@ int run_serve(ServeArgs& a) {
       if (remote == nullptr) return std::nullopt;
       return remote->stats();
     };
+    a.server.executor.unavailable = swarm_unavailable;
   }
   keep_freed_memory_for_reuse();
   Result<std::unique_ptr<serve::Server>> server = serve::Server::start(a.server);
@@ -114,6 +169,12 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-t,--threads", o.threads, "Compute threads (default: all cores)")->check(kNonNegative);
   cmd->add_option("--api-key", o.limits.api_key, "Require 'Authorization: Bearer KEY' (not for /health)");
+  cmd->add_option("--chat-template-file", o.chat_template_file,
+                  "A Jinja chat template to use instead of the model's own (llama-server's flag)");
+  cmd->add_option("--reasoning-budget", o.reasoning_budget,
+                  "Reasoning tokens allowed per answer: -1 unlimited (default), 0 no thinking (the template's "
+                  "enable_thinking=false unless a request sets it), N: the reasoning is closed after N tokens")
+      ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("-a,--alias", o.model_id, "Model id in answers and /v1/models (default: the file name)");
   add_admission_flags(*cmd, o.limits.max_connections, o.limits.max_per_address);
   cmd->add_option("--max-body-bytes", o.limits.max_body_bytes, "Largest request body (default 1 MiB; 413 beyond)")
@@ -122,7 +183,12 @@ void register_serve(CLI::App& app, int& exit_code) {
   add_keep_page_cache_flag(*cmd, o.keep_page_cache);
   add_dispatch_flags(*cmd, a->swarm);
   add_spec_flags(*cmd, a->spec);
-  cmd->callback([a, &exit_code] {
+  cmd->add_flag("--no-access-log", a->no_access_log, "No per-request line (method, path, status, tokens, ms) on stderr");
+  auto ignored = std::make_shared<std::vector<std::pair<CLI::Option*, const char*>>>();
+  add_ignored_llama_flags(*cmd, *ignored);
+  cmd->callback([a, ignored, &exit_code] {
+    note_ignored_llama_flags(*ignored);
+    a->server.access_log = !a->no_access_log;
     check_model_source(a->source, a->swarm);
     a->server.model_path = a->source.path();
     a->server.backbone_file = a->source.is_backbone();

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 namespace essaim::cli {
 namespace {
@@ -109,8 +111,13 @@ std::vector<std::string> rewrite_llama_spellings(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--") after_dashes = true;
     if (!after_dashes && i > 0) {
-      if (a == "-np") a = "--parallel";
-      else if (a.rfind("-np=", 0) == 0) a = "--parallel=" + a.substr(4);
+      static constexpr std::pair<std::string_view, std::string_view> kSpellings[] = {
+          {"-np", "--parallel"}, {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"}, {"-cb", "--cont-batching"},
+          {"-sm", "--split-mode"}, {"-mg", "--main-gpu"}};
+      for (const auto& [llama, ours] : kSpellings) {
+        if (a == llama) a = std::string(ours);
+        else if (a.rfind(std::string(llama) + "=", 0) == 0) a = std::string(ours) + a.substr(llama.size());
+      }
     }
     out.push_back(std::move(a));
   }

@@ -64,7 +64,8 @@ CLI::Option* add_json_flag(CLI::App& cmd, bool& json);
 std::pair<uint32_t, uint32_t> parse_inclusive_range(const std::string& text, const char* what);
 
 // The llama.cpp spellings CLI11 cannot declare (multi-letter single-dash names), rewritten to ours:
-// "-np" -> "--parallel". Everything after a bare "--" is left alone.
+// "-np" -> "--parallel", and the llama-server ones `essaim serve` accepts with a note ("-ngl" -> "--n-gpu-layers",
+// "-fa", "-cb", "-sm", "-mg"). Everything after a bare "--" is left alone.
 std::vector<std::string> rewrite_llama_spellings(int argc, char** argv);
 
 // Parses (running the chosen subcommand's callback) and returns the process exit code: `exit_code` as the

@@ -424,6 +424,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void finish_response() {
     ++generation_;  // the watch of this request is stale from now on
+    on_disconnect_ = nullptr;  // answered: a keep-alive connection closing later is no cancellation of it
     beast::error_code ignored;
     stream_.socket().cancel(ignored);
     if (close_after_ || !keep_alive_) {

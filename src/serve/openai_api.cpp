@@ -3,9 +3,10 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "serve/anthropic_api.h"
 #include "serve/api_request.h"
 #include "net/metrics_text.h"
-#include "serve/stop_strings.h"
+#include "serve/generation.h"
 
 namespace essaim::serve {
 namespace {
@@ -19,136 +20,6 @@ std::string path_of(const std::string& target) { return target.substr(0, target.
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-// One generation request in flight: its way back, the streaming detokeniser and the stop strings. Touched
-// by the scheduler thread (events) and once by the I/O thread (begin), hence the mutex.
-struct Generation {
-  ServeApi* api = nullptr;
-  std::shared_ptr<net::HttpResponder> out;
-  std::shared_ptr<SequenceHandle> handle;
-  bool chat = true;
-  bool stream = false;
-  bool include_usage = false;
-  std::string id;
-  std::string model;
-  int64_t created = 0;
-
-  std::mutex mu;
-  bool began = false;     // stream head sent
-  bool finished = false;  // final answer sent (stop string, end, error)
-  Detokenizer detok;
-  StopMatcher stops;
-  std::string text;       // non-streaming: the whole answer
-
-  Generation(const Tokenizer& tok, std::vector<std::string> stop_strings) : detok(tok), stops(std::move(stop_strings)) {}
-
-  json chunk(const std::string& piece, const char* finish_reason, bool role) const {
-    json choice;
-    if (chat) {
-      json delta = json::object();
-      if (role) delta["role"] = "assistant";
-      if (!piece.empty() || role) delta["content"] = piece;
-      choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}};
-    } else {
-      choice = {{"index", 0}, {"text", piece}, {"logprobs", nullptr}};
-    }
-    choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
-    return {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-            {"model", model}, {"choices", json::array({choice})}};
-  }
-  static json usage(int32_t n_prompt, int32_t n_generated) {
-    return {{"prompt_tokens", n_prompt}, {"completion_tokens", n_generated}, {"total_tokens", n_prompt + n_generated}};
-  }
-  void sse(const json& j) { out->stream_write("data: " + dump(j) + "\n\n"); }
-
-  void begin_locked() {
-    if (began || !stream) return;
-    began = true;
-    out->stream_begin({.status = 200, .content_type = "text/event-stream", .body = {}, .headers = {}});
-    if (chat) sse(chunk("", nullptr, true));
-  }
-
-  void emit_locked(const std::string& piece) {
-    if (piece.empty()) return;
-    if (stream) {
-      begin_locked();
-      sse(chunk(piece, nullptr, false));
-    } else {
-      text += piece;
-    }
-  }
-
-  void complete_locked(const char* reason, int32_t n_prompt, int32_t n_generated) {
-    finished = true;
-    api->count_outcome(reason);
-    if (stream) {
-      begin_locked();
-      sse(chunk("", reason, false));
-      if (include_usage) {
-        sse({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-             {"model", model}, {"choices", json::array()}, {"usage", usage(n_prompt, n_generated)}});
-      }
-      out->stream_write("data: [DONE]\n\n");
-      out->stream_end();
-      return;
-    }
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else choice["text"] = text;
-    const json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
-                       {"model", model}, {"choices", json::array({choice})}, {"usage", usage(n_prompt, n_generated)}};
-    out->reply({.status = 200, .content_type = "application/json", .body = dump(body), .headers = {}});
-  }
-
-  void fail_locked(const std::string& message) {
-    finished = true;
-    api->count_outcome("error");
-    const ApiError e{.status = 500, .message = message, .type = "server_error", .code = "generation_failed", .param = {}};
-    if (stream) {
-      // A stream's 200 head goes out at submit (or has gone): the error travels as an event, as llama-server
-      // sends it.
-      begin_locked();
-      out->stream_write("data: " + api_error_json(e) + "\n\n");
-      out->stream_end();
-    } else {
-      out->reply({.status = 500, .content_type = "application/json", .body = api_error_json(e), .headers = {}});
-    }
-  }
-
-  void on_event(const SequenceEvent& e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (finished) return;
-    for (TokenId id : e.tokens) {
-      emit_locked(stops.push(detok.push(id)));
-      if (stops.matched()) {
-        if (handle) handle->finish();  // the sequence leaves at the next step
-        return complete_locked("stop", e.n_prompt, e.n_generated);
-      }
-    }
-    if (!e.done) return;
-    switch (e.reason) {
-      case FinishReason::STOP:
-      case FinishReason::LENGTH: {
-        emit_locked(stops.push(detok.flush()));
-        if (!stops.matched()) emit_locked(stops.flush());
-        return complete_locked(e.reason == FinishReason::LENGTH && !stops.matched() ? "length" : "stop", e.n_prompt,
-                               e.n_generated);
-      }
-      case FinishReason::CANCELLED:
-        finished = true;
-        api->count_outcome("cancelled");
-        if (stream) out->stream_end();
-        else out->reply({.status = 503, .content_type = "application/json",
-                         .body = api_error_json({.status = 503, .message = e.error.empty() ? "cancelled" : e.error,
-                                                 .type = "server_error", .code = "cancelled", .param = {}}),
-                         .headers = {}});
-        return;
-      case FinishReason::ERROR:
-      case FinishReason::NONE:
-        return fail_locked(e.error.empty() ? "generation failed" : e.error);
-    }
-  }
-};
 
 }  // namespace
 
@@ -192,6 +63,8 @@ void ServeApi::authorize(const net::HttpRequestHead& head, const std::function<v
     return done({.kind = net::HttpCredentials::Kind::VALID, .refusal = {}});
   }
   count_outcome("unauthorized");
+  if (options_.access_log)  // refused from the head: the request never reaches handle()
+    options_.access_log(access_line_text({.method = head.method, .path = path_of(head.target), .status = 401, .prompt_tokens = -1, .completion_tokens = -1, .ms = 0, .note = {}}));
   done({.kind = net::HttpCredentials::Kind::REFUSED,
         .refusal = {.status = 401, .content_type = "application/json",
                     .body = api_error_json({.status = 401, .message = "invalid or missing API key (send 'Authorization: Bearer <key>')",
@@ -199,25 +72,36 @@ void ServeApi::authorize(const net::HttpRequestHead& head, const std::function<v
                     .headers = {}}});
 }
 
-void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
-  const std::string path = path_of(req.target);
-  if (path == "/health") {  // no key: load balancers and orchestrators probe it
-    if (ready_.load()) return out->reply({.status = 200, .content_type = "application/json", .body = R"({"status":"ok"})", .headers = {}});
-    std::string failure;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failure = failure_;
+void ServeApi::answer_health(net::HttpResponder& out) {
+  if (shutting_down_.load()) return error_reply(out, 503, "the server is shutting down", "shutting_down", "unavailable_error", "loading");
+  if (ready_.load()) {
+    if (model_.unavailable) {
+      if (const std::optional<std::string> why = model_.unavailable())
+        return error_reply(out, 503, "the swarm cannot serve: " + *why, "swarm_unavailable", "unavailable_error", "unavailable", "1");
     }
-    if (!failure.empty()) return error_reply(*out, 500, "the model failed to load: " + failure, "load_failed", {}, "error");
-    return error_reply(*out, 503, "Loading model", "loading", "unavailable_error", "loading", "1");
+    return out.reply({.status = 200, .content_type = "application/json", .body = R"({"status":"ok"})", .headers = {}});
   }
+  std::string failure;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure = failure_;
+  }
+  if (!failure.empty()) return error_reply(out, 500, "the model failed to load: " + failure, "load_failed", {}, "error");
+  return error_reply(out, 503, "Loading model", "loading", "unavailable_error", "loading", "1");
+}
+
+void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> raw_out) {
+  const std::string path = path_of(req.target);
+  auto out = std::make_shared<LoggedResponder>(std::move(raw_out), req.method, path, options_.access_log);
+  if (path == "/health") return answer_health(*out);  // no key: load balancers and orchestrators probe it
   if (!net::api_key_ok(options_.api_key, req.authorization)) {
     return error_reply(*out, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "invalid_api_key",
                        {}, "unauthorized");
   }
   const bool get = req.method == "GET", post = req.method == "POST";
   const bool known = path == "/metrics" || path == "/v1/models" || path == "/models" || path == "/v1/chat/completions" ||
-                     path == "/chat/completions" || path == "/v1/completions" || path == "/completions";
+                     path == "/chat/completions" || path == "/v1/completions" || path == "/completions" ||
+                     path == "/v1/messages";
   if (!known) return error_reply(*out, 404, "no endpoint " + path, "not_found", {}, "not_found");
   if (path == "/metrics") {
     if (!get) return error_reply(*out, 405, "use GET " + path, "method_not_allowed", {}, "invalid");
@@ -232,56 +116,124 @@ void ServeApi::handle(const net::HttpRequestView& req, std::shared_ptr<net::Http
     return out->reply({.status = 200, .content_type = "application/json", .body = dump(body), .headers = {}});
   }
   if (!post) return error_reply(*out, 405, "use POST " + path, "method_not_allowed", {}, "invalid");
-  generate(req, std::move(out), path.ends_with("/chat/completions"));
+  if (shutting_down_.load())
+    return error_reply(*out, 503, "the server is shutting down", "shutting_down", "unavailable_error", "overloaded");
+  generate(req, std::move(out),
+           path == "/v1/messages" ? ApiEndpoint::MESSAGES
+           : path.ends_with("/chat/completions") ? ApiEndpoint::CHAT : ApiEndpoint::COMPLETION);
 }
 
-void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out, bool chat) {
-  ApiParse parsed = parse_api_request(chat ? ApiEndpoint::CHAT : ApiEndpoint::COMPLETION, req.body);
-  if (parsed.error) {
-    count_outcome("invalid");
-    return out->reply({.status = parsed.error->status, .content_type = "application/json",
-                       .body = api_error_json(*parsed.error), .headers = {}});
-  }
-  ApiRequest& r = *parsed.request;
-  const std::string text = chat ? chat_render(model_.chat_format, r.messages,
-                                              {.add_generation_prompt = true, .enable_thinking = r.enable_thinking})
-                                : r.prompt;
-  std::vector<TokenId> prompt = model_.tokenizer->encode(text, /*parse_special=*/true);
-  if (prompt.empty()) return error_reply(*out, 400, "the prompt encodes to no tokens", "empty_prompt");
-  const int32_t n_ctx = model_.scheduler->n_ctx();
-  if (int64_t(prompt.size()) >= n_ctx) {
-    return error_reply(*out, 400,
-                       "the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
-                           std::to_string(n_ctx) + " (prompt + generated)",
-                       "context_length_exceeded");
-  }
-  const int32_t room = n_ctx - int32_t(prompt.size());
-  SequenceRequest sreq{.prompt = std::move(prompt), .max_tokens = std::min(r.max_tokens.value_or(room), room),
-                       .sampling = r.sampling, .eog = model_.tokenizer->eog_ids()};
+bool ServeApi::wait_settled(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(settle_mu_);
+  return settle_cv_.wait_for(lock, timeout, [this] { return unsettled_ == 0; });
+}
 
-  auto g = std::make_shared<Generation>(*model_.tokenizer, r.stop);
-  g->api = this;
-  g->out = out;
-  g->chat = chat;
-  g->stream = r.stream;
-  g->include_usage = r.include_usage;
-  g->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1));
-  g->model = model_.id;
-  g->created = unix_now();
-  SubmitResult submitted = model_.scheduler->submit(std::move(sreq), [g](const SequenceEvent& e) { g->on_event(e); });
-  if (!submitted.handle) {
-    if (submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED)
-      return error_reply(*out, 503, submitted.message, "overloaded", "server_error", "overloaded", "1");
-    return error_reply(*out, 400, submitted.message, "invalid_value");
+namespace {
+
+// The prompts of a request as token ids: the rendered chat, or each completion prompt (text encoded, ids
+// checked against the vocabulary and the context).
+struct PromptIds {
+  std::vector<std::vector<TokenId>> ids;
+  std::optional<ApiError> error;
+  bool in_reasoning = false;  // chat: the rendered prompt ends inside <think>
+};
+
+PromptIds prompt_ids(const ApiRequest& r, const ServeModel& m) {
+  PromptIds p;
+  const auto add = [&](std::vector<TokenId> ids) {
+    if (ids.empty()) p.error = ApiError{.status = 400, .message = "the prompt encodes to no tokens", .code = "empty_prompt", .param = "prompt"};
+    const int32_t n_ctx = m.scheduler->n_ctx();
+    if (int64_t(ids.size()) >= n_ctx)
+      p.error = ApiError{.status = 400,
+                         .message = "the prompt has " + std::to_string(ids.size()) + " tokens; the context holds " +
+                                    std::to_string(n_ctx) + " (prompt + generated)",
+                         .code = "context_length_exceeded", .param = {}};
+    p.ids.push_back(std::move(ids));
+  };
+  if (r.endpoint == ApiEndpoint::CHAT) {
+    ChatTemplateInput in{.messages = r.messages, .tools = r.tool_choice == ToolChoice::NONE ? nlohmann::ordered_json() : r.tools,
+                         .add_generation_prompt = true, .kwargs = r.template_kwargs};
+    // --reasoning-budget 0 is llama-server's "no thinking": the template's own switch, unless the request set it.
+    if (m.reasoning_budget == 0 && !in.kwargs.contains("enable_thinking")) in.kwargs["enable_thinking"] = false;
+    Result<std::string> text = m.chat_template->render(in);
+    if (!text) {
+      p.error = ApiError{.status = 400, .message = "the model's chat template refused these messages: " + text.status().message(),
+                         .code = "chat_template_error", .param = "messages"};
+      return p;
+    }
+    p.in_reasoning = prompt_opens_reasoning(*text);
+    add(m.tokenizer->encode(*text, /*parse_special=*/true));
+    return p;
   }
+  for (const PromptInput& in : r.prompts) {
+    if (!in.is_tokens) {
+      add(m.tokenizer->encode(in.text, /*parse_special=*/true));
+    } else {
+      for (int32_t t : in.tokens)
+        if (!m.tokenizer->valid(t))
+          p.error = ApiError{.status = 400, .message = "token id " + std::to_string(t) + " is not in the vocabulary (0.." +
+                                                       std::to_string(m.tokenizer->n_vocab() - 1) + ")",
+                             .code = "invalid_value", .param = "prompt"};
+      add(in.tokens);
+    }
+    if (p.error) return p;
+  }
+  return p;
+}
+
+}  // namespace
+
+void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint) {
+  const bool chat = endpoint != ApiEndpoint::COMPLETION, anthropic = endpoint == ApiEndpoint::MESSAGES;
+  ApiParse parsed = anthropic ? parse_anthropic_request(req.body) : parse_api_request(endpoint, req.body);
+  if (!parsed.error && anthropic) parsed.request->endpoint = ApiEndpoint::CHAT;  // rendered as a chat from here on
+  PromptIds prompts;
+  if (!parsed.error) prompts = prompt_ids(*parsed.request, model_);
+  if (std::optional<ApiError> e = parsed.error ? parsed.error : prompts.error) {
+    count_outcome("invalid");
+    return out->reply({.status = e->status, .content_type = "application/json",
+                       .body = anthropic ? anthropic_error_json(*e) : api_error_json(*e), .headers = {}});
+  }
+  const ApiRequest& r = *parsed.request;
   {
-    std::lock_guard<std::mutex> lock(g->mu);
-    g->handle = submitted.handle;
-    if (g->finished) g->handle->finish();  // a stop string matched before we got here
-    g->begin_locked();
+    std::lock_guard<std::mutex> lock(settle_mu_);
+    ++unsettled_;
   }
-  // The client leaving frees its sequence at the next step.
-  out->on_disconnect([h = submitted.handle] { h->cancel(); });
+  auto g = std::make_shared<Generation>(GenerationSetup{
+      .out = out, .tokenizer = model_.tokenizer, .chat = chat, .anthropic = anthropic,
+      .prompt_tokens = int32_t(prompts.ids[0].size()), .stream = r.stream, .include_usage = r.include_usage,
+      .id = std::string(anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1)),
+      .model = model_.id,
+      .created = unix_now(), .stop = r.stop, .n_choices = prompts.ids.size(), .in_reasoning = prompts.in_reasoning,
+      .tools = r.tool_choice == ToolChoice::NONE ? nlohmann::ordered_json() : r.tools,
+      .reasoning_budget = model_.reasoning_budget,
+      .close_reasoning = model_.tokenizer->encode("\n</think>\n\n", /*parse_special=*/true),
+      .count_outcome = [this](const std::string& o) { count_outcome(o); },
+      .settled = [this] {
+        std::lock_guard<std::mutex> lock(settle_mu_);
+        --unsettled_;
+        settle_cv_.notify_all();
+      }});
+  std::vector<std::shared_ptr<SequenceHandle>> handles;
+  for (size_t i = 0; i < prompts.ids.size(); ++i) {
+    const int32_t room = model_.scheduler->n_ctx() - int32_t(prompts.ids[i].size());
+    SequenceRequest sreq{.prompt = std::move(prompts.ids[i]), .max_tokens = std::min(r.max_tokens.value_or(room), room),
+                         .sampling = r.sampling, .eog = model_.tokenizer->eog_ids(),
+                         .may_force = model_.reasoning_budget > 0};  // the budget closes reasoning by forcing
+    SubmitResult submitted = model_.scheduler->submit(std::move(sreq), [g, i](const SequenceEvent& e) { g->on_event(i, e); });
+    if (!submitted.handle) {
+      const bool busy = submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED;
+      if (i > 0) return g->fail(busy ? 503 : 400, submitted.message, busy ? "overloaded" : "invalid_value");
+      // Nothing submitted yet: a plain refusal (g settles as it goes).
+      if (anthropic) return g->fail(busy ? 503 : 400, submitted.message, busy ? "overloaded" : "invalid_value");
+      if (busy) return error_reply(*out, 503, submitted.message, "overloaded", "server_error", "overloaded", "1");
+      return error_reply(*out, 400, submitted.message, "invalid_value");
+    }
+    g->attach(i, submitted.handle);
+  }
+  g->begin();
+  // The client leaving frees its sequences at the next step.
+  out->on_disconnect([g] { g->client_gone(); });
 }
 
 std::string ServeApi::metrics_text() const {

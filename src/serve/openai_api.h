@@ -5,10 +5,12 @@
 //   ServeApi api({.api_key = "k"});
 //   auto http = net::HttpServer::listen(host, port, limits, [&](auto& req, auto out) { api.handle(req, out); });
 //   ...load the model...
-//   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_format = fmt, .scheduler = &sched, .id = "tiny"});
+//   api.set_ready({.model = m.get(), .tokenizer = &tok, .chat_template = &tmpl, .scheduler = &sched, .id = "tiny"});
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,8 +22,10 @@
 #include "backbone/dispatch_stats.h"
 #include "model/model.h"
 #include "net/http_server.h"
+#include "serve/access_log.h"
+#include "serve/api_request.h"
 #include "serve/scheduler.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace essaim::serve {
@@ -29,17 +33,22 @@ namespace essaim::serve {
 struct ServeModel {
   const Model* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  ChatFormat chat_format = ChatFormat::QWEN3;
+  const ChatTemplate* chat_template = nullptr;  // the model's own (text/chat_template.h)
+  int32_t reasoning_budget = -1;  // --reasoning-budget: -1 unlimited, 0 no thinking, N: at most N reasoning tokens
   Scheduler* scheduler = nullptr;
   std::string id;        // what /v1/models lists and answers carry
   int64_t created = 0;   // unix seconds, when the model was loaded
   // The swarm dispatcher's counters, when workers are used (for /metrics); empty otherwise.
   std::function<std::optional<backbone::DispatchStats>()> dispatch_stats;
+  // Why the swarm cannot serve now (some expert with no live holder and no local copy), or nothing when it
+  // can; /health answers 503 with the reason meanwhile. Empty: always can (the local replica).
+  std::function<std::optional<std::string>()> unavailable;
 };
 
 struct ServeApiOptions {
   std::string api_key;  // empty: none needed
   std::function<net::HttpServerStats()> http_stats;  // for /metrics, may be empty
+  AccessLogFn access_log;  // one line per request (serve/access_log.h); empty: none
 };
 
 class ServeApi {
@@ -48,6 +57,11 @@ class ServeApi {
   void set_ready(ServeModel model);  // /health answers 200 from now on
   void set_failed(std::string why);  // loading failed: /health answers 500 with why
   bool ready() const { return ready_.load(); }
+  // Shutdown, first step: /health answers 503 "shutting down" and new generations are refused with 503.
+  void begin_shutdown() { shutting_down_.store(true); }
+  // Blocks until every answer in flight has written its last bytes (or lost its client), at most `timeout`;
+  // returns whether all did.
+  bool wait_settled(std::chrono::milliseconds timeout);
 
   void handle(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out);
   // The listener's credentials check (net::HttpAuthorizer), from the request head: /health is public;
@@ -61,12 +75,17 @@ class ServeApi {
   void count_outcome(const std::string& outcome);
 
  private:
-  void generate(const net::HttpRequestView& request, std::shared_ptr<net::HttpResponder> out, bool chat);
+  void generate(const net::HttpRequestView& request, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint);
+  void answer_health(net::HttpResponder& out);
   void error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
                    std::string outcome = "invalid", std::string retry_after = {});
 
   ServeApiOptions options_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::mutex settle_mu_;
+  std::condition_variable settle_cv_;
+  int64_t unsettled_ = 0;  // answers submitted and not yet settled (guarded by settle_mu_)
   ServeModel model_;  // set once, before ready_
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex mu_;

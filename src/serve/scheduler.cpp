@@ -51,7 +51,7 @@ struct Scheduler::Sequence {
   SequenceCache& cache() { return spec ? spec->cache() : plain_cache; }
   void finish(FinishReason reason, std::string error = {}, std::vector<TokenId> tokens = {}) {
     SequenceEvent e{.tokens = std::move(tokens), .done = true, .reason = reason, .error = std::move(error),
-                    .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated};
+                    .n_prompt = int32_t(request.prompt.size()), .n_generated = n_generated, .handle = handle.get()};
     done = true;
     {
       // Counted out before the caller hears of the end, so a caller that resubmits at once finds the room.
@@ -76,13 +76,16 @@ Scheduler::Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* po
   thread_ = std::thread([this] { run(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (thread_.joinable()) thread_.join();
 }
 
 SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
@@ -161,7 +164,7 @@ void Scheduler::run() {
         ++stats_.finished[size_t(FinishReason::LENGTH)];
         continue;
       }
-      if (speculating()) {
+      if (speculating() && !s->request.may_force) {
         s->spec = std::make_unique<SpecSequence>(model_, options_.cache, options_.spec);
         s->prompt_hidden.resize(s->request.prompt.size() * size_t(model_.info().n_embd));
       } else {
@@ -325,7 +328,8 @@ Status Scheduler::draft(std::vector<std::unique_ptr<Sequence>>& active) {
 // ends the sequence, max_tokens or a full context ends it after the token.
 void Scheduler::take_tokens(Sequence& s, StepTally& tally) {
   const auto sample = [&](std::span<const float> logits) {
-    const TokenId id = s.sampler->sample(logits);
+    TokenId id = -1;
+    if (!s.handle->take_forced(id)) id = s.sampler->sample(logits);  // forced: never while speculating
     s.sampler->accept(id);
     return id;
   };
@@ -363,7 +367,8 @@ void Scheduler::take_tokens(Sequence& s, StepTally& tally) {
   s.next = got.back();
   if (s.sink) {
     s.sink(SequenceEvent{.tokens = std::move(emitted), .done = false, .reason = FinishReason::NONE, .error = {},
-                         .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated});
+                         .n_prompt = int32_t(s.request.prompt.size()), .n_generated = s.n_generated,
+                         .handle = s.handle.get()});
   }
 }
 

@@ -55,20 +55,10 @@ struct SequenceRequest {
   int32_t max_tokens = 16;      // >= 0; 0 generates nothing
   SamplerParams sampling;
   std::vector<TokenId> eog;     // ids that end generation (sorted); the scheduler never emits them
+  // The sink may force tokens (SequenceHandle::force, a reasoning budget): such a sequence decodes one token
+  // per step even when the server speculates, so a forced token lands where plain decoding puts it.
+  bool may_force = false;
 };
-
-// One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
-// most one without speculative decoding, up to K+1 with it; none on the final event of a sequence that stops
-// on an EOG id straight away or fails).
-struct SequenceEvent {
-  std::vector<TokenId> tokens;
-  bool done = false;
-  FinishReason reason = FinishReason::NONE;
-  std::string error;
-  int32_t n_prompt = 0;
-  int32_t n_generated = 0;  // tokens emitted so far, these included
-};
-using SequenceSink = std::function<void(const SequenceEvent&)>;
 
 // The caller's hold on a submitted sequence. Thread-safe.
 class SequenceHandle {
@@ -81,6 +71,19 @@ class SequenceHandle {
   void finish() { leave(FinishReason::STOP); }
   bool cancelled() const { return leave_.load() != uint8_t(FinishReason::NONE); }
   FinishReason leave_reason() const { return FinishReason(leave_.load()); }
+  // Tokens the sequence emits next instead of sampled ones, one per step, in order: the server's own
+  // continuation (closing a reasoning block at --reasoning-budget). The sampler still sees them.
+  void force(const std::vector<TokenId>& tokens) {
+    std::lock_guard<std::mutex> lock(forced_mu_);
+    forced_.insert(forced_.end(), tokens.begin(), tokens.end());
+  }
+  bool take_forced(TokenId& id) {
+    std::lock_guard<std::mutex> lock(forced_mu_);
+    if (forced_.empty()) return false;
+    id = forced_.front();
+    forced_.pop_front();
+    return true;
+  }
   explicit SequenceHandle(uint64_t id) : id_(id) {}
 
  private:
@@ -90,7 +93,25 @@ class SequenceHandle {
   }
   uint64_t id_;
   std::atomic<uint8_t> leave_{uint8_t(FinishReason::NONE)};
+  std::mutex forced_mu_;
+  std::deque<TokenId> forced_;
 };
+
+// One step's news for one sequence, delivered on the scheduler thread. `tokens` are this step's new ids (at
+// most one without speculative decoding, up to K+1 with it; none on the final event of a sequence that stops
+// on an EOG id straight away or fails).
+struct SequenceEvent {
+  std::vector<TokenId> tokens;
+  bool done = false;
+  FinishReason reason = FinishReason::NONE;
+  std::string error;
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;  // tokens emitted so far, these included
+  // The sequence's handle, for a sink that must act before its submitter holds it (force() right after the
+  // token that asks for it, whichever thread submitted).
+  SequenceHandle* handle = nullptr;
+};
+using SequenceSink = std::function<void(const SequenceEvent&)>;
 
 struct SchedulerOptions {
   int32_t parallel = 4;         // sequences in flight at once
@@ -133,7 +154,10 @@ struct SchedulerStats {
 class Scheduler {
  public:
   Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* pool, SchedulerOptions options);
-  ~Scheduler();  // stops the step thread; sequences still in flight get a final CANCELLED event
+  ~Scheduler();  // stop()
+  // Stops the step thread: every sequence in flight or queued gets a final CANCELLED event whose error says
+  // "the server is shutting down", and submit() refuses from now on (STOPPED). Idempotent, thread-safe.
+  void stop();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -165,6 +189,7 @@ class Scheduler {
   int64_t in_system_ = 0;  // submitted and not yet finished (queued or in flight)
   SchedulerStats stats_;
   std::deque<std::pair<double, uint64_t>> rate_window_;  // (seconds since start, tokens) of recent steps
+  std::mutex stop_mu_;  // one joiner of thread_
   std::thread thread_;
 };
 

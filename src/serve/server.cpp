@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "core/huge_pages.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/vocab.h"
 
 namespace essaim::serve {
@@ -12,9 +14,12 @@ namespace essaim::serve {
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   std::unique_ptr<Server> s(new Server(std::move(options)));
   Server* raw = s.get();
-  s->api_ = std::make_unique<ServeApi>(ServeApiOptions{
-      .api_key = s->options_.limits.api_key,
-      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : net::HttpServerStats{}; }});
+  ServeApiOptions api{.api_key = s->options_.limits.api_key,
+                      .http_stats = [raw] { return raw->http_ ? raw->http_->stats() : net::HttpServerStats{}; },
+                      .access_log = {}};
+  if (s->options_.access_log)
+    api.access_log = [](const std::string& line) { std::fprintf(stderr, "essaim serve: %s\n", line.c_str()); };
+  s->api_ = std::make_unique<ServeApi>(std::move(api));
   ESSAIM_ASSIGN_OR_RETURN(s->http_, net::HttpServer::listen(s->options_.host, s->options_.port, s->options_.limits,
                                                        [raw](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
                                                          raw->api_->handle(req, std::move(out));
@@ -41,10 +46,22 @@ Status Server::load() {
     if (!note.empty()) std::fprintf(stderr, "essaim serve: %s\n", note.c_str());
   }
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model_->file()));
-  const std::string chat_template = vocab.chat_template;
+  std::string chat_template = vocab.chat_template;
+  if (!options_.chat_template_file.empty()) {
+    std::ifstream f(options_.chat_template_file, std::ios::binary);
+    if (!f) return Status::error("cannot read --chat-template-file " + options_.chat_template_file);
+    chat_template.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (chat_template.empty()) return Status::error("--chat-template-file " + options_.chat_template_file + " is empty");
+  }
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
   tokenizer_.emplace(std::move(tok));
-  ESSAIM_ASSIGN_OR_RETURN(ChatFormat fmt, chat_format_for(model_->info().arch, chat_template));
+  const auto special = [&](std::optional<TokenId> id) {
+    return id ? tokenizer_->token_to_piece(*id, /*render_special=*/true) : std::string();
+  };
+  ESSAIM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::create(chat_template, special(tokenizer_->bos()), special(tokenizer_->eos())));
+  chat_template_.emplace(std::move(tmpl));
+  if (chat_template_->is_chatml_fallback())
+    std::fprintf(stderr, "essaim serve: %s has no chat template; using ChatML\n", options_.model_path.c_str());
   pool_ = std::make_unique<ThreadPool>(size_t(options_.threads > 0 ? options_.threads : 0));
   if (options_.executor.make) {
     ESSAIM_ASSIGN_OR_RETURN(executor_, options_.executor.make(*model_, pool_.get()));
@@ -65,13 +82,17 @@ Status Server::load() {
   if (id.empty()) {
     id = options_.model_path.substr(options_.model_path.find_last_of('/') + 1);
   }
-  ServeModel m{.model = model_.get(), .tokenizer = &*tokenizer_, .chat_format = fmt, .scheduler = scheduler_.get(),
+  ServeModel m{.model = model_.get(), .tokenizer = &*tokenizer_, .chat_template = &*chat_template_,
+               .reasoning_budget = options_.reasoning_budget, .scheduler = scheduler_.get(),
                .id = id,
                .created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count(),
                .dispatch_stats = {}};
   if (options_.executor.stats) {
     m.dispatch_stats = [this] { return options_.executor.stats(*executor_); };
+  }
+  if (options_.executor.unavailable) {
+    m.unavailable = [this] { return options_.executor.unavailable(*model_, *executor_); };
   }
   api_->set_ready(std::move(m));
   return Status::ok();
@@ -88,8 +109,14 @@ void Server::stop() {
   if (stopped_) return;
   stopped_ = true;
   if (loader_.joinable()) loader_.join();  // loading is bounded (mmap + connects with deadlines)
+  if (!http_) return;     // start() failed before listening: nothing else was started
+  api_->begin_shutdown();  // new generations: 503
+  if (scheduler_) {
+    scheduler_->stop();    // every sequence's final event: streams write their error event
+    api_->wait_settled(options_.drain);
+  }
   http_->stop();          // no new requests, no I/O threads
-  scheduler_.reset();     // final events post to the stopped I/O context; dropped with it
+  scheduler_.reset();
   executor_.reset();
   pool_.reset();
 }

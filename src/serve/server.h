@@ -26,6 +26,7 @@
 #include "net/http_server.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace essaim::serve {
@@ -35,6 +36,8 @@ namespace essaim::serve {
 struct ExecutorChoiceFn {
   std::function<Result<std::unique_ptr<ExpertExecutor>>(const Model&, ThreadPool*)> make;
   std::function<std::optional<backbone::DispatchStats>(const ExpertExecutor&)> stats;
+  // Why the executor cannot serve every expert now (/health's 503 reason), or nothing when it can.
+  std::function<std::optional<std::string>(const Model&, const ExpertExecutor&)> unavailable;
 };
 
 struct ServerOptions {
@@ -53,8 +56,12 @@ struct ServerOptions {
   int32_t threads = 0;           // compute threads; 0: all cores
   int io_threads = 2;
   std::string model_id;          // /v1/models id; empty: the file's name
+  std::string chat_template_file;  // --chat-template-file: a Jinja template used instead of the model's
+  int32_t reasoning_budget = -1; // --reasoning-budget: -1 unlimited, 0 no thinking, N: reasoning ends after N tokens
   net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
+  bool access_log = true;        // one line per request on stderr (serve/access_log.h)
+  std::chrono::milliseconds drain{2000};  // at stop: how long open answers get to write their last event
 };
 
 class Server {
@@ -64,11 +71,14 @@ class Server {
   uint16_t port() const { return http_->port(); }
   // Blocks until the model is loaded (ok) or loading failed (its error), at most `timeout`.
   Status wait_ready(std::chrono::milliseconds timeout);
+  // Stops accepting generations, ends every open answer (streams get an error event, never a silent
+  // close), waits up to options.drain for those bytes to go out, then stops listening.
   void stop();
 
   ServeApi& api() { return *api_; }
   Scheduler* scheduler() { return scheduler_.get(); }  // null until ready
   const Model* model() const { return model_.get(); }
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }  // null until loaded
 
  private:
   explicit Server(ServerOptions options) : options_(std::move(options)) {}
@@ -79,6 +89,7 @@ class Server {
   std::unique_ptr<net::HttpServer> http_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ExpertExecutor> executor_;
   std::unique_ptr<ExpertExecutor> draft_executor_;  // the MTP block's experts on this process, or null

@@ -266,9 +266,10 @@ TEST(BackboneFile, ServeSurvivesAKilledReplicaBitForBitAndFailsOnlyTheStepsWithN
   EXPECT_NE(t3.find("layer 0"), std::string::npos) << t3;
   EXPECT_NE(t3.find("expert"), std::string::npos) << t3;
   EXPECT_LT(secs, 30.0);
-  // The server carries on: still healthy, and the next request is answered (with the same error).
+  // The server carries on and says why it cannot serve: /health 503 (issue 45), and the next request is
+  // answered (with the same error).
   const CliRun health = run_cli("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:" + std::to_string(serve.port()) + "/health");
-  EXPECT_EQ(health.out, "200");
+  EXPECT_EQ(health.out, "503");
   EXPECT_EQ(status_and_text(completion(serve.port(), 4)).first, 500);
 }
 

@@ -23,6 +23,69 @@ ApiError parse_error(ApiEndpoint e, const std::string& body) {
   return p.error.value_or(ApiError{.status = 0});
 }
 
+// /v1/completions' four prompt shapes: a string, strings, token ids, lists of token ids (one choice each).
+TEST(ServeRequestParser, AcceptsEveryOpenAiPromptShape) {
+  const auto prompts = [](const std::string& body) {
+    ApiParse p = parse_api_request(ApiEndpoint::COMPLETION, body);
+    EXPECT_TRUE(p.request.has_value()) << body << (p.error ? p.error->message : "");
+    return p.request ? p.request->prompts : std::vector<PromptInput>{};
+  };
+  std::vector<PromptInput> p = prompts(R"({"prompt":"a"})");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_FALSE(p[0].is_tokens);
+  EXPECT_EQ(p[0].text, "a");
+  p = prompts(R"({"prompt":["a","b",[7,8]]})");
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1].text, "b");
+  EXPECT_TRUE(p[2].is_tokens);
+  EXPECT_EQ(p[2].tokens, (std::vector<int32_t>{7, 8}));
+  p = prompts(R"({"prompt":[1,2,3]})");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  p = prompts(R"({"prompt":[[1],[2,3]]})");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1].tokens, (std::vector<int32_t>{2, 3}));
+  std::string many;  // one prompt more than kMaxPrompts
+  for (size_t i = 0; i <= kMaxPrompts; ++i) many += std::string(i ? "," : "") + "\"a\"";
+  EXPECT_EQ(parse_error(ApiEndpoint::COMPLETION, "{\"prompt\":[" + many + "]}").param, "prompt");
+}
+
+// Tools, an assistant turn's tool calls (arguments sent as JSON text, handed to the template as an object)
+// and tool results; required / named tool_choice and json response formats are refused by name until
+// constrained decoding exists.
+TEST(ServeRequestParser, ToolsToolCallsAndWhatIsNotSupportedYet) {
+  ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":2}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object"}}}],
+      "tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},
+      "chat_template_kwargs":{"enable_thinking":true,"custom":1}})");
+  ASSERT_TRUE(p.request) << p.error->message;
+  const ApiRequest& r = *p.request;
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"], nlohmann::ordered_json::parse(R"({"city":"Paris","days":2})"));
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"].begin().key(), "city");  // the client's order
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tool_choice, ToolChoice::AUTO);
+  EXPECT_EQ(r.template_kwargs["custom"], 1);
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  for (const std::string& extra : {std::string(R"("tool_choice":"required")"),
+                                   std::string(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
+                                   std::string(R"("response_format":{"type":"json_object"})"),
+                                   std::string(R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})")}) {
+    const ApiError e = parse_error(ApiEndpoint::CHAT, "{" + user + "," + extra + "}");
+    EXPECT_EQ(e.code, "unsupported_value") << extra;
+    EXPECT_NE(e.message.find("not supported yet"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, "{" + user + R"(,"tools":[{"type":"function","function":{}}]})").param, "tools[0].function.name");
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})").param,
+            "messages[0].tool_calls[0].function.arguments");
+  EXPECT_EQ(parse_error(ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})").param,
+            "messages[0].tool_calls");
+}
+
 TEST(ServeRequestParser, AcceptsWhatOpenAiClientsSend) {
   ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"model":"x","messages":[{"role":"developer","content":"s"},
       {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"me"}],
@@ -32,15 +95,16 @@ TEST(ServeRequestParser, AcceptsWhatOpenAiClientsSend) {
   ASSERT_TRUE(p.request) << p.error->message;
   const ApiRequest& r = *p.request;
   ASSERT_EQ(r.messages.size(), 2u);
-  EXPECT_EQ(r.messages[0].role, "system");
-  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "ab");
+  EXPECT_EQ(r.messages[1]["name"], "me");
   EXPECT_EQ(r.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_EQ(r.sampling.top_k, 5);
   EXPECT_EQ(r.sampling.seed, 42u);
   EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
   EXPECT_TRUE(r.stream && r.include_usage);
-  EXPECT_FALSE(r.enable_thinking);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
   ApiParse c = parse_api_request(ApiEndpoint::COMPLETION, R"({"prompt":"p","seed":-1,"max_tokens":null})");
   ASSERT_TRUE(c.request);
   EXPECT_EQ(c.request->sampling.seed, SamplerParams::SEED_RANDOM);
@@ -64,7 +128,13 @@ TEST(ServeRequestParser, RefusesWithAnActionableError) {
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "invalid_value", "messages[0].content"},
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x","extra":1}]})", "unknown_parameter", "messages[0].extra"},
       {ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"x"}],"prompt":"p"})", "unknown_parameter", "prompt"},
-      {ApiEndpoint::COMPLETION, R"({"prompt":["a","b"]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":{"a":1}})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[1,-2]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[1,2.5]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":[["x"]]})", "invalid_type", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":["a",[]]})", "invalid_value", "prompt"},
+      {ApiEndpoint::COMPLETION, R"({"prompt":["a",3]})", "invalid_type", "prompt"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":-5})", "invalid_value", "max_tokens"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":1e30})", "invalid_type", "max_tokens"},
       {ApiEndpoint::COMPLETION, R"({"prompt":"p","max_tokens":99999999999999999999})", "invalid_type", "max_tokens"},

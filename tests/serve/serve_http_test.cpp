@@ -116,6 +116,49 @@ TEST_F(ServeHttp, CompletionAndStopString) {
   EXPECT_EQ(streamed, text.substr(0, text.find(stop)));
 }
 
+// A list of prompts is one choice per prompt, each the answer that prompt gets alone; token ids are the
+// same prompt as the text they encode; streamed, the chunks carry each choice's index.
+TEST_F(ServeHttp, PromptListsAndTokenArraysAnswerAsSinglePrompts) {
+  const auto text_of = [&](const std::string& body) {
+    const HttpResult r = http_call(port(), "POST", "/v1/completions", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? json::parse(r.body) : json();
+  };
+  const json a = text_of(R"({"prompt":"Once upon","max_tokens":6,"temperature":0})");
+  const json b = text_of(R"({"prompt":"The end","max_tokens":6,"temperature":0})");
+  const json both = text_of(R"({"prompt":["Once upon","The end"],"max_tokens":6,"temperature":0})");
+  ASSERT_EQ(both["choices"].size(), 2u);
+  EXPECT_EQ(both["choices"][0]["index"], 0);
+  EXPECT_EQ(both["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_EQ(both["choices"][1]["index"], 1);
+  EXPECT_EQ(both["choices"][1]["text"], b["choices"][0]["text"]);
+  EXPECT_NE(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(both["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(both["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"].get<int>() + b["usage"]["prompt_tokens"].get<int>());
+
+  std::string ids;
+  for (TokenId t : server_->tokenizer()->encode("Once upon", /*parse_special=*/true))
+    ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const json by_ids = text_of(R"({"prompt":[)" + ids + R"(],"max_tokens":6,"temperature":0})");
+  EXPECT_EQ(by_ids["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_EQ(by_ids["usage"], a["usage"]);
+
+  const HttpResult streamed = http_call(port(), "POST", "/v1/completions",
+                                        R"({"prompt":["Once upon","The end"],"max_tokens":6,"temperature":0,"stream":true})");
+  ASSERT_EQ(streamed.status, 200);
+  std::string texts[2];
+  int finishes = 0;
+  for (const std::string& e : sse_events(streamed.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    texts[c["index"].get<int>()] += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null()) ++finishes;
+  }
+  EXPECT_EQ(finishes, 2);
+  EXPECT_EQ(texts[0], a["choices"][0]["text"]);
+  EXPECT_EQ(texts[1], b["choices"][0]["text"]);
+}
+
 TEST_F(ServeHttp, BadRequestsGet400WithAnErrorObject) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "invalid_json"},

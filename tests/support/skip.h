@@ -22,7 +22,7 @@
 namespace essaim::test_support {
 
 // What scripts/install-deps.sh (and, for the ARM64 worker, scripts/build-arm64.sh) provides.
-enum class Dep { POSTGRESQL, CHROMIUM, NODE_NPM, ARM64_WORKER, DEP_COUNT };
+enum class Dep { POSTGRESQL, CHROMIUM, NODE_NPM, ARM64_WORKER, PYTHON_JINJA2, DEP_COUNT };
 
 struct DepInfo {
   const char* name;
@@ -33,6 +33,7 @@ inline constexpr DepInfo kDeps[] = {
     {"Chromium", "scripts/install-deps.sh (chromium)"},
     {"node + npm", "scripts/install-deps.sh (nodejs npm)"},
     {"the ARM64 worker under qemu-user", "scripts/install-deps.sh --arm64 and scripts/build-arm64.sh"},
+    {"python3-jinja2", "scripts/install-deps.sh (python3-jinja2, the chat-template oracle)"},
 };
 static_assert(std::size(kDeps) == size_t(Dep::DEP_COUNT));
 
