@@ -2,11 +2,14 @@
 
 #include <array>
 
+#include "gguf/tensor_names.h"
+
 namespace essaim {
 namespace {
 
-constexpr std::array<std::string_view, kExpertTensorKindCount> kStems = {
-    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"};
+// The routed-expert tensors by kind, named by the one tensor-name table.
+constexpr std::array<TensorName, kExpertTensorKindCount> kTensors = {
+    TensorName::FFN_GATE_EXPS, TensorName::FFN_UP_EXPS, TensorName::FFN_DOWN_EXPS, TensorName::FFN_GATE_UP_EXPS};
 
 // Architectures whose routed experts are SwiGLU FFNs (llama.cpp builds them with LLM_FFN_SILU + PAR).
 // Mixtral-style files carry architecture "llama".
@@ -34,10 +37,17 @@ std::string range_text(uint32_t first, uint32_t count, int width) {
 
 }  // namespace
 
-std::string_view expert_tensor_stem(ExpertTensorKind kind) { return kStems[size_t(kind)]; }
+// "ffn_gate_exps" from the table's "blk.%d.ffn_gate_exps.weight".
+std::string_view expert_tensor_stem(ExpertTensorKind kind) {
+  constexpr std::string_view kPrefix = "blk.%d.", kSuffix = ".weight";
+  std::string_view f = tensor_name_format(kTensors[size_t(kind)]);
+  f.remove_prefix(kPrefix.size());
+  f.remove_suffix(kSuffix.size());
+  return f;
+}
 
 std::string expert_tensor_name(uint32_t layer, ExpertTensorKind kind) {
-  return "blk." + std::to_string(layer) + "." + std::string(expert_tensor_stem(kind)) + ".weight";
+  return tensor_name(kTensors[size_t(kind)], int32_t(layer));
 }
 
 bool is_routed_expert_tensor_name(std::string_view name) {

@@ -20,7 +20,7 @@
 #include "core/status.h"
 #include "gguf/gguf_file.h"
 #include "kernels/matmul.h"
-#include "model/tensor_names.h"
+#include "gguf/tensor_names.h"
 #include "moe/expert_ffn.h"
 
 namespace essaim {

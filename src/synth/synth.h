@@ -44,7 +44,7 @@ struct SynthOptions {
 
 struct SynthTensor {
   std::string name;
-  SynthTensorKind kind = SynthTensorKind::COUNT;
+  TensorName kind = TensorName::COUNT;
   int32_t layer = -1;              // block index; -1 for token_embd / output_norm / output
   std::vector<int64_t> ne;         // ggml order
   GgmlType type = GgmlType::F32;

@@ -1,5 +1,4 @@
-// The tensor-name table (llama.cpp's LLM_TENSOR_NAMES for the tensors these architectures use) and the
-// small helpers every architecture file shares.
+// The small helpers every architecture file shares (tensor names come from gguf/tensor_names.h).
 #include "synth/synth_arch.h"
 
 #include <cstdio>
@@ -9,57 +8,6 @@
 
 namespace essaim {
 namespace {
-
-struct NameEntry {
-  SynthTensorKind kind;
-  const char* format;  // "%u" = block index
-};
-
-// One row per kind, in enum order (checked below), so a lookup is an index.
-constexpr NameEntry kNames[] = {
-    {SynthTensorKind::TOKEN_EMBD, "token_embd.weight"},
-    {SynthTensorKind::OUTPUT_NORM, "output_norm.weight"},
-    {SynthTensorKind::OUTPUT, "output.weight"},
-    {SynthTensorKind::ATTN_NORM, "blk.%u.attn_norm.weight"},
-    {SynthTensorKind::ATTN_Q, "blk.%u.attn_q.weight"},
-    {SynthTensorKind::ATTN_K, "blk.%u.attn_k.weight"},
-    {SynthTensorKind::ATTN_V, "blk.%u.attn_v.weight"},
-    {SynthTensorKind::ATTN_Q_NORM, "blk.%u.attn_q_norm.weight"},
-    {SynthTensorKind::ATTN_K_NORM, "blk.%u.attn_k_norm.weight"},
-    {SynthTensorKind::ATTN_OUTPUT, "blk.%u.attn_output.weight"},
-    {SynthTensorKind::POST_ATTN_NORM, "blk.%u.post_attention_norm.weight"},
-    {SynthTensorKind::FFN_NORM, "blk.%u.ffn_norm.weight"},
-    {SynthTensorKind::ATTN_QKV, "blk.%u.attn_qkv.weight"},
-    {SynthTensorKind::ATTN_GATE, "blk.%u.attn_gate.weight"},
-    {SynthTensorKind::SSM_CONV1D, "blk.%u.ssm_conv1d.weight"},
-    {SynthTensorKind::SSM_DT_BIAS, "blk.%u.ssm_dt.bias"},
-    {SynthTensorKind::SSM_A, "blk.%u.ssm_a"},
-    {SynthTensorKind::SSM_BETA, "blk.%u.ssm_beta.weight"},
-    {SynthTensorKind::SSM_ALPHA, "blk.%u.ssm_alpha.weight"},
-    {SynthTensorKind::SSM_NORM, "blk.%u.ssm_norm.weight"},
-    {SynthTensorKind::SSM_OUT, "blk.%u.ssm_out.weight"},
-    {SynthTensorKind::FFN_GATE_INP, "blk.%u.ffn_gate_inp.weight"},
-    {SynthTensorKind::FFN_GATE_EXPS, "blk.%u.ffn_gate_exps.weight"},
-    {SynthTensorKind::FFN_UP_EXPS, "blk.%u.ffn_up_exps.weight"},
-    {SynthTensorKind::FFN_GATE_UP_EXPS, "blk.%u.ffn_gate_up_exps.weight"},
-    {SynthTensorKind::FFN_DOWN_EXPS, "blk.%u.ffn_down_exps.weight"},
-    {SynthTensorKind::FFN_GATE_INP_SHEXP, "blk.%u.ffn_gate_inp_shexp.weight"},
-    {SynthTensorKind::FFN_GATE_SHEXP, "blk.%u.ffn_gate_shexp.weight"},
-    {SynthTensorKind::FFN_UP_SHEXP, "blk.%u.ffn_up_shexp.weight"},
-    {SynthTensorKind::FFN_DOWN_SHEXP, "blk.%u.ffn_down_shexp.weight"},
-    {SynthTensorKind::NEXTN_EH_PROJ, "blk.%u.nextn.eh_proj.weight"},
-    {SynthTensorKind::NEXTN_ENORM, "blk.%u.nextn.enorm.weight"},
-    {SynthTensorKind::NEXTN_HNORM, "blk.%u.nextn.hnorm.weight"},
-    {SynthTensorKind::NEXTN_SHARED_HEAD_NORM, "blk.%u.nextn.shared_head_norm.weight"},
-};
-static_assert(std::size(kNames) == size_t(SynthTensorKind::COUNT), "one name per tensor kind");
-
-constexpr bool names_in_enum_order() {
-  for (size_t i = 0; i < std::size(kNames); ++i)
-    if (size_t(kNames[i].kind) != i) return false;
-  return true;
-}
-static_assert(names_in_enum_order(), "kNames rows must follow the enum order");
 
 GgufValue scalar(GgufValueType t) {
   GgufValue v;
@@ -106,17 +54,7 @@ std::string_view synth_type_mix_name(SynthTypeMix t) {
   return "";
 }
 
-std::string synth_tensor_name(SynthTensorKind kind, uint32_t layer) {
-  ESSAIM_CHECK(kind < SynthTensorKind::COUNT);
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), kNames[size_t(kind)].format, layer);
-  return buf;
-}
 
-bool synth_tensor_is_global(SynthTensorKind kind) {
-  return kind == SynthTensorKind::TOKEN_EMBD || kind == SynthTensorKind::OUTPUT_NORM ||
-         kind == SynthTensorKind::OUTPUT;
-}
 
 void SynthMetadata::set_u32(const std::string& key, uint32_t v) {
   GgufValue x = scalar(GgufValueType::UINT32);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
 
 namespace essaim {
 
@@ -63,20 +64,6 @@ struct SynthHparams {
 // The role of one block; the tensor rules say which roles carry each tensor.
 enum class SynthLayerKind { ATTENTION, RECURRENT, NEXTN, COUNT };
 
-// Every tensor the writer knows, named through one table (synth_tensor_name), never by scattered literals.
-enum class SynthTensorKind {
-  TOKEN_EMBD, OUTPUT_NORM, OUTPUT,
-  ATTN_NORM, ATTN_Q, ATTN_K, ATTN_V, ATTN_Q_NORM, ATTN_K_NORM, ATTN_OUTPUT, POST_ATTN_NORM, FFN_NORM,
-  ATTN_QKV, ATTN_GATE, SSM_CONV1D, SSM_DT_BIAS, SSM_A, SSM_BETA, SSM_ALPHA, SSM_NORM, SSM_OUT,
-  FFN_GATE_INP, FFN_GATE_EXPS, FFN_UP_EXPS, FFN_GATE_UP_EXPS, FFN_DOWN_EXPS,
-  FFN_GATE_INP_SHEXP, FFN_GATE_SHEXP, FFN_UP_SHEXP, FFN_DOWN_SHEXP,
-  NEXTN_EH_PROJ, NEXTN_ENORM, NEXTN_HNORM, NEXTN_SHARED_HEAD_NORM,
-  COUNT
-};
-
-// "blk.3.attn_q.weight" for (ATTN_Q, 3); global tensors ignore the layer.
-std::string synth_tensor_name(SynthTensorKind kind, uint32_t layer);
-bool synth_tensor_is_global(SynthTensorKind kind);
 
 // How a tensor's values are drawn (synth_fill.h gives the exact distributions).
 enum class SynthInit {
@@ -101,7 +88,7 @@ enum class SynthWhere { GLOBAL, EVERY_BLOCK, ATTENTION_BLOCKS, RECURRENT_BLOCKS,
 enum class SynthVariant { ALWAYS, SEPARATE_GATE_UP, FUSED_GATE_UP };
 
 struct SynthTensorRule {
-  SynthTensorKind kind;
+  TensorName kind;
   SynthWhere where;
   SynthVariant variant;
   std::vector<int64_t> (*shape)(const SynthHparams& hp);  // ggml order, ne[0] contiguous

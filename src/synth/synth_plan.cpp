@@ -124,15 +124,15 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
   // Expand the table: global tensors once, the others once per block that carries them.
   for (const SynthTensorRule& r : arch.tensors) {
     if (r.where != SynthWhere::GLOBAL) continue;
-    ESSAIM_CHECK(synth_tensor_is_global(r.kind));
-    plan.tensors.push_back({.name = synth_tensor_name(r.kind, 0), .kind = r.kind, .layer = -1,
+    ESSAIM_CHECK(!tensor_name_is_per_layer(r.kind));
+    plan.tensors.push_back({.name = tensor_name(r.kind), .kind = r.kind, .layer = -1,
                             .ne = r.shape(hp), .init = r.init});
   }
   for (uint32_t il = 0; il < hp.block_count(); ++il) {
     const SynthLayerKind kind = arch.layer_kind(hp, il);
     for (const SynthTensorRule& r : arch.tensors)
       if (rule_applies(r, hp, kind))
-        plan.tensors.push_back({.name = synth_tensor_name(r.kind, il), .kind = r.kind, .layer = int32_t(il),
+        plan.tensors.push_back({.name = tensor_name(r.kind, int32_t(il)), .kind = r.kind, .layer = int32_t(il),
                                 .ne = r.shape(hp), .init = r.init});
   }
   std::sort(plan.tensors.begin(), plan.tensors.end(),
@@ -142,8 +142,8 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
   uint32_t attn_v_count = 0;
   bool has_output = false;
   for (const SynthTensor& t : plan.tensors) {
-    if (t.kind == SynthTensorKind::ATTN_V || t.kind == SynthTensorKind::ATTN_QKV) ++attn_v_count;
-    if (t.kind == SynthTensorKind::OUTPUT) has_output = true;
+    if (t.kind == TensorName::ATTN_V || t.kind == TensorName::ATTN_QKV) ++attn_v_count;
+    if (t.kind == TensorName::OUTPUT) has_output = true;
   }
   uint32_t attn_v_ordinal = 0;
   for (SynthTensor& t : plan.tensors) {
@@ -151,7 +151,7 @@ Result<SynthPlan> synth_plan(const SynthOptions& options) {
                            .layer = t.layer < 0 ? 0u : uint32_t(t.layer), .block_count = hp.block_count(),
                            .attn_v_ordinal = attn_v_ordinal, .attn_v_count = attn_v_count,
                            .has_output = has_output};
-    if (t.kind == SynthTensorKind::ATTN_V || t.kind == SynthTensorKind::ATTN_QKV) ++attn_v_ordinal;
+    if (t.kind == TensorName::ATTN_V || t.kind == TensorName::ATTN_QKV) ++attn_v_ordinal;
     t.type = synth_tensor_type(options.types, q);
     const TypeTraits& tt = type_traits(t.type);
     // Every quantised row is a whole number of blocks (the rule falls back to Q8_0 where 256 does not divide).

@@ -5,7 +5,7 @@
 namespace essaim {
 namespace {
 
-using K = SynthTensorKind;
+using K = TensorName;
 
 // Tensors llama-quantize never touches besides 1-D ones: names containing "_norm.weight", the router
 // ffn_gate_inp, ssm_conv1d, and names not ending in "weight" (ssm_a, ssm_dt.bias).

@@ -2,7 +2,7 @@
 // and llama-quantize would convert (norms, routers, conv taps, ssm_a and dt bias stay F32); or llama-quantize's
 // Q4_K_M choices exactly as docs/reference.md 3 states them (without the n_expert == 8 special cases).
 //
-//   SynthTypeQuery q{.kind = SynthTensorKind::FFN_DOWN_EXPS, .n_dims = 3, .ne0 = 1024, .layer = 5, .block_count = 48};
+//   SynthTypeQuery q{.kind = TensorName::FFN_DOWN_EXPS, .n_dims = 3, .ne0 = 1024, .layer = 5, .block_count = 48};
 //   GgmlType t = synth_tensor_type(SynthTypeMix::Q4_K_M, q);   // Q6_K: more_bits(5, 48)
 //
 // Decisions are taken on the tensor kind, never by matching names as strings. A K-quant choice for a tensor
@@ -18,7 +18,7 @@
 namespace essaim {
 
 struct SynthTypeQuery {
-  SynthTensorKind kind = SynthTensorKind::COUNT;
+  TensorName kind = TensorName::COUNT;
   uint32_t n_dims = 1;
   int64_t ne0 = 256;             // row length: K-quants need whole 256-element super-blocks
   uint32_t layer = 0;            // block index of a blk.N tensor

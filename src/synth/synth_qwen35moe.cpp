@@ -106,7 +106,7 @@ void qwen35moe_metadata(const SynthHparams& h, SynthMetadata& m) {
   if (h.n_nextn > 0) m.set_u32(a + "nextn_predict_layers", h.n_nextn);
 }
 
-using K = SynthTensorKind;
+using K = TensorName;
 using W = SynthWhere;
 using V = SynthVariant;
 using I = SynthInit;

@@ -68,7 +68,7 @@ void qwen3moe_metadata(const SynthHparams& h, SynthMetadata& m) {
   m.set_u32(a + "expert_feed_forward_length", h.expert_ff);
 }
 
-using K = SynthTensorKind;
+using K = TensorName;
 using W = SynthWhere;
 using V = SynthVariant;
 using I = SynthInit;

@@ -19,7 +19,7 @@
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "gguf_edit.h"
-#include "model/tensor_names.h"
+#include "gguf/tensor_names.h"
 #include "model_test_util.h"
 #include "synth/synth.h"
 

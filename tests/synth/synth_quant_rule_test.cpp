@@ -40,7 +40,7 @@ TEST(SynthQuantRule, SmallBlockCounts) {
 }
 
 TEST(SynthQuantRule, KindRules) {
-  using K = SynthTensorKind;
+  using K = TensorName;
   const auto type = [](K kind, uint32_t n_dims, bool has_output = true) {
     return synth_tensor_type(SynthTypeMix::Q4_K_M,
                              {.kind = kind, .n_dims = n_dims, .layer = 10, .block_count = 48, .attn_v_ordinal = 10,
@@ -84,16 +84,16 @@ TEST(SynthQuantRule, Qwen35_122bPlanFollowsTheDocumentedSets) {
     int n_v = 0;
     for (const SynthTensor& t : plan->tensors) {
       const bool q6 = t.type == GgmlType::Q6_K;
-      if (t.kind == SynthTensorKind::ATTN_V || t.kind == SynthTensorKind::ATTN_QKV) {
+      if (t.kind == TensorName::ATTN_V || t.kind == TensorName::ATTN_QKV) {
         ++n_v;
         if (q6) v6.insert(t.layer);
       }
-      if (t.kind == SynthTensorKind::FFN_DOWN_EXPS && q6) down6.insert(t.layer);
-      if (t.kind == SynthTensorKind::FFN_DOWN_SHEXP && q6) shdown6.insert(t.layer);
-      if (t.kind == SynthTensorKind::OUTPUT) {
+      if (t.kind == TensorName::FFN_DOWN_EXPS && q6) down6.insert(t.layer);
+      if (t.kind == TensorName::FFN_DOWN_SHEXP && q6) shdown6.insert(t.layer);
+      if (t.kind == TensorName::OUTPUT) {
         EXPECT_EQ(t.type, GgmlType::Q6_K);
       }
-      if (t.kind == SynthTensorKind::TOKEN_EMBD) {
+      if (t.kind == TensorName::TOKEN_EMBD) {
         EXPECT_EQ(t.type, GgmlType::Q4_K);
       }
     }

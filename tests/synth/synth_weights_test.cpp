@@ -74,15 +74,15 @@ TEST(SynthWeights, SmallPresetTypesFollowTheRuleWithTheQ8_0Fallback) {
   Result<SynthPlan> plan = synth_plan(small_options(SynthTypeMix::Q4_K_M));
   ASSERT_TRUE(plan.is_ok());
   for (const SynthTensor& t : plan->tensors) {
-    if (t.kind == SynthTensorKind::FFN_DOWN_EXPS) EXPECT_EQ(t.type, GgmlType::Q8_0) << t.name;  // ne[0] = 32
-    if (t.kind == SynthTensorKind::FFN_GATE_EXPS) EXPECT_EQ(t.type, GgmlType::Q4_K) << t.name;
-    if (t.kind == SynthTensorKind::FFN_GATE_INP) EXPECT_EQ(t.type, GgmlType::F32) << t.name;
+    if (t.kind == TensorName::FFN_DOWN_EXPS) EXPECT_EQ(t.type, GgmlType::Q8_0) << t.name;  // ne[0] = 32
+    if (t.kind == TensorName::FFN_GATE_EXPS) EXPECT_EQ(t.type, GgmlType::Q4_K) << t.name;
+    if (t.kind == TensorName::FFN_GATE_INP) EXPECT_EQ(t.type, GgmlType::F32) << t.name;
   }
   Result<SynthPlan> bf16 = synth_plan(small_options(SynthTypeMix::BF16));
   ASSERT_TRUE(bf16.is_ok());
   for (const SynthTensor& t : bf16->tensors)
-    EXPECT_EQ(t.type, t.ne.size() >= 2 && t.kind != SynthTensorKind::FFN_GATE_INP &&
-                              t.kind != SynthTensorKind::SSM_CONV1D
+    EXPECT_EQ(t.type, t.ne.size() >= 2 && t.kind != TensorName::FFN_GATE_INP &&
+                              t.kind != TensorName::SSM_CONV1D
                           ? GgmlType::BF16
                           : GgmlType::F32)
         << t.name;

@@ -1,4 +1,4 @@
-#include "model/tensor_names.h"
+#include "gguf/tensor_names.h"
 
 #include <array>
 
