@@ -84,20 +84,29 @@ std::string run_js(const std::string& script, const std::string& base_url, const
   return out.str();
 }
 
+// The server both agent-API tests drive: a qwen35moe synth model (its template opens <think>),
+// --reasoning-budget 3.
+ListeningProcess start_agents_server() {
+  const std::string model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path;
+  return ListeningProcess({ESSAIM_CLI, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-np", "2", "-c", "512",
+                           "-t", "1", "--reasoning-budget", "3", "--alias", "tiny35"});
+}
+
+// POSTs a JSON body, expects 200, returns the parsed answer (null otherwise).
+json post_ok(uint16_t port, const std::string& path, const std::string& body) {
+  const HttpResult r = http_call(port, "POST", path, body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? json::parse(r.body) : json();
+}
+
 // Reasoning split, enable_thinking through the template, a tool round trip and tool_choice "required", with the
 // openai client against a qwen35moe synth model (its template opens <think>) and --reasoning-budget 3.
 TEST(OpenAiClient, ReasoningAndToolRoundTrip) {
   if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
-  const std::string model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path;
-  ListeningProcess serve({ESSAIM_CLI, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-np", "2", "-c", "512",
-                          "-t", "1", "--reasoning-budget", "3", "--alias", "tiny35"});
+  ListeningProcess serve = start_agents_server();
   ASSERT_NE(serve.port(), 0);
   ASSERT_TRUE(wait_until([&] { return http_call(serve.port(), "GET", "/health").status == 200; }, 60s));
-  const auto chat = [&](const std::string& body) {
-    const HttpResult r = http_call(serve.port(), "POST", "/v1/chat/completions", body);
-    EXPECT_EQ(r.status, 200) << r.body;
-    return r.status == 200 ? json::parse(r.body) : json();
-  };
+  const auto chat = [&](const std::string& body) { return post_ok(serve.port(), "/v1/chat/completions", body); };
   const json thinking = chat(R"({"messages":[{"role":"user","content":"Why is the sky blue?"}],"max_tokens":12,"temperature":0})");
   const json plain = chat(R"({"messages":[{"role":"user","content":"Why is the sky blue?"}],"max_tokens":12,"temperature":0,
       "chat_template_kwargs":{"enable_thinking":false}})");
@@ -126,16 +135,10 @@ TEST(OpenAiClient, ReasoningAndToolRoundTrip) {
 // same kind of server: thinking and text blocks, streaming, thinking disabled, a tool round trip, errors.
 TEST(AnthropicClient, MessagesStreamingThinkingAndToolUse) {
   if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
-  const std::string model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path;
-  ListeningProcess serve({ESSAIM_CLI, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-np", "2", "-c", "512",
-                          "-t", "1", "--reasoning-budget", "3", "--alias", "tiny35"});
+  ListeningProcess serve = start_agents_server();
   ASSERT_NE(serve.port(), 0);
   ASSERT_TRUE(wait_until([&] { return http_call(serve.port(), "GET", "/health").status == 200; }, 60s));
-  const auto messages = [&](const std::string& body) {
-    const HttpResult r = http_call(serve.port(), "POST", "/v1/messages", body);
-    EXPECT_EQ(r.status, 200) << r.body;
-    return r.status == 200 ? json::parse(r.body) : json();
-  };
+  const auto messages = [&](const std::string& body) { return post_ok(serve.port(), "/v1/messages", body); };
   const std::string ask = R"("model":"tiny35","max_tokens":12,"temperature":0,"system":"Be brief.",
       "messages":[{"role":"user","content":"Why is the sky blue?"}])";
   const json m = messages("{" + ask + "}");
