@@ -247,6 +247,21 @@ WorkerProcess::WorkerProcess(const std::vector<std::string>& slices, const std::
   start(std::move(args));
 }
 
+bool WorkerSwarm::ok() const {
+  for (const auto& p : processes)
+    if (!p->ok()) return false;
+  return !processes.empty();
+}
+
+WorkerSwarm start_worker_swarm(const SwarmModel& m, uint32_t n) {
+  WorkerSwarm s;
+  for (const std::vector<std::string>& part : m.split_experts(n)) {
+    s.processes.push_back(std::make_unique<WorkerProcess>(part));
+    s.map.workers.push_back({.address = s.processes.back()->address(), .label = {}, .holdings = std::nullopt});
+  }
+  return s;
+}
+
 DispatchOptions patient_options() {
   DispatchOptions o;
   o.timeout = 60s;

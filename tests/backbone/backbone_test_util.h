@@ -118,6 +118,14 @@ class WorkerProcess : public ListeningProcess {
   static std::string worker_binary();  // <build>/src/cli/essaim-worker
 };
 
+// `n` worker processes serving the model's experts split in n parts, and the map that reaches them.
+struct WorkerSwarm {
+  std::vector<std::unique_ptr<WorkerProcess>> processes;
+  ExpertMap map;
+  bool ok() const;  // every process listening
+};
+WorkerSwarm start_worker_swarm(const SwarmModel& m, uint32_t n);
+
 // Dispatch options for exactness tests: a deadline long enough that a loaded CI machine never falls back.
 DispatchOptions patient_options();
 

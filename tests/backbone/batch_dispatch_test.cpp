@@ -73,13 +73,9 @@ class BatchDispatch : public ::testing::TestWithParam<ModelSpec> {};
 TEST_P(BatchDispatch, BatchedStepsThroughWorkerProcessesEqualMonolithicAndSendOneRequestPerWorkerPerLayer) {
   const SwarmModel& m = SwarmModel::get(GetParam());
   constexpr uint32_t kWorkers = 2;
-  std::vector<std::unique_ptr<WorkerProcess>> processes;
-  ExpertMap map;
-  for (const std::vector<std::string>& part : m.split_experts(kWorkers)) {
-    processes.push_back(std::make_unique<WorkerProcess>(part));
-    ASSERT_TRUE(processes.back()->ok());
-    map.workers.push_back({.address = processes.back()->address(), .label = {}, .holdings = std::nullopt});
-  }
+  WorkerSwarm swarm = start_worker_swarm(m, kWorkers);
+  ASSERT_TRUE(swarm.ok());
+  const ExpertMap& map = swarm.map;
   ThreadPool pool(2);
   Result<std::unique_ptr<RemoteExpertExecutor>> remote =
       RemoteExpertExecutor::create(m.model->expert_store(), m.identity, map, &pool, patient_options());

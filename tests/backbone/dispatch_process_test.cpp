@@ -15,26 +15,12 @@
 namespace essaim::backbone::testing {
 namespace {
 
-struct Swarm {
-  std::vector<std::unique_ptr<WorkerProcess>> processes;
-  ExpertMap map;
-};
-
-Swarm start_swarm(const SwarmModel& m, uint32_t n) {
-  Swarm s;
-  for (const std::vector<std::string>& part : m.split_experts(n)) {
-    s.processes.push_back(std::make_unique<WorkerProcess>(part));
-    s.map.workers.push_back({.address = s.processes.back()->address(), .label = {}, .holdings = std::nullopt});
-  }
-  return s;
-}
-
 class DispatchTcp : public ::testing::TestWithParam<ModelSpec> {};
 
 TEST_P(DispatchTcp, ThreeWorkerProcessesGiveTheMonolithicLogits) {
   const SwarmModel& m = SwarmModel::get(GetParam());
-  Swarm swarm = start_swarm(m, 3);
-  for (const auto& p : swarm.processes) ASSERT_TRUE(p->ok());
+  WorkerSwarm swarm = start_worker_swarm(m, 3);
+  ASSERT_TRUE(swarm.ok());
   ThreadPool pool(2);
   Result<std::unique_ptr<RemoteExpertExecutor>> ex =
       RemoteExpertExecutor::create(m.model->expert_store(), m.identity, swarm.map, &pool, patient_options());
@@ -66,8 +52,8 @@ TEST_P(DispatchKill, AWorkerKilledMidGenerationChangesNoToken) {
   LocalExpertExecutor local(m.model->expert_store(), &pool);
   const std::vector<int32_t> want = greedy(m, prompt, kTokens, local);
 
-  Swarm swarm = start_swarm(m, 3);
-  for (const auto& p : swarm.processes) ASSERT_TRUE(p->ok());
+  WorkerSwarm swarm = start_worker_swarm(m, 3);
+  ASSERT_TRUE(swarm.ok());
   DispatchOptions o = patient_options();
   o.timeout = 1000ms;
   Result<std::unique_ptr<RemoteExpertExecutor>> ex =
@@ -117,7 +103,7 @@ std::string read_file(const std::string& path) {
 
 TEST(DispatchCli, EvalAndRunWithWorkersMatchTheMonolithicOnes) {
   const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
-  Swarm swarm = start_swarm(m, 3);
+  WorkerSwarm swarm = start_worker_swarm(m, 3);
   std::string workers;
   for (const auto& p : swarm.processes) workers += " --worker " + p->address();
   const std::string bin = essaim_binary(), d = m.dir + "/cli";
@@ -149,7 +135,7 @@ TEST(DispatchCli, EvalAndRunWithWorkersMatchTheMonolithicOnes) {
 
 TEST(DispatchCli, ExpertOutputBf16WithWorkersMatchesTheMonolithicBf16Run) {
   const SwarmModel& m = SwarmModel::get({SynthArch::QWEN3MOE, SynthTypeMix::Q4_K_M});
-  Swarm swarm = start_swarm(m, 2);
+  WorkerSwarm swarm = start_worker_swarm(m, 2);
   std::string workers;
   for (const auto& p : swarm.processes) workers += " --worker " + p->address();
   const std::string bin = essaim_binary(), d = m.dir + "/cli-bf16";

@@ -61,13 +61,9 @@ TEST(LeanWireLocal, Bf16ModeIsTheF32ResultRoundedToNearestEven) {
 TEST_P(LeanWire, WorkerProcessesInBf16EqualMonolithicBf16BitForBitWithHalfTheAnswerBytes) {
   const SwarmModel& m = SwarmModel::get(GetParam());
   constexpr uint32_t kWorkers = 2;
-  std::vector<std::unique_ptr<WorkerProcess>> processes;
-  ExpertMap map;
-  for (const std::vector<std::string>& part : m.split_experts(kWorkers)) {
-    processes.push_back(std::make_unique<WorkerProcess>(part));
-    ASSERT_TRUE(processes.back()->ok());
-    map.workers.push_back({.address = processes.back()->address(), .label = {}, .holdings = std::nullopt});
-  }
+  WorkerSwarm swarm = start_worker_swarm(m, kWorkers);
+  ASSERT_TRUE(swarm.ok());
+  const ExpertMap& map = swarm.map;
   ThreadPool pool(2);
   const std::vector<int32_t> tokens = m.tokens(7);
   const size_t n_embd = size_t(m.model->info().n_embd);

@@ -75,13 +75,9 @@ TEST_P(SpeculativeSwarm, StreamOverThreeWorkerProcessesEqualsPlainDecodingOnOneN
   const SwarmModel& m = SwarmModel::get(GetParam());
   ASSERT_TRUE(m.model->has_nextn());
   EXPECT_EQ(m.moe_layers.back(), uint32_t(m.model->info().n_layer));  // the MTP block's experts are sliced too
-  std::vector<std::unique_ptr<WorkerProcess>> processes;
-  ExpertMap map;
-  for (const std::vector<std::string>& part : m.split_experts(kWorkers)) {
-    processes.push_back(std::make_unique<WorkerProcess>(part));
-    ASSERT_TRUE(processes.back()->ok());
-    map.workers.push_back({.address = processes.back()->address(), .label = {}, .holdings = std::nullopt});
-  }
+  WorkerSwarm swarm = start_worker_swarm(m, kWorkers);
+  ASSERT_TRUE(swarm.ok());
+  const ExpertMap& map = swarm.map;
   std::unique_ptr<Model> backbone = backbone_only_model(m);
   ASSERT_TRUE(backbone && backbone->has_nextn());
   ThreadPool pool(2);

@@ -11,6 +11,7 @@
 
 #include "backbone_test_util.h"
 #include "serve/scheduler.h"
+#include "sequence_collector.h"
 
 namespace essaim::serve {
 namespace {
@@ -19,29 +20,7 @@ using namespace std::chrono_literals;
 using backbone::testing::ModelSpec;
 using backbone::testing::SwarmModel;
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenId> tokens;
-  bool done = false;
-  FinishReason reason = FinishReason::NONE;
-
-  SequenceSink sink() {
-    return [this](const SequenceEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
-      if (e.done) {
-        done = true;
-        reason = e.reason;
-        cv.notify_all();
-      }
-    };
-  }
-  bool wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, 120s, [&] { return done; });
-  }
-};
+using testing::Collector;
 
 // Counts the executor calls per layer (one per layer per forward: the batching the scheduler promises).
 class CountingExecutor final : public ExpertExecutor {

@@ -11,6 +11,7 @@
 
 #include "backbone_test_util.h"
 #include "serve/scheduler.h"
+#include "sequence_collector.h"
 
 namespace essaim::serve {
 namespace {
@@ -18,32 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 using backbone::testing::SwarmModel;
 
-// Collects one sequence's events; wait() blocks (bounded) until its final event.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenId> tokens;
-  bool done = false;
-  FinishReason reason = FinishReason::NONE;
-  std::string error;
-
-  SequenceSink sink() {
-    return [this](const SequenceEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
-      if (e.done) {
-        done = true;
-        reason = e.reason;
-        error = e.error;
-        cv.notify_all();
-      }
-    };
-  }
-  bool wait(std::chrono::milliseconds timeout = 60s) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return done; });
-  }
-};
+using testing::Collector;
 
 std::vector<TokenId> prompt_of(const SwarmModel& m, size_t n, uint64_t seed) { return m.tokens(n, seed); }
 
