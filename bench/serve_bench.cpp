@@ -226,18 +226,9 @@ int run(const Options& o) {
   }
   const std::string sharded = std::to_string(o.workers) + " workers";
   for (int rtt : o.rtt_ms) {
-    std::vector<std::unique_ptr<bench::DelayProxy>> proxies;  // one per worker, rtt/2 each way
-    backbone::ExpertMap map;
-    for (const bench::WorkerProcess& p : procs) {
-      std::string address = p.address;
-      if (rtt > 0) {
-        auto proxy = bench::DelayProxy::start("127.0.0.1", p.port, std::chrono::microseconds(rtt * 500));
-        if (!proxy) die("delay proxy: " + proxy.error().message);
-        address = (*proxy)->address();
-        proxies.push_back(std::move(*proxy));
-      }
-      map.workers.push_back({.address = address, .label = {}, .holdings = std::nullopt});
-    }
+    Result<bench::DelayedWorkers> delayed = bench::behind_delay(procs, rtt);
+    if (!delayed) die(delayed.status().message());
+    const backbone::ExpertMap& map = delayed->map;
     backbone::DispatchOptions dopt;
     dopt.timeout = std::chrono::milliseconds(o.timeout_ms);
     dopt.link.connect_timeout = std::chrono::seconds(60);

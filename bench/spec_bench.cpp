@@ -139,18 +139,9 @@ std::vector<std::vector<TokenId>> heldout_prompts(const Model& m, const Options&
 
 json measure(const Model& m, const Options& o, ThreadPool& pool, const std::vector<bench::WorkerProcess>& procs,
              int rtt, std::vector<std::string>& table) {
-  std::vector<std::unique_ptr<bench::DelayProxy>> proxies;
-  backbone::ExpertMap map;
-  for (const bench::WorkerProcess& p : procs) {
-    std::string address = p.address;
-    if (rtt > 0) {
-      auto proxy = bench::DelayProxy::start("127.0.0.1", p.port, std::chrono::microseconds(rtt * 500));
-      if (!proxy) die("delay proxy: " + proxy.error().message);
-      address = (*proxy)->address();
-      proxies.push_back(std::move(*proxy));
-    }
-    map.workers.push_back({.address = address, .label = {}, .holdings = std::nullopt});
-  }
+  Result<bench::DelayedWorkers> delayed = bench::behind_delay(procs, rtt);
+  if (!delayed) die(delayed.status().message());
+  const backbone::ExpertMap& map = delayed->map;
   backbone::DispatchOptions dopt;
   dopt.timeout = std::chrono::milliseconds(10000);
   dopt.link.connect_timeout = std::chrono::seconds(60);

@@ -128,4 +128,19 @@ std::string default_worker_binary(const char* argv0) {
   return std::filesystem::exists(sibling) ? sibling.string() : std::string();
 }
 
+Result<DelayedWorkers> behind_delay(const std::vector<WorkerProcess>& procs, int rtt_ms) {
+  DelayedWorkers d;
+  for (const WorkerProcess& p : procs) {
+    std::string address = p.address;
+    if (rtt_ms > 0) {
+      auto proxy = DelayProxy::start("127.0.0.1", p.port, std::chrono::microseconds(rtt_ms * 500));
+      if (!proxy) return Status::error("delay proxy: " + proxy.error().message);
+      address = (*proxy)->address();
+      d.proxies.push_back(std::move(*proxy));
+    }
+    d.map.workers.push_back({.address = address, .label = {}, .holdings = std::nullopt});
+  }
+  return d;
+}
+
 }  // namespace essaim::bench

@@ -9,10 +9,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backbone/expert_map.h"
 #include "core/status.h"
+#include "delay_proxy.h"
 #include "model/model.h"
 
 namespace essaim::bench {
@@ -34,6 +37,14 @@ struct WorkerProcess {
 std::string default_worker_binary(const char* argv0);
 Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, const std::vector<std::string>& slices);
 void stop_workers(const std::vector<WorkerProcess>& procs);  // SIGTERM, then waits for each
+
+// The workers reached through one delay proxy each, rtt_ms per round trip (rtt/2 each way; no proxy at 0),
+// and the expert map that names them; the proxies live as long as this.
+struct DelayedWorkers {
+  std::vector<std::unique_ptr<DelayProxy>> proxies;
+  backbone::ExpertMap map;
+};
+Result<DelayedWorkers> behind_delay(const std::vector<WorkerProcess>& procs, int rtt_ms);
 
 // CPU seconds (user + system) used so far by this process / by another one (/proc/PID/stat). On a machine
 // shared with other work, CPU time is the stable measure of what a run costs.
