@@ -53,6 +53,18 @@ struct GgufValue {
   uint64_t array_size() const;
 };
 
+// Values of one type, built the one way the writer's setters and synth's metadata plan both use.
+GgufValue gguf_unsigned(GgufValueType t, uint64_t v);  // UINT8/16/32/64 and BOOL (0/1)
+GgufValue gguf_signed(GgufValueType t, int64_t v);     // INT8/16/32/64
+GgufValue gguf_float(GgufValueType t, double v);       // FLOAT32/64
+GgufValue gguf_bool(bool v);
+GgufValue gguf_string(std::string v);
+GgufValue gguf_array_i32(const std::vector<int32_t>& v);
+GgufValue gguf_array_u32(const std::vector<uint32_t>& v);
+GgufValue gguf_array_f32(const std::vector<float>& v);
+GgufValue gguf_array_bool(const std::vector<bool>& v);
+GgufValue gguf_array_string(std::vector<std::string> v);
+
 struct GgufKv {
   std::string key;
   GgufValue value;

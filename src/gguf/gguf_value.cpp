@@ -1,4 +1,4 @@
-// GGUF value-type names, array sizes and the tensor shape rules shared by reader and writer.
+// GGUF value-type names, typed value constructors, array sizes and the tensor shape rules shared by reader and writer.
 #include <limits>
 
 #include "gguf/gguf_file.h"
@@ -24,6 +24,77 @@ std::string_view gguf_value_type_name(GgufValueType t) {
     case GgufValueType::COUNT: break;
   }
   return "INVALID";
+}
+
+namespace {
+
+GgufValue array_of(GgufValueType elem) {
+  GgufValue v;
+  v.type = GgufValueType::ARRAY;
+  v.elem_type = elem;
+  return v;
+}
+
+}  // namespace
+
+GgufValue gguf_unsigned(GgufValueType t, uint64_t v) {
+  GgufValue x;
+  x.type = t;
+  x.u = v;
+  return x;
+}
+
+GgufValue gguf_signed(GgufValueType t, int64_t v) {
+  GgufValue x;
+  x.type = t;
+  x.i = v;
+  return x;
+}
+
+GgufValue gguf_float(GgufValueType t, double v) {
+  GgufValue x;
+  x.type = t;
+  x.f = v;
+  return x;
+}
+
+GgufValue gguf_bool(bool v) { return gguf_unsigned(GgufValueType::BOOL, v ? 1 : 0); }
+
+GgufValue gguf_string(std::string v) {
+  GgufValue x;
+  x.type = GgufValueType::STRING;
+  x.str = std::move(v);
+  return x;
+}
+
+GgufValue gguf_array_i32(const std::vector<int32_t>& v) {
+  GgufValue x = array_of(GgufValueType::INT32);
+  x.ints.assign(v.begin(), v.end());
+  return x;
+}
+
+GgufValue gguf_array_u32(const std::vector<uint32_t>& v) {
+  GgufValue x = array_of(GgufValueType::UINT32);
+  x.uints.assign(v.begin(), v.end());
+  return x;
+}
+
+GgufValue gguf_array_f32(const std::vector<float>& v) {
+  GgufValue x = array_of(GgufValueType::FLOAT32);
+  x.floats.assign(v.begin(), v.end());
+  return x;
+}
+
+GgufValue gguf_array_bool(const std::vector<bool>& v) {
+  GgufValue x = array_of(GgufValueType::BOOL);
+  x.uints.assign(v.begin(), v.end());
+  return x;
+}
+
+GgufValue gguf_array_string(std::vector<std::string> v) {
+  GgufValue x = array_of(GgufValueType::STRING);
+  x.strs = std::move(v);
+  return x;
 }
 
 uint64_t GgufValue::array_size() const {

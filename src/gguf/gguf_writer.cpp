@@ -71,19 +71,6 @@ void put_value(std::string& buf, const GgufValue& v) {
 
 bool valid_value_type(GgufValueType t) { return int32_t(t) >= 0 && t < GgufValueType::COUNT; }
 
-GgufValue scalar(GgufValueType t) {
-  GgufValue v;
-  v.type = t;
-  return v;
-}
-
-GgufValue array_of(GgufValueType elem) {
-  GgufValue v;
-  v.type = GgufValueType::ARRAY;
-  v.elem_type = elem;
-  return v;
-}
-
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {}
@@ -105,43 +92,24 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   kvs_.push_back(GgufKv{key, std::move(value)});
 }
 
-void GgufWriter::set_u8(const std::string& key, uint8_t v) { GgufValue x = scalar(GgufValueType::UINT8); x.u = v; set(key, x); }
-void GgufWriter::set_i8(const std::string& key, int8_t v) { GgufValue x = scalar(GgufValueType::INT8); x.i = v; set(key, x); }
-void GgufWriter::set_u16(const std::string& key, uint16_t v) { GgufValue x = scalar(GgufValueType::UINT16); x.u = v; set(key, x); }
-void GgufWriter::set_i16(const std::string& key, int16_t v) { GgufValue x = scalar(GgufValueType::INT16); x.i = v; set(key, x); }
-void GgufWriter::set_u32(const std::string& key, uint32_t v) { GgufValue x = scalar(GgufValueType::UINT32); x.u = v; set(key, x); }
-void GgufWriter::set_i32(const std::string& key, int32_t v) { GgufValue x = scalar(GgufValueType::INT32); x.i = v; set(key, x); }
-void GgufWriter::set_u64(const std::string& key, uint64_t v) { GgufValue x = scalar(GgufValueType::UINT64); x.u = v; set(key, x); }
-void GgufWriter::set_i64(const std::string& key, int64_t v) { GgufValue x = scalar(GgufValueType::INT64); x.i = v; set(key, x); }
-void GgufWriter::set_f32(const std::string& key, float v) { GgufValue x = scalar(GgufValueType::FLOAT32); x.f = v; set(key, x); }
-void GgufWriter::set_f64(const std::string& key, double v) { GgufValue x = scalar(GgufValueType::FLOAT64); x.f = v; set(key, x); }
-void GgufWriter::set_bool(const std::string& key, bool v) { GgufValue x = scalar(GgufValueType::BOOL); x.u = v ? 1 : 0; set(key, x); }
-void GgufWriter::set_string(const std::string& key, const std::string& v) { GgufValue x = scalar(GgufValueType::STRING); x.str = v; set(key, x); }
-
-void GgufWriter::set_array_i32(const std::string& key, const std::vector<int32_t>& v) {
-  GgufValue x = array_of(GgufValueType::INT32);
-  x.ints.assign(v.begin(), v.end());
-  set(key, std::move(x));
-}
-void GgufWriter::set_array_u32(const std::string& key, const std::vector<uint32_t>& v) {
-  GgufValue x = array_of(GgufValueType::UINT32);
-  x.uints.assign(v.begin(), v.end());
-  set(key, std::move(x));
-}
-void GgufWriter::set_array_f32(const std::string& key, const std::vector<float>& v) {
-  GgufValue x = array_of(GgufValueType::FLOAT32);
-  x.floats.assign(v.begin(), v.end());
-  set(key, std::move(x));
-}
-void GgufWriter::set_array_bool(const std::string& key, const std::vector<bool>& v) {
-  GgufValue x = array_of(GgufValueType::BOOL);
-  x.uints.assign(v.begin(), v.end());
-  set(key, std::move(x));
-}
+void GgufWriter::set_u8(const std::string& key, uint8_t v) { set(key, gguf_unsigned(GgufValueType::UINT8, v)); }
+void GgufWriter::set_i8(const std::string& key, int8_t v) { set(key, gguf_signed(GgufValueType::INT8, v)); }
+void GgufWriter::set_u16(const std::string& key, uint16_t v) { set(key, gguf_unsigned(GgufValueType::UINT16, v)); }
+void GgufWriter::set_i16(const std::string& key, int16_t v) { set(key, gguf_signed(GgufValueType::INT16, v)); }
+void GgufWriter::set_u32(const std::string& key, uint32_t v) { set(key, gguf_unsigned(GgufValueType::UINT32, v)); }
+void GgufWriter::set_i32(const std::string& key, int32_t v) { set(key, gguf_signed(GgufValueType::INT32, v)); }
+void GgufWriter::set_u64(const std::string& key, uint64_t v) { set(key, gguf_unsigned(GgufValueType::UINT64, v)); }
+void GgufWriter::set_i64(const std::string& key, int64_t v) { set(key, gguf_signed(GgufValueType::INT64, v)); }
+void GgufWriter::set_f32(const std::string& key, float v) { set(key, gguf_float(GgufValueType::FLOAT32, v)); }
+void GgufWriter::set_f64(const std::string& key, double v) { set(key, gguf_float(GgufValueType::FLOAT64, v)); }
+void GgufWriter::set_bool(const std::string& key, bool v) { set(key, gguf_bool(v)); }
+void GgufWriter::set_string(const std::string& key, const std::string& v) { set(key, gguf_string(v)); }
+void GgufWriter::set_array_i32(const std::string& key, const std::vector<int32_t>& v) { set(key, gguf_array_i32(v)); }
+void GgufWriter::set_array_u32(const std::string& key, const std::vector<uint32_t>& v) { set(key, gguf_array_u32(v)); }
+void GgufWriter::set_array_f32(const std::string& key, const std::vector<float>& v) { set(key, gguf_array_f32(v)); }
+void GgufWriter::set_array_bool(const std::string& key, const std::vector<bool>& v) { set(key, gguf_array_bool(v)); }
 void GgufWriter::set_array_string(const std::string& key, const std::vector<std::string>& v) {
-  GgufValue x = array_of(GgufValueType::STRING);
-  x.strs = v;
-  set(key, std::move(x));
+  set(key, gguf_array_string(v));
 }
 void GgufWriter::set_value(const std::string& key, const GgufValue& v) { set(key, v); }
 

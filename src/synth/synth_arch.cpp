@@ -7,22 +7,6 @@
 #include "core/status.h"
 
 namespace essaim {
-namespace {
-
-GgufValue scalar(GgufValueType t) {
-  GgufValue v;
-  v.type = t;
-  return v;
-}
-
-GgufValue array_of(GgufValueType elem) {
-  GgufValue v;
-  v.type = GgufValueType::ARRAY;
-  v.elem_type = elem;
-  return v;
-}
-
-}  // namespace
 
 std::string_view synth_arch_name(SynthArch a) {
   switch (a) {
@@ -54,48 +38,20 @@ std::string_view synth_type_mix_name(SynthTypeMix t) {
   return "";
 }
 
-
-
 void SynthMetadata::set_u32(const std::string& key, uint32_t v) {
-  GgufValue x = scalar(GgufValueType::UINT32);
-  x.u = v;
-  kvs.push_back({key, std::move(x)});
+  kvs.push_back({key, gguf_unsigned(GgufValueType::UINT32, v)});
 }
-
-void SynthMetadata::set_f32(const std::string& key, float v) {
-  GgufValue x = scalar(GgufValueType::FLOAT32);
-  x.f = v;
-  kvs.push_back({key, std::move(x)});
-}
-
-void SynthMetadata::set_bool(const std::string& key, bool v) {
-  GgufValue x = scalar(GgufValueType::BOOL);
-  x.u = v ? 1 : 0;
-  kvs.push_back({key, std::move(x)});
-}
-
-void SynthMetadata::set_string(const std::string& key, const std::string& v) {
-  GgufValue x = scalar(GgufValueType::STRING);
-  x.str = v;
-  kvs.push_back({key, std::move(x)});
-}
-
+void SynthMetadata::set_f32(const std::string& key, float v) { kvs.push_back({key, gguf_float(GgufValueType::FLOAT32, v)}); }
+void SynthMetadata::set_bool(const std::string& key, bool v) { kvs.push_back({key, gguf_bool(v)}); }
+void SynthMetadata::set_string(const std::string& key, const std::string& v) { kvs.push_back({key, gguf_string(v)}); }
 void SynthMetadata::set_array_i32(const std::string& key, const std::vector<int32_t>& v) {
-  GgufValue x = array_of(GgufValueType::INT32);
-  x.ints.assign(v.begin(), v.end());
-  kvs.push_back({key, std::move(x)});
+  kvs.push_back({key, gguf_array_i32(v)});
 }
-
 void SynthMetadata::set_array_bool(const std::string& key, const std::vector<bool>& v) {
-  GgufValue x = array_of(GgufValueType::BOOL);
-  x.uints.assign(v.begin(), v.end());
-  kvs.push_back({key, std::move(x)});
+  kvs.push_back({key, gguf_array_bool(v)});
 }
-
 void SynthMetadata::set_array_string(const std::string& key, const std::vector<std::string>& v) {
-  GgufValue x = array_of(GgufValueType::STRING);
-  x.strs = v;
-  kvs.push_back({key, std::move(x)});
+  kvs.push_back({key, gguf_array_string(v)});
 }
 
 const GgufValue* SynthMetadata::find(std::string_view key) const {

@@ -76,7 +76,9 @@ TEST(SynthWeights, SmallPresetTypesFollowTheRuleWithTheQ8_0Fallback) {
   for (const SynthTensor& t : plan->tensors) {
     if (t.kind == TensorName::FFN_DOWN_EXPS) EXPECT_EQ(t.type, GgmlType::Q8_0) << t.name;  // ne[0] = 32
     if (t.kind == TensorName::FFN_GATE_EXPS) EXPECT_EQ(t.type, GgmlType::Q4_K) << t.name;
-    if (t.kind == TensorName::FFN_GATE_INP) EXPECT_EQ(t.type, GgmlType::F32) << t.name;
+    if (t.kind == TensorName::FFN_GATE_INP) {
+      EXPECT_EQ(t.type, GgmlType::F32) << t.name;
+    }
   }
   Result<SynthPlan> bf16 = synth_plan(small_options(SynthTypeMix::BF16));
   ASSERT_TRUE(bf16.is_ok());
