@@ -32,17 +32,13 @@ namespace essaim::cli {
 namespace {
 
 struct EvalArgs {
-  ModelSource source;
+  ModelLoadFlags load;
   std::string model;  // the path loaded (either source), for messages
   std::string tokens;
   std::string prompt;
   std::string logits_out;
   int32_t batch = 0;
   int32_t threads = 0;
-  std::string kv_type = "f16";
-  bool mlock = false;
-  bool no_mmap = false;
-  bool keep_page_cache = false;
   bool json = false;
   DispatchFlags swarm;
 };
@@ -74,10 +70,7 @@ Status run_eval(const EvalArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()},
-                         a.keep_page_cache));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.load));
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
 
   std::vector<int32_t> ids;
@@ -92,12 +85,11 @@ Status run_eval(const EvalArgs& a) {
     ids = tok->encode(a.prompt, /*parse_special=*/true);
     if (ids.empty()) return Status::error("the prompt encodes to no tokens");
   }
-  if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(*model, &pool, a.swarm, "essaim eval"));
   ExpertExecutor& experts = *chosen.executor;
-  SequenceCache cache = model->new_cache({.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16,
+  SequenceCache cache = model->new_cache({.kv_type = a.load.kv(),
                                           .n_ctx = std::max<int32_t>(int32_t(ids.size()), 1)});
   const size_t V = size_t(model->info().n_vocab);
   std::vector<float> logits(ids.size() * V);  // [n_tokens][n_vocab]
@@ -117,7 +109,7 @@ Status run_eval(const EvalArgs& a) {
                double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
   std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
   print_dispatch_stats(chosen, "essaim eval");
-  if (a.source.is_backbone()) print_backbone_memory(*model, "essaim eval");
+  if (a.load.source.is_backbone()) print_backbone_memory(*model, "essaim eval");
   if (a.json) {
     ESSAIM_ASSIGN_OR_RETURN(nlohmann::json logits_file, file_summary_json(a.logits_out));
     nlohmann::json j{{"command", "eval"},
@@ -143,23 +135,19 @@ Status run_eval(const EvalArgs& a) {
 void register_eval(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Teacher-forced logits of every position, written as .npy");
-  add_model_source_flags(*cmd, args->source);
+  add_model_load_flags(*cmd, args->load);
   auto* tokens = cmd->add_option("--tokens", args->tokens, "Comma-separated token ids");
   auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "Text to tokenize and evaluate");
   tokens->excludes(prompt);
   cmd->add_option("--logits-out", args->logits_out, "Output .npy file (float32 [n_tokens, n_vocab])")->required();
   add_batch_flag(*cmd, args->batch, "Evaluate in chunks of N tokens (default: all at once)");
   add_threads_flag(*cmd, args->threads);
-  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")->check(CLI::IsMember({"f16", "f32"}));
-  cmd->add_flag("--mlock", args->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
-  add_no_mmap_flag(*cmd, args->no_mmap);
-  add_keep_page_cache_flag(*cmd, args->keep_page_cache);
   add_json_flag(*cmd, args->json);
   add_dispatch_flags(*cmd, args->swarm);
   cmd->callback([args, &exit_code, tokens, prompt] {
     if (tokens->count() == 0 && prompt->count() == 0) throw UsageError("give --tokens or -p");
-    check_model_source(args->source, args->swarm);
-    args->model = args->source.path();
+    check_model_source(args->load.source, args->swarm);
+    args->model = args->load.source.path();
     Status s = run_eval(*args);
     if (!s) {
       std::fprintf(stderr, "essaim eval: %s\n", s.message().c_str());

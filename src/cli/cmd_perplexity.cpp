@@ -130,7 +130,7 @@ Status run_perplexity(const PerplexityArgs& a) {
     std::vector<int32_t> chunk(ids.begin() + std::ptrdiff_t(c * n_ctx), ids.begin() + std::ptrdiff_t((c + 1) * n_ctx));
     if (tokens.bos) chunk[0] = *tokens.bos;  // as llama-perplexity: the chunk's first token becomes BOS
     SequenceCache cache = model->new_cache(
-        {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = int32_t(n_ctx)});
+        {.kv_type = kv_type_from_flag(a.kv_type), .n_ctx = int32_t(n_ctx)});
     recorder.start_sequence();
     for (size_t b = 0; b < n_ctx; b += step) {
       const size_t n = std::min(step, n_ctx - b);
@@ -142,7 +142,7 @@ Status run_perplexity(const PerplexityArgs& a) {
     tally.add_chunk(logits, chunk, V);
     if (a.mtp) {  // the draft head over the chunk: position j from hidden j and token j+1
       SequenceCache nc = model->new_nextn_cache(
-          {.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = int32_t(n_ctx)});
+          {.kv_type = kv_type_from_flag(a.kv_type), .n_ctx = int32_t(n_ctx)});
       const NextnItem d{.hidden = std::span<const float>(hidden).subspan(0, (n_ctx - 1) * E),
                         .tokens = std::span<const int32_t>(chunk).subspan(1), .cache = &nc, .logits = draft_logits};
       ESSAIM_RETURN_IF_ERROR(model->forward_nextn_batch({.items = std::span(&d, 1), .experts = &experts, .pool = &pool}));
@@ -201,8 +201,7 @@ void register_perplexity(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1 << 30));
   add_batch_flag(*cmd, args->batch, "Evaluate each chunk in pieces of N tokens (default: the whole chunk)");
   add_threads_flag(*cmd, args->threads);
-  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")
-      ->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_type_flag(*cmd, args->kv_type);
   cmd->add_flag("--router-stats", args->router_stats,
                 "Also summarise the router's picks per layer: usage entropy, top 10% share, reuse of the previous "
                 "token's experts");

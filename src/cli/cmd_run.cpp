@@ -32,7 +32,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "moe/executor.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -40,7 +40,7 @@ namespace essaim::cli {
 namespace {
 
 struct RunArgs {
-  ModelSource source;
+  ModelLoadFlags load;
   std::string model;  // the path loaded (either source), for messages
   std::string prompt;
   std::string system;
@@ -51,10 +51,6 @@ struct RunArgs {
   int32_t threads = 0;
   int32_t batch = 0;
   int32_t n_ctx = 0;
-  std::string kv_type = "f16";
-  bool mlock = false;
-  bool no_mmap = false;
-  bool keep_page_cache = false;
   bool json = false;
   DispatchFlags swarm;
   SpecFlags spec;
@@ -149,7 +145,7 @@ void print_summary(const RunArgs& a, const Model& model, const ExecutorChoice& c
     std::fprintf(stderr, "essaim run: %llu layer calls for %d tokens (prompt included): %.2f per generated token\n",
                  (unsigned long long)calls, g.n_gen, double(calls) / double(g.n_gen));
   }
-  if (a.source.is_backbone()) print_backbone_memory(model, "essaim run");
+  if (a.load.source.is_backbone()) print_backbone_memory(model, "essaim run");
 }
 
 Status print_json(const RunArgs& a, const Model& model, const ExecutorChoice& chosen, const ThreadPool& pool,
@@ -187,33 +183,34 @@ Status print_json(const RunArgs& a, const Model& model, const ExecutorChoice& ch
   return Status::ok();
 }
 
+// -p as it is, or with --chat the model's own chat template (docs/serve.md: the Jinja engine serve uses) around
+// a system message (--system) and the user's prompt; --no-think renders it with enable_thinking false.
+Result<std::string> prompt_text(const RunArgs& a, const std::string& chat_template, const Tokenizer& tok) {
+  if (!a.chat) return a.prompt;
+  ESSAIM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::create(chat_template, tok));
+  ChatTemplateInput input;
+  if (!a.system.empty()) input.messages.push_back({{"role", "system"}, {"content", a.system}});
+  input.messages.push_back({{"role", "user"}, {"content", a.prompt}});
+  if (a.no_think) input.kwargs["enable_thinking"] = false;
+  return tmpl.render(input);
+}
+
 Status run_generate(const RunArgs& a) {
   const auto t_load = Clock::now();
   keep_freed_memory_for_reuse();
-  ESSAIM_ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      load_model_for_cli(a.model, {.mlock = a.mlock, .no_mmap = a.no_mmap, .backbone_file = a.source.is_backbone()},
-                         a.keep_page_cache));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_cli(a.load));
   const double load_s = seconds_since(t_load);
   ESSAIM_ASSIGN_OR_RETURN(Vocab vocab, vocab_from_gguf(model->file()));
   const std::string chat_template = vocab.chat_template;
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
-  if (a.kv_type != "f16" && a.kv_type != "f32") return Status::error("--kv-type must be f16 or f32");
 
-  std::string text = a.prompt;
-  if (a.chat) {
-    ESSAIM_ASSIGN_OR_RETURN(ChatFormat fmt, chat_format_for(model->info().arch, chat_template));
-    std::vector<ChatMessage> messages;
-    if (!a.system.empty()) messages.push_back({"system", a.system});
-    messages.push_back({"user", a.prompt});
-    text = chat_render(fmt, messages, {.add_generation_prompt = true, .enable_thinking = !a.no_think});
-  }
+  ESSAIM_ASSIGN_OR_RETURN(const std::string text, prompt_text(a, chat_template, tok));
   const std::vector<TokenId> prompt = tok.encode(text, /*parse_special=*/true);
   if (prompt.empty()) return Status::error("the prompt encodes to no tokens");
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
   ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_executor(*model, &pool, a.swarm));
-  const CacheOptions cache{.kv_type = a.kv_type == "f32" ? KvType::F32 : KvType::F16, .n_ctx = a.n_ctx};
+  const CacheOptions cache{.kv_type = a.load.kv(), .n_ctx = a.n_ctx};
   // The context size, from a cache that allocates nothing (speculative decoding makes its own caches).
   const int32_t n_ctx = model->new_nextn_cache(cache).n_ctx();
   if (int64_t(prompt.size()) >= n_ctx)
@@ -263,7 +260,7 @@ Status run_generate(const RunArgs& a) {
 void register_run(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streaming it");
-  add_model_source_flags(*cmd, a->source);
+  add_model_load_flags(*cmd, a->load);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the user message with --chat)")->required();
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default 128)")->check(kNonNegative);
   add_sampling_flags(*cmd, a->sampling);
@@ -273,16 +270,12 @@ void register_run(CLI::App& app, int& exit_code) {
   add_threads_flag(*cmd, a->threads);
   add_batch_flag(*cmd, a->batch, "Prompt chunk size (default: whole prompt)");
   add_ctx_flag(*cmd, a->n_ctx, "Context size (default: the model's, at most 8192)");
-  cmd->add_option("--kv-type", a->kv_type, "KV cache type: f16 (default) or f32")->check(CLI::IsMember({"f16", "f32"}));
-  cmd->add_flag("--mlock", a->mlock, "Read the model into RAM (progress on a terminal) and pin it there");
-  add_no_mmap_flag(*cmd, a->no_mmap);
-  add_keep_page_cache_flag(*cmd, a->keep_page_cache);
   add_json_flag(*cmd, a->json);
   add_dispatch_flags(*cmd, a->swarm);
   add_spec_flags(*cmd, a->spec);
   cmd->callback([a, &exit_code] {
-    check_model_source(a->source, a->swarm);
-    a->model = a->source.path();
+    check_model_source(a->load.source, a->swarm);
+    a->model = a->load.source.path();
     Status s = run_generate(*a);
     if (!s) {
       std::fprintf(stderr, "essaim run: %s\n", s.message().c_str());

@@ -35,6 +35,26 @@ Status read_into_memory(const std::string& path) {
 
 }  // namespace
 
+void add_kv_type_flag(CLI::App& cmd, std::string& kv_type) {
+  cmd.add_option("--kv-type", kv_type, "KV cache type: f16 (default, as llama.cpp) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}));
+}
+
+void add_model_load_flags(CLI::App& cmd, ModelLoadFlags& flags) {
+  add_model_source_flags(cmd, flags.source);
+  add_kv_type_flag(cmd, flags.kv_type);
+  cmd.add_flag("--mlock", flags.mlock, "Read the model into RAM (progress on a terminal) and pin it there");
+  add_no_mmap_flag(cmd, flags.no_mmap);
+  add_keep_page_cache_flag(cmd, flags.keep_page_cache);
+}
+
+Result<std::unique_ptr<Model>> load_model_for_cli(const ModelLoadFlags& flags) {
+  return load_model_for_cli(
+      flags.source.path(),
+      {.mlock = flags.mlock, .no_mmap = flags.no_mmap, .backbone_file = flags.source.is_backbone()},
+      flags.keep_page_cache);
+}
+
 void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);

@@ -41,6 +41,26 @@ void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& 
 // --worker-audit (an audit recomputes answers from the experts' bytes). Throws UsageError.
 void check_model_source(const ModelSource& src, const DispatchFlags& swarm);
 
+inline KvType kv_type_from_flag(const std::string& flag) { return flag == "f32" ? KvType::F32 : KvType::F16; }
+
+// The loading flags run and eval share: the model source, --kv-type, --mlock, --no-mmap, --keep-page-cache.
+//   ModelLoadFlags load;
+//   add_model_load_flags(*cmd, load);                          // in the callback: check_model_source(load.source, swarm)
+//   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model_for_cli(load));
+//   model->new_cache({.kv_type = load.kv()});
+struct ModelLoadFlags {
+  ModelSource source;
+  std::string kv_type = "f16";
+  bool mlock = false;
+  bool no_mmap = false;
+  bool keep_page_cache = false;
+  KvType kv() const { return kv_type_from_flag(kv_type); }
+};
+void add_model_load_flags(CLI::App& cmd, ModelLoadFlags& flags);
+// --kv-type f16 (default, as llama.cpp) or f32.
+void add_kv_type_flag(CLI::App& cmd, std::string& kv_type);
+Result<std::unique_ptr<Model>> load_model_for_cli(const ModelLoadFlags& flags);
+
 // Keeps the memory a forward frees for the next one (glibc: no mmap'd chunks, no trimming of the heap's top):
 // a pp512 step frees ~200 MB of scratch, and getting it back from the kernel as fresh zeroed pages cost ~5 %
 // of prefill in page faults. The process's resident size stays at its peak. For the commands that compute the

@@ -55,10 +55,7 @@ Status Server::load() {
   }
   ESSAIM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::create(std::move(vocab)));
   tokenizer_.emplace(std::move(tok));
-  const auto special = [&](std::optional<TokenId> id) {
-    return id ? tokenizer_->token_to_piece(*id, /*render_special=*/true) : std::string();
-  };
-  ESSAIM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::create(chat_template, special(tokenizer_->bos()), special(tokenizer_->eos())));
+  ESSAIM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::create(chat_template, *tokenizer_));
   chat_template_.emplace(std::move(tmpl));
   if (chat_template_->is_chatml_fallback())
     std::fprintf(stderr, "essaim serve: %s has no chat template; using ChatML\n", options_.model_path.c_str());

@@ -54,6 +54,25 @@ void SynthMetadata::set_array_string(const std::string& key, const std::vector<s
   kvs.push_back({key, gguf_array_string(v)});
 }
 
+void synth_attention_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m) {
+  m.set_u32(a + "context_length", h.context_length);
+  m.set_u32(a + "embedding_length", h.n_embd);
+  m.set_u32(a + "block_count", h.block_count());
+  m.set_u32(a + "attention.head_count", h.n_head);
+  m.set_u32(a + "attention.head_count_kv", h.n_head_kv);
+  m.set_u32(a + "attention.key_length", h.head_dim);
+  m.set_u32(a + "attention.value_length", h.head_dim);
+  m.set_f32(a + "attention.layer_norm_rms_epsilon", h.rms_eps);
+  m.set_f32(a + "rope.freq_base", h.rope_freq_base);
+  m.set_u32(a + "rope.dimension_count", h.n_rot);
+}
+
+void synth_expert_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m) {
+  m.set_u32(a + "expert_count", h.n_expert);
+  m.set_u32(a + "expert_used_count", h.n_expert_used);
+  m.set_u32(a + "expert_feed_forward_length", h.expert_ff);
+}
+
 const GgufValue* SynthMetadata::find(std::string_view key) const {
   for (const GgufKv& kv : kvs)
     if (kv.key == key) return &kv.value;

@@ -108,6 +108,11 @@ struct SynthMetadata {
   const GgufValue* find(std::string_view key) const;
 };
 
+// The keys every architecture writes the same way, under its prefix `a` ("qwen3moe."): the attention and rope
+// shape (context_length .. rope.dimension_count), and the routed experts' count, fan-out and width.
+void synth_attention_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m);
+void synth_expert_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m);
+
 struct SynthArchDesc {
   SynthArch arch;
   const char* name;            // general.architecture and the key prefix

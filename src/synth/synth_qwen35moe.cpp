@@ -73,21 +73,10 @@ SynthLayerKind qwen35moe_layer_kind(const SynthHparams& h, uint32_t block) {
 
 void qwen35moe_metadata(const SynthHparams& h, SynthMetadata& m) {
   const std::string a = "qwen35moe.";
-  m.set_u32(a + "context_length", h.context_length);
-  m.set_u32(a + "embedding_length", h.n_embd);
-  m.set_u32(a + "block_count", h.block_count());
-  m.set_u32(a + "attention.head_count", h.n_head);
-  m.set_u32(a + "attention.head_count_kv", h.n_head_kv);
-  m.set_u32(a + "attention.key_length", h.head_dim);
-  m.set_u32(a + "attention.value_length", h.head_dim);
-  m.set_f32(a + "attention.layer_norm_rms_epsilon", h.rms_eps);
-  m.set_f32(a + "rope.freq_base", h.rope_freq_base);
-  m.set_u32(a + "rope.dimension_count", h.n_rot);
+  synth_attention_metadata(a, h, m);
   m.set_array_i32(a + "rope.dimension_sections",
                   {h.rope_sections[0], h.rope_sections[1], h.rope_sections[2], h.rope_sections[3]});
-  m.set_u32(a + "expert_count", h.n_expert);
-  m.set_u32(a + "expert_used_count", h.n_expert_used);
-  m.set_u32(a + "expert_feed_forward_length", h.expert_ff);
+  synth_expert_metadata(a, h, m);
   m.set_u32(a + "expert_shared_feed_forward_length", h.shared_ff);
   m.set_u32(a + "ssm.conv_kernel", h.ssm_conv_kernel);
   m.set_u32(a + "ssm.inner_size", h.ssm_value_dim());

@@ -19,6 +19,13 @@ Result<ChatTemplate> ChatTemplate::create(std::string_view source, std::string b
   return t;
 }
 
+Result<ChatTemplate> ChatTemplate::create(std::string_view source, const Tokenizer& tokenizer) {
+  const auto spelled = [&](std::optional<TokenId> id) {
+    return id ? tokenizer.token_to_piece(*id, /*render_special=*/true) : std::string();
+  };
+  return create(source, spelled(tokenizer.bos()), spelled(tokenizer.eos()));
+}
+
 Result<std::string> ChatTemplate::render(const ChatTemplateInput& in) const {
   nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
   for (const auto& [k, v] : in.kwargs.items()) ctx[k] = v;  // the fixed variables below take precedence

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "text/jinja.h"
+#include "text/tokenizer.h"
 
 namespace essaim {
 
@@ -28,6 +29,8 @@ class ChatTemplate {
  public:
   // ChatML when `source` is empty; a parse error names the template's line.
   static Result<ChatTemplate> create(std::string_view source, std::string bos_token, std::string eos_token);
+  // bos_token and eos_token as the tokenizer spells them ("" where the vocabulary has none).
+  static Result<ChatTemplate> create(std::string_view source, const Tokenizer& tokenizer);
   Result<std::string> render(const ChatTemplateInput& input) const;
   bool is_chatml_fallback() const { return fallback_; }
 

@@ -6,8 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_util.h"
+#include "gguf/gguf_file.h"
 #include "gguf/model_identity.h"
 #include "model_fixture.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "text/vocab.h"
 
 namespace essaim::cli_test {
 namespace {
@@ -53,6 +57,32 @@ TEST(Json, Run) {
   // The text is what the human form streams (after the prompt it echoes).
   const CliRun human = run_cli("essaim run -m " + tiny_model() + " -p Hello -n 5 --temp 0");
   EXPECT_EQ(human.out, "Hello" + j["text"].get<std::string>() + "\n");
+}
+
+// `run --chat` sends the model's own template (the synth file's Qwen3 one) rendered around --system and -p:
+// the prompt it counts is that rendering's token count, and --no-think takes the template's own branch.
+TEST(Json, RunChatRendersTheModelsOwnTemplate) {
+  Result<GgufFile> file = GgufFile::open(tiny_model());
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  Result<Vocab> vocab = vocab_from_gguf(*file);
+  ASSERT_TRUE(vocab.is_ok()) << vocab.status().message();
+  const std::string source = vocab->chat_template;
+  ASSERT_NE(source.find("enable_thinking"), std::string::npos);
+  Result<Tokenizer> tok = Tokenizer::create(std::move(*vocab));
+  ASSERT_TRUE(tok.is_ok());
+  Result<ChatTemplate> tmpl = ChatTemplate::create(source, *tok);
+  ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().message();
+  for (const bool think : {true, false}) {
+    ChatTemplateInput in;
+    in.messages.push_back({{"role", "system"}, {"content", "Be brief."}});
+    in.messages.push_back({{"role", "user"}, {"content", "Hello"}});
+    if (!think) in.kwargs["enable_thinking"] = false;
+    const size_t expected = tok->encode(*tmpl->render(in), /*parse_special=*/true).size();
+    const nlohmann::json j = parse_stdout(run_cli("essaim run -m " + tiny_model() +
+                                                  " --chat --system 'Be brief.' -p Hello -n 2 --temp 0 --json" +
+                                                  (think ? "" : " --no-think")));
+    EXPECT_EQ(j["prompt_tokens"].get<size_t>(), expected) << (think ? "thinking" : "--no-think");
+  }
 }
 
 TEST(Json, Eval) {

@@ -18,7 +18,7 @@
 #include "text/byte_unicode.h"
 #include "gguf/gguf_file.h"
 #include "skip.h"
-#include "text/chat.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
 
@@ -118,9 +118,9 @@ TEST(JsReference, Qwen3TokenizerJsonGivesIdenticalIds) {
   EXPECT_EQ(vocab->pre, "qwen2");
   EXPECT_EQ(vocab->eos_id, std::optional<uint32_t>(151645));  // tokenizer_config.json: <|im_end|>
   EXPECT_EQ(vocab->bos_id, std::optional<uint32_t>(151643));
-  Result<ChatFormat> format = chat_format_for("", vocab->chat_template);
-  ASSERT_TRUE(format.is_ok()) << format.status().message();
-  EXPECT_EQ(*format, ChatFormat::QWEN3);
+  Result<ChatTemplate> chat = ChatTemplate::create(vocab->chat_template, "", "<|im_end|>");  // its own, parsed
+  ASSERT_TRUE(chat.is_ok()) << chat.status().message();
+  EXPECT_FALSE(chat->is_chatml_fallback());
   Result<Tokenizer> tok = Tokenizer::create(std::move(*vocab));
   ASSERT_TRUE(tok.is_ok()) << tok.status().message();
   EXPECT_EQ(tok->type(151662), TokenType::CONTROL);       // <|fim_pad|>: looks special
