@@ -140,6 +140,15 @@ struct RemoteExpertExecutor::Outgoing {
 };
 
 // What came back for one request: the answer (or why none), who gave it, and what hedging did.
+// One of the two requests racing for a late request's answer (the original and its hedged duplicate).
+struct RemoteExpertExecutor::RaceSide {
+  size_t link;
+  uint64_t id;
+  std::shared_ptr<LinkSession> session;
+  Clock::time_point sent_at;
+  bool open = true;
+};
+
 struct RemoteExpertExecutor::Answer {
   LinkAnswer answer;
   size_t link = 0;                      // the link that answered, or whose failure this is
@@ -534,8 +543,7 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
                                                                 net::Deadline deadline,
                                                                 const std::vector<std::shared_ptr<LinkSession>>& sessions,
                                                                 std::vector<uint64_t>& load) {
-  const ExpertLayer* layer = replica_.any(b.layer);
-  const uint64_t E = uint64_t(layer->n_embd);
+  const uint64_t E = uint64_t(replica_.any(b.layer)->n_embd);
   auto checked = [&](LinkAnswer a) { return checked_answer(std::move(a), o.pairs.size(), E, options_.expert_output); };
   Answer r{.answer = {}, .link = o.link, .session = o.session, .sent_at = o.sent_at};
   std::chrono::nanoseconds late = chooser_.hedge_after(o.link);
@@ -562,63 +570,66 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
     r.answer = checked(links_[o.link]->wait(o.id, Clock::now()));  // the deadline passed: TIMEOUT
     return r;
   }
-  // Late relative to its own history. A second replica: live, another link, holding every pair's expert,
-  // with frame limits the same request fits.
-  const uint64_t row_bytes = layer->activation_row_bytes();
+  // Without a second replica (or a duplicate that cannot be sent) the original is all there is.
+  const std::optional<RaceSide> hedge = send_hedge(b, o, deadline, sessions, load);
+  if (!hedge) {
+    if (!early) r.answer = checked(links_[o.link]->wait(o.id, deadline));
+    return r;
+  }
+  r.hedged = true;
+  r.hedge_link = hedge->link;
+  r.hedge_bytes = o.request_bytes;
+  return race(r, {o.link, o.id, o.session, o.sent_at, /*open=*/!early}, *hedge, deadline, forced_hedge, E, o);
+}
+
+// Late relative to its own history. A second replica: live, another link, holding every pair's expert, with
+// frame limits the same request fits; the duplicate is the same request with another id.
+std::optional<RemoteExpertExecutor::RaceSide> RemoteExpertExecutor::send_hedge(
+    const ExpertBatch& b, const Outgoing& o, net::Deadline deadline,
+    const std::vector<std::shared_ptr<LinkSession>>& sessions, std::vector<uint64_t>& load) {
+  const ExpertLayer* layer = replica_.any(b.layer);
+  const uint64_t E = uint64_t(layer->n_embd);
   std::vector<size_t> candidates;
   for (size_t j = 0; j < links_.size(); ++j) {
     if (j == o.link || !sessions[j]) continue;
     bool all = true;
     for (size_t i = 0; i < o.pairs.size() && all; ++i)
       all = holdings_contain(sessions[j]->routable, uint32_t(b.layer), uint32_t(b.ids[o.pairs[i]]));
-    const uint64_t rows = o.request_bytes;  // the duplicate is the same request with another id
-    all = all && rows - proto::kFrameHeaderBytes <= sessions[j]->conn->peer_max_payload_bytes() &&
+    all = all && o.request_bytes - proto::kFrameHeaderBytes <= sessions[j]->conn->peer_max_payload_bytes() &&
           proto::expert_response_payload_bytes(o.pairs.size(), E, options_.expert_output) <=
               sessions[j]->conn->max_payload_bytes();
     if (all) candidates.push_back(j);
   }
-  // Without a second replica (or a duplicate that cannot be sent) the original is all there is.
-  auto original_only = [&]() -> Answer {
-    if (!early) r.answer = checked(links_[o.link]->wait(o.id, deadline));
-    return r;
-  };
-  if (candidates.empty()) return original_only();
+  if (candidates.empty()) return std::nullopt;
   const size_t h = chooser_.choose(candidates, load);
   LinkSession& hs = *sessions[h];
   const uint64_t hid = links_[h]->begin_request(hs);
-  const proto::ExpertRequest dup = make_request(b, o.pairs, hid, row_bytes, options_.expert_output);
+  const proto::ExpertRequest dup = make_request(b, o.pairs, hid, layer->activation_row_bytes(), options_.expert_output);
   const Clock::time_point hedge_sent = Clock::now();
   if (std::optional<LinkAnswer> f = links_[h]->send(hs, dup, deadline)) {
     if (f->reason != FallbackReason::TOO_LARGE) links_[h]->fail(hs, f->reason, f->message);
-    return original_only();
+    return std::nullopt;
   }
   load[h] += o.pairs.size();
-  r.hedged = true;
-  r.hedge_link = h;
-  r.hedge_bytes = o.request_bytes;
+  return RaceSide{h, hid, sessions[h], hedge_sent};
+}
 
-  // The first good answer of the two wins and the other request is forgotten (its late answer is dropped,
-  // and a slow worker is not blamed for being slower). A failure on one side leaves the other to wait for;
-  // when both fail, the first failure is blamed here and the second returned. Polled in 1 ms slices.
-  struct Side {
-    size_t link;
-    uint64_t id;
-    std::shared_ptr<LinkSession> session;
-    Clock::time_point sent_at;
-    bool open = true;
-  };
-  Side sides[2] = {{o.link, o.id, o.session, o.sent_at}, {h, hid, sessions[h], hedge_sent}};
+// The first good answer of the two wins and the other request is forgotten (its late answer is dropped, and a
+// slow worker is not blamed for being slower). A failure on one side leaves the other to wait for; when both
+// fail, the first failure is blamed here and the second returned. Polled in 1 ms slices. `r` carries the
+// original's failure when it already failed (original.open false).
+RemoteExpertExecutor::Answer RemoteExpertExecutor::race(const Answer& r, RaceSide original, RaceSide hedge,
+                                                        net::Deadline deadline, bool forced_hedge, uint64_t E,
+                                                        const Outgoing& o) {
+  RaceSide sides[2] = {original, hedge};
   std::vector<Answer> failures;
-  if (early) {  // the original already failed: only the duplicate is waited for
-    sides[0].open = false;
-    failures.push_back(r);
-  }
+  if (!original.open) failures.push_back(r);
   while (sides[0].open || sides[1].open) {
     const Clock::time_point now = Clock::now();
     const bool expired = now >= deadline;
     const net::Deadline slice = expired ? now : std::min<net::Deadline>(deadline, now + std::chrono::milliseconds(1));
     for (int k = 0; k < 2; ++k) {
-      Side& side = sides[k];
+      RaceSide& side = sides[k];
       if (!side.open) continue;
       const bool other_open = sides[1 - k].open;
       std::optional<LinkAnswer> a;
@@ -627,12 +638,12 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
       if (!a) continue;
       side.open = false;
       Answer got = r;
-      got.answer = checked(std::move(*a));
+      got.answer = checked_answer(std::move(*a), o.pairs.size(), E, options_.expert_output);
       got.link = side.link;
       got.session = side.session;
       got.sent_at = side.sent_at;
       if (got.answer.response) {
-        Side& other = sides[1 - k];
+        RaceSide& other = sides[1 - k];
         if (other.open) (void)links_[other.link]->wait(other.id, Clock::time_point{});  // unregister, blame no one
         if (other.open && k == 1 && forced_hedge)
           links_[o.link]->fail(*o.session, FallbackReason::TIMEOUT,
@@ -648,21 +659,19 @@ RemoteExpertExecutor::Answer RemoteExpertExecutor::await_answer(const ExpertBatc
   return failures.back();
 }
 
+Status RemoteExpertExecutor::retry_failed(const ExpertBatch& b, const std::vector<uint32_t>& lost,
+                                          const std::string& why) {
+  std::vector<int32_t> ids;
+  for (uint32_t p : lost) ids.push_back(b.ids[p]);
+  std::lock_guard lock(stats_mu_);
+  ++stats_.calls_failed;
+  return Status::error("layer " + std::to_string(b.layer) + ": expert" + (ids.size() == 1 ? " " : "s ") +
+                       expert_list_text(ids) + ": " + why +
+                       " (this backbone has no copy of the experts: it was loaded from a backbone file)");
+}
+
 Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std::vector<uint32_t>& pairs,
                                                 std::span<float> out, net::Deadline deadline) {
-  const ExpertLayer* layer = replica_.any(b.layer);
-  const uint64_t E = uint64_t(layer->n_embd);
-  const uint64_t row_bytes = layer->activation_row_bytes();
-  const uint32_t lay = uint32_t(b.layer);
-  auto failure = [&](const std::vector<uint32_t>& lost, const std::string& why) {
-    std::vector<int32_t> ids;
-    for (uint32_t p : lost) ids.push_back(b.ids[p]);
-    std::lock_guard lock(stats_mu_);
-    ++stats_.calls_failed;
-    return Status::error("layer " + std::to_string(b.layer) + ": expert" + (ids.size() == 1 ? " " : "s ") +
-                         expert_list_text(ids) + ": " + why +
-                         " (this backbone has no copy of the experts: it was loaded from a backbone file)");
-  };
   // Live sessions now: a worker whose answer just failed has had its session ended, so it is not asked again.
   const size_t n_links = links_.size();
   std::vector<std::shared_ptr<LinkSession>> sessions(n_links);
@@ -675,7 +684,8 @@ Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std:
   for (uint32_t p : pairs) {
     candidates.clear();
     for (size_t i = 0; i < n_links; ++i)
-      if (sessions[i] && holdings_contain(sessions[i]->routable, lay, uint32_t(b.ids[p]))) candidates.push_back(i);
+      if (sessions[i] && holdings_contain(sessions[i]->routable, uint32_t(b.layer), uint32_t(b.ids[p])))
+        candidates.push_back(i);
     if (candidates.empty()) {
       nobody.push_back(p);
       continue;
@@ -684,21 +694,32 @@ Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std:
     owner[p] = int32_t(chosen);
     ++load[chosen];
   }
-  if (!nobody.empty()) return failure(nobody, "their worker failed and no other live replica holds them");
-  if (Clock::now() >= deadline) return failure(pairs, "their answer failed and the deadline has passed");
-
+  if (!nobody.empty()) return retry_failed(b, nobody, "their worker failed and no other live replica holds them");
+  if (Clock::now() >= deadline) return retry_failed(b, pairs, "their answer failed and the deadline has passed");
   std::vector<Outgoing> sent;
+  ESSAIM_RETURN_IF_ERROR(send_retries(b, owner, load, sessions, deadline, sent));
+  return await_retries(b, sent, out, deadline);
+}
+
+// The retried pairs' requests, split to fit both frame limits; on a failure every request sent is forgotten.
+Status RemoteExpertExecutor::send_retries(const ExpertBatch& b, const std::vector<int32_t>& owner,
+                                          const std::vector<uint64_t>& load,
+                                          const std::vector<std::shared_ptr<LinkSession>>& sessions,
+                                          net::Deadline deadline, std::vector<Outgoing>& sent) {
+  const ExpertLayer* layer = replica_.any(b.layer);
+  const uint64_t E = uint64_t(layer->n_embd);
+  const uint64_t row_bytes = layer->activation_row_bytes();
   auto forget_sent = [&] {
     for (const Outgoing& o : sent) (void)links_[o.link]->wait(o.id, Clock::time_point{});  // unregister
   };
-  for (size_t i = 0; i < n_links; ++i) {
+  for (size_t i = 0; i < links_.size(); ++i) {
     if (!sessions[i] || load[i] == 0) continue;
     LinkSession& s = *sessions[i];
     Chunks chunks = split_for_limits(b, owner, int32_t(i), row_bytes, E, options_.expert_output,
                                      s.conn->peer_max_payload_bytes(), s.conn->max_payload_bytes());
     if (!chunks.too_large.empty()) {
       forget_sent();
-      return failure(chunks.too_large, "one row's request or answer does not fit the frame limits");
+      return retry_failed(b, chunks.too_large, "one row's request or answer does not fit the frame limits");
     }
     for (std::vector<uint32_t>& c : chunks.requests) {
       Outgoing o{.link = i, .session = sessions[i], .id = links_[i]->begin_request(s), .pairs = std::move(c)};
@@ -708,11 +729,19 @@ Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std:
       if (std::optional<LinkAnswer> f = links_[i]->send(s, req, deadline)) {
         if (f->reason != FallbackReason::TOO_LARGE) links_[i]->fail(s, f->reason, f->message);
         forget_sent();
-        return failure(o.pairs, "sending them to another replica failed (" + f->message + ")");
+        return retry_failed(b, o.pairs, "sending them to another replica failed (" + f->message + ")");
       }
       sent.push_back(std::move(o));
     }
   }
+  return Status::ok();
+}
+
+// Every retried request's answer by the deadline, into `out`; the first that fails fails the call.
+Status RemoteExpertExecutor::await_retries(const ExpertBatch& b, const std::vector<Outgoing>& sent,
+                                           std::span<float> out, net::Deadline deadline) {
+  const uint64_t E = uint64_t(replica_.any(b.layer)->n_embd);
+  const size_t n_links = links_.size();
   uint64_t served = 0, bytes_sent = 0, bytes_received = 0;
   std::vector<uint64_t> link_served(n_links, 0), link_requests(n_links, 0);
   for (size_t si = 0; si < sent.size(); ++si) {
@@ -724,8 +753,8 @@ Status RemoteExpertExecutor::ask_other_replicas(const ExpertBatch& b, const std:
       if (a.reason != FallbackReason::OVERLOADED) links_[o.link]->fail(*o.session, a.reason, a.message);
       for (size_t rest = si + 1; rest < sent.size(); ++rest)
         (void)links_[sent[rest].link]->wait(sent[rest].id, Clock::time_point{});
-      return failure(o.pairs, "no replica answered before the deadline (the last asked: " +
-                                  std::string(fallback_reason_name(a.reason)) + ", " + a.message + ")");
+      return retry_failed(b, o.pairs, "no replica answered before the deadline (the last asked: " +
+                                          std::string(fallback_reason_name(a.reason)) + ", " + a.message + ")");
     }
     links_[o.link]->note_success();
     const std::vector<float>& rows = a.response->outputs;

@@ -121,6 +121,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
  private:
   struct Outgoing;
   struct Answer;
+  struct RaceSide;
   struct Call;
   // The phases of one compute() call (docs at the top of this file, steps 1 to 4), then its stats.
   Status assign_owners(Call& c);
@@ -134,6 +135,13 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // replica may serve all its pairs. Called under call_mu_.
   Answer await_answer(const ExpertBatch& b, const Outgoing& o, net::Deadline deadline,
                       const std::vector<std::shared_ptr<LinkSession>>& sessions, std::vector<uint64_t>& load);
+  // await_answer's hedge: the duplicate sent to a second replica (none when no replica can take it).
+  std::optional<RaceSide> send_hedge(const ExpertBatch& b, const Outgoing& o, net::Deadline deadline,
+                                     const std::vector<std::shared_ptr<LinkSession>>& sessions,
+                                     std::vector<uint64_t>& load);
+  // await_answer's race between the original and the duplicate: the first good answer.
+  Answer race(const Answer& r, RaceSide original, RaceSide hedge, net::Deadline deadline, bool forced_hedge,
+              uint64_t E, const Outgoing& o);
   // Computes the pairs selected by `mask` (indices into batch.ids) from the replica into out. Without a
   // local copy (a shape-only replica) it asks other live replicas instead (ask_other_replicas).
   Status compute_local(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out,
@@ -143,6 +151,13 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // naming the layer and experts. Called under call_mu_.
   Status ask_other_replicas(const ExpertBatch& batch, const std::vector<uint32_t>& pairs, std::span<float> out,
                             net::Deadline deadline);
+  Status send_retries(const ExpertBatch& b, const std::vector<int32_t>& owner, const std::vector<uint64_t>& load,
+                      const std::vector<std::shared_ptr<LinkSession>>& sessions, net::Deadline deadline,
+                      std::vector<Outgoing>& sent);
+  Status await_retries(const ExpertBatch& b, const std::vector<Outgoing>& sent, std::span<float> out,
+                       net::Deadline deadline);
+  // The call fails: `lost` pairs could not be served without a local copy (counted, and named with `why`).
+  Status retry_failed(const ExpertBatch& b, const std::vector<uint32_t>& lost, const std::string& why);
 
   const ExpertStore& replica_;
   const bool local_copy_;  // false for a shape-only replica (a backbone file): no fallback, no audits

@@ -94,6 +94,28 @@ void print_routing(const std::vector<LayerRoutingStats>& stats) {
                  s.entropy_bits, s.max_entropy_bits, s.top_share, s.top_experts, s.reuse, s.reuse_if_random);
 }
 
+double share(uint64_t k, uint64_t n) { return n ? double(k) / double(n) : 0.0; }
+
+struct RunShape {
+  size_t n_ctx = 0, chunks = 0, tokens = 0;
+  double seconds = 0;
+};
+
+// The --json document (docs/cli.md).
+nlohmann::json perplexity_json(const PerplexityArgs& a, const RunShape& r, const PerplexityTally& tally,
+                               const DraftTally& drafts, const nlohmann::json& routing) {
+  return {{"command", "perplexity"}, {"model", a.source.path()}, {"text", a.text_file},
+          {"n_ctx", r.n_ctx},        {"chunks", r.chunks},        {"tokens", r.tokens},
+          {"scored", tally.count},   {"ppl", tally.ppl()},        {"ppl_error", tally.ppl_error()},
+          {"mean_nll", tally.count ? tally.nll / double(tally.count) : 0.0},
+          {"seconds", r.seconds},    {"router", routing},
+          {"mtp", a.mtp ? nlohmann::json{{"positions", drafts.count},
+                                         {"agree_greedy", share(drafts.agree_greedy, drafts.count)},
+                                         {"agree_text", share(drafts.agree_text, drafts.count)},
+                                         {"main_top1", share(drafts.main_text, drafts.count)}}
+                        : nlohmann::json(nullptr)}};
+}
+
 Status run_perplexity(const PerplexityArgs& a) {
   using clock = std::chrono::steady_clock;
   keep_freed_memory_for_reuse();
@@ -157,7 +179,6 @@ Status run_perplexity(const PerplexityArgs& a) {
   std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s, %zu thread%s\n", size_t(tally.count), seconds,
                pool.size(), pool.size() == 1 ? "" : "s");
   print_dispatch_stats(chosen, "essaim perplexity");
-  const auto share = [](uint64_t k, uint64_t n) { return n ? double(k) / double(n) : 0.0; };
   if (a.mtp)
     std::fprintf(human, "MTP draft top-1 over %llu positions: %.4f agree with the main model's greedy next-next token, "
                  "%.4f with the text (the main model's own next-token top-1: %.4f)\n",
@@ -171,16 +192,8 @@ Status run_perplexity(const PerplexityArgs& a) {
     routing = routing_json(stats);
   }
   if (a.json) {
-    nlohmann::json j{{"command", "perplexity"}, {"model", path},          {"text", a.text_file},
-                     {"n_ctx", n_ctx},          {"chunks", n_chunks},      {"tokens", ids.size()},
-                     {"scored", tally.count},   {"ppl", tally.ppl()},      {"ppl_error", tally.ppl_error()},
-                     {"mean_nll", tally.count ? tally.nll / double(tally.count) : 0.0},
-                     {"seconds", seconds},      {"router", routing},
-                     {"mtp", a.mtp ? nlohmann::json{{"positions", drafts.count},
-                                                    {"agree_greedy", share(drafts.agree_greedy, drafts.count)},
-                                                    {"agree_text", share(drafts.agree_text, drafts.count)},
-                                                    {"main_top1", share(drafts.main_text, drafts.count)}}
-                                   : nlohmann::json(nullptr)}};
+    const nlohmann::json j = perplexity_json(a, {.n_ctx = n_ctx, .chunks = n_chunks, .tokens = ids.size(),
+                                                 .seconds = seconds}, tally, drafts, routing);
     std::fputs((j.dump() + "\n").c_str(), stdout);
   }
   if (std::fflush(stdout) != 0) return Status::error("cannot write the output");

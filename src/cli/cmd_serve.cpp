@@ -128,8 +128,8 @@ int run_serve(ServeArgs& a) {
       break;
     }
     if (!reported) {
-      const Status st = (*server)->wait_ready(std::chrono::milliseconds(0));
-      if (st) {
+      const std::optional<Status> st = (*server)->load_result();
+      if (st && *st) {
         reported = true;
         const serve::Scheduler* s = (*server)->scheduler();
         std::fprintf(stderr, "essaim serve: %s ready: %d parallel, context %d per sequence, %d-token batches\n",
@@ -141,8 +141,8 @@ int run_serve(ServeArgs& a) {
           std::fprintf(stderr, "essaim serve: backbone file %.1f MiB mapped, peak resident %.1f MiB\n",
                        ec ? 0.0 : double(mapped) / (1 << 20), double(u.peak_rss) / (1 << 20));
         }
-      } else if (st.message().find("still loading") == std::string::npos) {
-        std::fprintf(stderr, "essaim serve: %s\n", st.message().c_str());
+      } else if (st) {
+        std::fprintf(stderr, "essaim serve: %s\n", st->message().c_str());
         return 1;
       }
     }

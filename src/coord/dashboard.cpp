@@ -82,6 +82,7 @@ json Coordinator::Impl::dashboard_json(bool with_addresses) {
           {"coverage_history", history.coverage_strip(now_ms)}};
 }
 
+// Kept whole: the page is one HTML document (markup, style and script) in a raw string, not code.
 std::string dashboard_html() {
   return R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>essaim coordinator</title>

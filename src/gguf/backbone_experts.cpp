@@ -1,6 +1,7 @@
 #include "gguf/backbone_experts.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 
 #include "gguf/expert_digest.h"
@@ -12,21 +13,6 @@ namespace {
 // in 64 bits (2^22-byte rows × 2^21 rows × 2^16 experts < 2^60).
 constexpr uint32_t kMaxWidth = 1u << 20;
 constexpr uint32_t kMaxExperts = 1u << 16;
-
-GgufValue u32_value(uint32_t v) {
-  GgufValue x;
-  x.type = GgufValueType::UINT32;
-  x.u = v;
-  return x;
-}
-
-GgufValue u32_array(std::vector<uint64_t> v) {
-  GgufValue x;
-  x.type = GgufValueType::ARRAY;
-  x.elem_type = GgufValueType::UINT32;
-  x.uints = std::move(v);
-  return x;
-}
 
 // The kinds a layer has, in the order their types are recorded.
 std::vector<ExpertTensorKind> kinds_of(bool fused) {
@@ -77,31 +63,23 @@ std::vector<GgufTensor> BackboneExperts::shape_tensors() const {
 std::vector<GgufKv> backbone_expert_kvs(const MoeLayout& moe, BackboneDigests digests) {
   std::vector<GgufKv> kvs;
   const auto kv = [&kvs](std::string_view key, GgufValue v) { kvs.push_back(GgufKv{std::string(key), std::move(v)}); };
-  kv(kBackboneKeyExpertCount, u32_value(moe.expert_count));
-  kv(kBackboneKeyEmbeddingLength, u32_value(moe.n_embd));
-  kv(kBackboneKeyExpertFfLength, u32_value(moe.n_ff));
-  GgufValue fused;
-  fused.type = GgufValueType::BOOL;
-  fused.u = moe.gate_up_fused ? 1 : 0;
-  kv(kBackboneKeyGateUpFused, std::move(fused));
-  GgufValue act;
-  act.type = GgufValueType::STRING;
-  act.str = std::string(expert_activation_name(moe.activation));
-  kv(kBackboneKeyActivation, std::move(act));
-  std::vector<uint64_t> layers, types;
-  GgufValue hex;
-  hex.type = GgufValueType::ARRAY;
-  hex.elem_type = GgufValueType::STRING;
+  kv(kBackboneKeyExpertCount, gguf_unsigned(GgufValueType::UINT32, moe.expert_count));
+  kv(kBackboneKeyEmbeddingLength, gguf_unsigned(GgufValueType::UINT32, moe.n_embd));
+  kv(kBackboneKeyExpertFfLength, gguf_unsigned(GgufValueType::UINT32, moe.n_ff));
+  kv(kBackboneKeyGateUpFused, gguf_bool(moe.gate_up_fused));
+  kv(kBackboneKeyActivation, gguf_string(std::string(expert_activation_name(moe.activation))));
+  std::vector<uint32_t> layers, types;
+  std::vector<std::string> hex;
   const std::string zero(64, '0');
   for (const MoeLayer& l : moe.layers) {
     layers.push_back(l.layer);
-    for (ExpertTensorKind k : kinds_of(moe.gate_up_fused)) types.push_back(uint64_t(l.tensor(k)->type));
+    for (ExpertTensorKind k : kinds_of(moe.gate_up_fused)) types.push_back(uint32_t(l.tensor(k)->type));
     for (uint32_t e = 0; e < moe.expert_count; ++e)
-      hex.strs.push_back(digests == BackboneDigests::COMPUTE ? digest_hex(expert_digest(l, e)) : zero);
+      hex.push_back(digests == BackboneDigests::COMPUTE ? digest_hex(expert_digest(l, e)) : zero);
   }
-  kv(kBackboneKeyExpertLayers, u32_array(std::move(layers)));
-  kv(kBackboneKeyExpertTypes, u32_array(std::move(types)));
-  kv(kBackboneKeyExpertSha256, std::move(hex));
+  kv(kBackboneKeyExpertLayers, gguf_array_u32(layers));
+  kv(kBackboneKeyExpertTypes, gguf_array_u32(types));
+  kv(kBackboneKeyExpertSha256, gguf_array_string(std::move(hex)));
   return kvs;
 }
 
@@ -109,85 +87,110 @@ bool is_backbone_file(const GgufFile& f) {
   return f.find_kv(kBackboneKeyVersion) != nullptr || f.find_kv(kBackboneKeySourceModel) != nullptr;
 }
 
-Result<BackboneExperts> read_backbone_experts(const GgufFile& f) {
-  const std::string where = "backbone file '" + f.path() + "'";
-  const auto fail = [&where](const std::string& msg) -> Status { return Status::error(where + ": " + msg); };
-  const auto typed = [&](std::string_view key, const char* type) -> Status {
-    const GgufValue* v = f.find_kv(key);
+namespace {
+
+// Reads the backbone keys of one file, each error naming the file.
+class BackboneKeys {
+ public:
+  explicit BackboneKeys(const GgufFile& f) : f_(f), where_("backbone file '" + f.path() + "'") {}
+
+  Status fail(const std::string& msg) const { return Status::error(where_ + ": " + msg); }
+  // The key is missing or of another type than `type`.
+  Status typed(std::string_view key, const char* type) const {
+    const GgufValue* v = f_.find_kv(key);
     if (v == nullptr) return fail("missing key " + std::string(key));
     return fail("key " + std::string(key) + " is " + std::string(gguf_value_type_name(v->type)) + ", expected " + type);
-  };
-  const auto u32 = [&](std::string_view key) -> Result<uint32_t> {
-    if (const std::optional<uint32_t> v = f.get_u32(key)) return *v;
+  }
+  Result<uint32_t> u32(std::string_view key) const {
+    if (const std::optional<uint32_t> v = f_.get_u32(key)) return *v;
     return typed(key, "UINT32");
-  };
-  const auto u32_list = [&](std::string_view key) -> Result<const std::vector<uint64_t>*> {
-    const GgufValue* v = f.find_kv(key);
+  }
+  Result<const std::vector<uint64_t>*> u32_list(std::string_view key) const {
+    const GgufValue* v = f_.find_kv(key);
     if (v == nullptr || v->type != GgufValueType::ARRAY || v->elem_type != GgufValueType::UINT32)
       return typed(key, "ARRAY of UINT32");
     return &v->uints;
-  };
+  }
 
-  ESSAIM_ASSIGN_OR_RETURN(const uint32_t version, u32(kBackboneKeyVersion));
-  if (version == 1)
-    return fail("backbone format 1 (cut by an older essaim) does not record the experts' types and digests, "
-                "which a backbone without the experts needs; cut it again with `essaim slice --backbone` of this version");
-  if (version != kBackboneFormatVersion)
-    return fail("backbone format version " + std::to_string(version) + " is not supported (this build reads " +
-                std::to_string(kBackboneFormatVersion) + ")");
-  BackboneExperts b;
-  const std::optional<std::string> model_hex = f.get_string(kBackboneKeySourceModel);
-  if (!model_hex) return typed(kBackboneKeySourceModel, "STRING");
-  const std::optional<Sha256Digest> model = digest_from_hex(*model_hex);
-  if (!model) return fail(std::string(kBackboneKeySourceModel) + " is not 64 hex digits");
-  b.source_model = *model;
-  const std::optional<std::string> arch = f.get_string("general.architecture");
-  if (!arch) return typed("general.architecture", "STRING");
-  const std::optional<uint32_t> blocks = f.get_u32(*arch + ".block_count");
-  if (!blocks) return fail("no " + gguf_quote_string(*arch + ".block_count") + " (UINT32)");
-  b.block_count = *blocks;
+  // Version, source model and the model's block count.
+  Status read_header(BackboneExperts& b) const {
+    ESSAIM_ASSIGN_OR_RETURN(const uint32_t version, u32(kBackboneKeyVersion));
+    if (version == 1)
+      return fail("backbone format 1 (cut by an older essaim) does not record the experts' types and digests, "
+                  "which a backbone without the experts needs; cut it again with `essaim slice --backbone` of this version");
+    if (version != kBackboneFormatVersion)
+      return fail("backbone format version " + std::to_string(version) + " is not supported (this build reads " +
+                  std::to_string(kBackboneFormatVersion) + ")");
+    const std::optional<std::string> model_hex = f_.get_string(kBackboneKeySourceModel);
+    if (!model_hex) return typed(kBackboneKeySourceModel, "STRING");
+    const std::optional<Sha256Digest> model = digest_from_hex(*model_hex);
+    if (!model) return fail(std::string(kBackboneKeySourceModel) + " is not 64 hex digits");
+    b.source_model = *model;
+    const std::optional<std::string> arch = f_.get_string("general.architecture");
+    if (!arch) return typed("general.architecture", "STRING");
+    const std::optional<uint32_t> blocks = f_.get_u32(*arch + ".block_count");
+    if (!blocks) return fail("no " + gguf_quote_string(*arch + ".block_count") + " (UINT32)");
+    b.block_count = *blocks;
+    return Status::ok();
+  }
 
-  ESSAIM_ASSIGN_OR_RETURN(b.expert_count, u32(kBackboneKeyExpertCount));
-  ESSAIM_ASSIGN_OR_RETURN(b.n_embd, u32(kBackboneKeyEmbeddingLength));
-  ESSAIM_ASSIGN_OR_RETURN(b.n_ff, u32(kBackboneKeyExpertFfLength));
-  if (b.expert_count == 0 || b.expert_count > kMaxExperts)
-    return fail(std::string(kBackboneKeyExpertCount) + " is " + std::to_string(b.expert_count) + ", expected 1.." +
-                std::to_string(kMaxExperts));
-  if (b.n_embd == 0 || b.n_embd > kMaxWidth || b.n_ff == 0 || b.n_ff > kMaxWidth)
-    return fail("expert widths " + std::to_string(b.n_embd) + " × " + std::to_string(b.n_ff) + " are not in 1.." +
-                std::to_string(kMaxWidth));
-  const std::optional<bool> fused = f.get_bool(kBackboneKeyGateUpFused);
-  if (!fused) return typed(kBackboneKeyGateUpFused, "BOOL");
-  b.gate_up_fused = *fused;
-  const std::optional<std::string> act = f.get_string(kBackboneKeyActivation);
-  if (!act) return typed(kBackboneKeyActivation, "STRING");
-  if (!expert_activation_from_name(*act))
-    return fail("expert activation " + gguf_quote_string(*act) + " is not one this build runs");
+  // Expert count, widths, gate/up fusion and activation.
+  Status read_shape(BackboneExperts& b) const {
+    ESSAIM_ASSIGN_OR_RETURN(b.expert_count, u32(kBackboneKeyExpertCount));
+    ESSAIM_ASSIGN_OR_RETURN(b.n_embd, u32(kBackboneKeyEmbeddingLength));
+    ESSAIM_ASSIGN_OR_RETURN(b.n_ff, u32(kBackboneKeyExpertFfLength));
+    if (b.expert_count == 0 || b.expert_count > kMaxExperts)
+      return fail(std::string(kBackboneKeyExpertCount) + " is " + std::to_string(b.expert_count) + ", expected 1.." +
+                  std::to_string(kMaxExperts));
+    if (b.n_embd == 0 || b.n_embd > kMaxWidth || b.n_ff == 0 || b.n_ff > kMaxWidth)
+      return fail("expert widths " + std::to_string(b.n_embd) + " × " + std::to_string(b.n_ff) + " are not in 1.." +
+                  std::to_string(kMaxWidth));
+    const std::optional<bool> fused = f_.get_bool(kBackboneKeyGateUpFused);
+    if (!fused) return typed(kBackboneKeyGateUpFused, "BOOL");
+    b.gate_up_fused = *fused;
+    const std::optional<std::string> act = f_.get_string(kBackboneKeyActivation);
+    if (!act) return typed(kBackboneKeyActivation, "STRING");
+    if (!expert_activation_from_name(*act))
+      return fail("expert activation " + gguf_quote_string(*act) + " is not one this build runs");
+    return Status::ok();
+  }
 
-  ESSAIM_ASSIGN_OR_RETURN(const std::vector<uint64_t>* layers, u32_list(kBackboneKeyExpertLayers));
-  ESSAIM_ASSIGN_OR_RETURN(const std::vector<uint64_t>* types, u32_list(kBackboneKeyExpertTypes));
-  if (layers->empty()) return fail(std::string(kBackboneKeyExpertLayers) + " is empty: no MoE layer");
-  if (layers->size() > b.block_count)
-    return fail(std::string(kBackboneKeyExpertLayers) + " lists " + std::to_string(layers->size()) +
-                " layers, the model has " + std::to_string(b.block_count));
-  const std::vector<ExpertTensorKind> kinds = kinds_of(b.gate_up_fused);
-  if (types->size() != layers->size() * kinds.size())
-    return fail(std::string(kBackboneKeyExpertTypes) + " holds " + std::to_string(types->size()) + " types; " +
-                std::to_string(layers->size()) + " layers of " + std::to_string(kinds.size()) + " tensors need " +
-                std::to_string(layers->size() * kinds.size()));
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const uint64_t layer = (*layers)[i];
-    if (layer >= b.block_count || (i > 0 && layer <= (*layers)[i - 1]))
-      return fail(std::string(kBackboneKeyExpertLayers) + "[" + std::to_string(i) + "] = " + std::to_string(layer) +
-                  ": layers must ascend strictly and lie below the model's " + std::to_string(b.block_count));
+  // The MoE layers (strictly ascending, below the block count) and their expert tensors' types.
+  Status read_layers(BackboneExperts& b) const {
+    ESSAIM_ASSIGN_OR_RETURN(const std::vector<uint64_t>* layers, u32_list(kBackboneKeyExpertLayers));
+    ESSAIM_ASSIGN_OR_RETURN(const std::vector<uint64_t>* types, u32_list(kBackboneKeyExpertTypes));
+    if (layers->empty()) return fail(std::string(kBackboneKeyExpertLayers) + " is empty: no MoE layer");
+    if (layers->size() > b.block_count)
+      return fail(std::string(kBackboneKeyExpertLayers) + " lists " + std::to_string(layers->size()) +
+                  " layers, the model has " + std::to_string(b.block_count));
+    const std::vector<ExpertTensorKind> kinds = kinds_of(b.gate_up_fused);
+    if (types->size() != layers->size() * kinds.size())
+      return fail(std::string(kBackboneKeyExpertTypes) + " holds " + std::to_string(types->size()) + " types; " +
+                  std::to_string(layers->size()) + " layers of " + std::to_string(kinds.size()) + " tensors need " +
+                  std::to_string(layers->size() * kinds.size()));
+    for (size_t i = 0; i < layers->size(); ++i) {
+      const uint64_t layer = (*layers)[i];
+      if (layer >= b.block_count || (i > 0 && layer <= (*layers)[i - 1]))
+        return fail(std::string(kBackboneKeyExpertLayers) + "[" + std::to_string(i) + "] = " + std::to_string(layer) +
+                    ": layers must ascend strictly and lie below the model's " + std::to_string(b.block_count));
+      ESSAIM_ASSIGN_OR_RETURN(BackboneExperts::Layer l,
+                              read_layer_types(b, uint32_t(layer), std::span(*types).subspan(i * kinds.size(), kinds.size())));
+      b.layers.push_back(l);
+    }
+    return Status::ok();
+  }
+
+  // One layer's types, in kinds_of order: computable, and blocks dividing the input width.
+  Result<BackboneExperts::Layer> read_layer_types(const BackboneExperts& b, uint32_t layer,
+                                                  std::span<const uint64_t> ids) const {
+    const std::vector<ExpertTensorKind> kinds = kinds_of(b.gate_up_fused);
     BackboneExperts::Layer l;
-    l.layer = uint32_t(layer);
+    l.layer = layer;
     for (size_t k = 0; k < kinds.size(); ++k) {
-      const uint64_t id = (*types)[i * kinds.size() + k];
-      const std::optional<GgmlType> t = ggml_type_from_id(int64_t(id));
+      const std::optional<GgmlType> t = ggml_type_from_id(int64_t(ids[k]));
       const std::string what = expert_tensor_name(l.layer, kinds[k]);
       if (!t || !type_traits(*t).computable || type_traits(*t).block_size == 0)
-        return fail("'" + what + "' has type id " + std::to_string(id) + ", which essaim cannot compute");
+        return fail("'" + what + "' has type id " + std::to_string(ids[k]) + ", which essaim cannot compute");
       const int64_t in = expert_shape(kinds[k], b.n_embd, b.n_ff).first;
       if (uint64_t(in) % type_traits(*t).block_size != 0)
         return fail("'" + what + "': input width " + std::to_string(in) + " is not a multiple of the " +
@@ -197,26 +200,50 @@ Result<BackboneExperts> read_backbone_experts(const GgufFile& f) {
     if (!b.gate_up_fused && type_traits(*l.types[size_t(ExpertTensorKind::GATE)]).vec_dot_type !=
                                 type_traits(*l.types[size_t(ExpertTensorKind::UP)]).vec_dot_type)
       return fail("layer " + std::to_string(layer) + ": gate and up weights need different activation formats");
-    b.layers.push_back(l);
+    return l;
   }
 
-  const std::vector<std::string>* hex = f.get_string_array(kBackboneKeyExpertSha256);
-  if (hex == nullptr) return typed(kBackboneKeyExpertSha256, "ARRAY of STRING");
-  const uint64_t n_digests = uint64_t(b.layers.size()) * b.expert_count;  // ≤ 2^32 × 2^16: no wrap
-  if (hex->size() != n_digests)
-    return fail(std::string(kBackboneKeyExpertSha256) + " holds " + std::to_string(hex->size()) + " digests; " +
-                std::to_string(b.layers.size()) + " layers of " + std::to_string(b.expert_count) + " experts need " +
-                std::to_string(n_digests));
-  b.digests.assign(b.layers.size(), {});
-  for (size_t i = 0; i < hex->size(); ++i) {
-    const std::optional<Sha256Digest> d = digest_from_hex((*hex)[i]);
-    if (!d) return fail(std::string(kBackboneKeyExpertSha256) + "[" + std::to_string(i) + "] is not 64 hex digits");
-    b.digests[i / b.expert_count].push_back(*d);
+  // One SHA-256 per (layer, expert), in layer order.
+  Status read_digests(BackboneExperts& b) const {
+    const std::vector<std::string>* hex = f_.get_string_array(kBackboneKeyExpertSha256);
+    if (hex == nullptr) return typed(kBackboneKeyExpertSha256, "ARRAY of STRING");
+    const uint64_t n_digests = uint64_t(b.layers.size()) * b.expert_count;  // ≤ 2^32 × 2^16: no wrap
+    if (hex->size() != n_digests)
+      return fail(std::string(kBackboneKeyExpertSha256) + " holds " + std::to_string(hex->size()) + " digests; " +
+                  std::to_string(b.layers.size()) + " layers of " + std::to_string(b.expert_count) + " experts need " +
+                  std::to_string(n_digests));
+    b.digests.assign(b.layers.size(), {});
+    for (size_t i = 0; i < hex->size(); ++i) {
+      const std::optional<Sha256Digest> d = digest_from_hex((*hex)[i]);
+      if (!d) return fail(std::string(kBackboneKeyExpertSha256) + "[" + std::to_string(i) + "] is not 64 hex digits");
+      b.digests[i / b.expert_count].push_back(*d);
+    }
+    return Status::ok();
   }
+
   // Stored tensors only: the shape-only ones a loader added from these records have no bytes.
-  for (const GgufTensor& t : f.tensors())
-    if (t.data != nullptr && is_routed_expert_tensor_name(t.name))
-      return fail("holds routed-expert tensor " + gguf_quote_string(t.name) + ", which a backbone file cannot have");
+  Status check_no_stored_experts() const {
+    for (const GgufTensor& t : f_.tensors())
+      if (t.data != nullptr && is_routed_expert_tensor_name(t.name))
+        return fail("holds routed-expert tensor " + gguf_quote_string(t.name) + ", which a backbone file cannot have");
+    return Status::ok();
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string where_;
+};
+
+}  // namespace
+
+Result<BackboneExperts> read_backbone_experts(const GgufFile& f) {
+  const BackboneKeys keys(f);
+  BackboneExperts b;
+  ESSAIM_RETURN_IF_ERROR(keys.read_header(b));
+  ESSAIM_RETURN_IF_ERROR(keys.read_shape(b));
+  ESSAIM_RETURN_IF_ERROR(keys.read_layers(b));
+  ESSAIM_RETURN_IF_ERROR(keys.read_digests(b));
+  ESSAIM_RETURN_IF_ERROR(keys.check_no_stored_experts());
   return b;
 }
 

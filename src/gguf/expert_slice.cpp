@@ -44,6 +44,26 @@ Result<ExpertSlice> ExpertSlice::open(const std::string& path) {
   return from_gguf(std::move(f));
 }
 
+// Checked after the ranges: layer_count × expert_count is then bounded by the tensors' real sizes.
+Status ExpertSlice::read_digests(const GgufFile& file, const std::string& where) {
+  const auto fail = [&where](const std::string& msg) -> Status { return Status::error(where + ": " + msg); };
+  const std::vector<std::string>* hex = file.get_string_array(kSliceKeyExpertSha256);
+  if (hex == nullptr)
+    return fail("missing key " + std::string(kSliceKeyExpertSha256) + " (an array of STRING); cut the slice again");
+  const uint64_t n_digests = uint64_t(layer_count_) * expert_count_;
+  if (hex->size() != n_digests)
+    return fail(std::string(kSliceKeyExpertSha256) + " holds " + std::to_string(hex->size()) + " digests; " +
+                std::to_string(layer_count_) + " layers of " + std::to_string(expert_count_) + " experts need " +
+                std::to_string(n_digests));
+  digests_.reserve(hex->size());
+  for (size_t i = 0; i < hex->size(); ++i) {
+    const std::optional<Sha256Digest> d = digest_from_hex((*hex)[i]);
+    if (!d) return fail(std::string(kSliceKeyExpertSha256) + "[" + std::to_string(i) + "] is not 64 hex digits");
+    digests_.push_back(*d);
+  }
+  return Status::ok();
+}
+
 Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
   const std::string where = "expert slice '" + file.path() + "'";
   const auto fail = [&where](const std::string& msg) -> Status { return Status::error(where + ": " + msg); };
@@ -111,21 +131,7 @@ Result<ExpertSlice> ExpertSlice::from_gguf(GgufFile file) {
       return st.with_context(where);
     s.layers_.push_back(l);
   }
-  // Checked after the ranges: layer_count × expert_count is then bounded by the tensors' real sizes.
-  const std::vector<std::string>* hex = file.get_string_array(kSliceKeyExpertSha256);
-  if (hex == nullptr)
-    return fail("missing key " + std::string(kSliceKeyExpertSha256) + " (an array of STRING); cut the slice again");
-  const uint64_t n_digests = uint64_t(s.layer_count_) * s.expert_count_;
-  if (hex->size() != n_digests)
-    return fail(std::string(kSliceKeyExpertSha256) + " holds " + std::to_string(hex->size()) + " digests; " +
-                std::to_string(s.layer_count_) + " layers of " + std::to_string(s.expert_count_) + " experts need " +
-                std::to_string(n_digests));
-  s.digests_.reserve(hex->size());
-  for (size_t i = 0; i < hex->size(); ++i) {
-    const std::optional<Sha256Digest> d = digest_from_hex((*hex)[i]);
-    if (!d) return fail(std::string(kSliceKeyExpertSha256) + "[" + std::to_string(i) + "] is not 64 hex digits");
-    s.digests_.push_back(*d);
-  }
+  ESSAIM_RETURN_IF_ERROR(s.read_digests(file, where));
   // The pointers in layers_ point into file.tensors()'s heap buffer, which a move of the vector keeps.
   s.file_ = std::move(file);
   return s;

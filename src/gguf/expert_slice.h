@@ -73,6 +73,7 @@ class ExpertSlice {
   uint64_t file_bytes() const { return file_.file_size(); }
 
  private:
+  Status read_digests(const GgufFile& file, const std::string& where);  // from_gguf's last check
   ExpertSlice() = default;
 
   GgufFile file_;

@@ -385,6 +385,8 @@ void dot_q45k_wide(int64_t n, const void* w, const void* x, size_t x_stride, flo
 // prepare, so this holds for any Q8_K bytes) by the scales per row. Per row and super-block: 8 maddubs +
 // 8 madd + 1 madd for the offset; per 128-element half the rows' sums enter the horizontal-add trees of
 // their groups of four (hadd is linear, so the halves' trees add up), then one f32 step for all rows.
+// Kept whole: one super-block loop whose NX accumulators must stay in registers across its steps (the other
+// dot_* kernels of this file have the same shape, shorter).
 template <int NX>
 void dot_q6k(int64_t n, const void* w, const void* x, size_t x_stride, float* y) {
   static_assert(NX >= 1 && NX <= 8);

@@ -71,31 +71,10 @@ Result<std::array<int32_t, 4>> read_rope_sections(const GgufFile& f, const Hpara
   return out;
 }
 
-}  // namespace
-
-Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
-  HparamReader keys(f, kArch);
-  Qwen35Hparams hp;
-
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_block, keys.u32("block_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("block_count", n_block, 1, 512));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_nextn, keys.u32_or("nextn_predict_layers", 0));
-  if (n_nextn >= n_block)
-    return Status::error("metadata key 'qwen35moe.nextn_predict_layers' = " + str(n_nextn) +
-                         " leaves no executed layer (block_count " + str(n_block) + ")");
-  hp.n_block = int32_t(n_block);
-  hp.n_nextn = int32_t(n_nextn);
-  hp.n_layer = int32_t(n_block - n_nextn);
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t ctx, keys.u32("context_length"));
-  hp.n_ctx_train = int32_t(std::min<uint32_t>(ctx, INT32_MAX));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_embd, keys.u32("embedding_length"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("embedding_length", n_embd, 1, 1 << 20));
-  hp.n_embd = int32_t(n_embd);
-  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
-  ESSAIM_ASSIGN_OR_RETURN(hp.recurrent, read_recurrent_layers(f, keys, n_block, uint32_t(hp.n_layer)));
-
-  // Gated attention. Head counts may be per-layer arrays; recurrent layers may carry anything there (they
-  // have no softmax heads), every attention block (MTP blocks included) must agree.
+// Gated attention. Head counts may be per-layer arrays; recurrent layers may carry anything there (they have no
+// softmax heads), every attention block (MTP blocks included) must agree.
+Status read_attention(const HparamReader& keys, uint32_t n_block, Qwen35Hparams& hp) {
+  const uint32_t n_embd = uint32_t(hp.n_embd);
   ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> heads, keys.u32_per_layer("attention.head_count", n_block, {}));
   std::optional<uint32_t> kv_fallback;
   for (uint32_t i = 0; i < n_block && !kv_fallback; ++i)
@@ -123,6 +102,12 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
     return Status::error("qwen35moe: attention.value_length (" + str(value_len) +
                          ") must equal attention.key_length (" + str(key_len) + ")");
   hp.head_dim = int32_t(key_len);
+  return Status::ok();
+}
+
+// Rotary embedding: its width (even, at most the head dimension), base and M-RoPE sections; no scaling.
+Status read_rope(const GgufFile& f, const HparamReader& keys, Qwen35Hparams& hp) {
+  const uint32_t key_len = uint32_t(hp.head_dim);
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_rot, keys.u32_or("rope.dimension_count", key_len));
   if (n_rot > key_len || n_rot % 2 != 0)
     return Status::error("metadata key 'qwen35moe.rope.dimension_count' = " + str(n_rot) +
@@ -139,8 +124,11 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
     if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
       return Status::error("qwen35moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
   }
+  return Status::ok();
+}
 
-  // Gated DeltaNet (docs/reference.md 5.1: all five keys required, Dv = inner_size / Hv = state_size = Dk).
+// Gated DeltaNet (docs/reference.md 5.1: all five keys required, Dv = inner_size / Hv = state_size = Dk).
+Status read_gated_deltanet(const HparamReader& keys, Qwen35Hparams& hp) {
   ESSAIM_ASSIGN_OR_RETURN(uint32_t kc, keys.u32("ssm.conv_kernel"));
   ESSAIM_RETURN_IF_ERROR(keys.check_range("ssm.conv_kernel", kc, 1, 64));
   ESSAIM_ASSIGN_OR_RETURN(uint32_t d_inner, keys.u32("ssm.inner_size"));
@@ -169,7 +157,11 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   hp.ssm_n_v_heads = int32_t(n_v_heads);
   hp.ssm_head_dim = int32_t(d_state);
 
-  // MoE: routed experts and the shared expert.
+  return Status::ok();
+}
+
+// MoE: routed experts and the shared expert.
+Status read_experts(const HparamReader& keys, uint32_t n_block, Qwen35Hparams& hp) {
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
   ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
@@ -189,6 +181,36 @@ Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
   hp.n_ff_exp = int32_t(n_ff_exp);
   hp.n_ff_shexp = int32_t(n_ff_shexp);
 
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Qwen35Hparams> qwen35moe_read_hparams(const GgufFile& f) {
+  HparamReader keys(f, kArch);
+  Qwen35Hparams hp;
+
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_block, keys.u32("block_count"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("block_count", n_block, 1, 512));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_nextn, keys.u32_or("nextn_predict_layers", 0));
+  if (n_nextn >= n_block)
+    return Status::error("metadata key 'qwen35moe.nextn_predict_layers' = " + str(n_nextn) +
+                         " leaves no executed layer (block_count " + str(n_block) + ")");
+  hp.n_block = int32_t(n_block);
+  hp.n_nextn = int32_t(n_nextn);
+  hp.n_layer = int32_t(n_block - n_nextn);
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t ctx, keys.u32("context_length"));
+  hp.n_ctx_train = int32_t(std::min<uint32_t>(ctx, INT32_MAX));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_embd, keys.u32("embedding_length"));
+  ESSAIM_RETURN_IF_ERROR(keys.check_range("embedding_length", n_embd, 1, 1 << 20));
+  hp.n_embd = int32_t(n_embd);
+  ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
+  ESSAIM_ASSIGN_OR_RETURN(hp.recurrent, read_recurrent_layers(f, keys, n_block, uint32_t(hp.n_layer)));
+
+  ESSAIM_RETURN_IF_ERROR(read_attention(keys, n_block, hp));
+  ESSAIM_RETURN_IF_ERROR(read_rope(f, keys, hp));
+  ESSAIM_RETURN_IF_ERROR(read_gated_deltanet(keys, hp));
+  ESSAIM_RETURN_IF_ERROR(read_experts(keys, n_block, hp));
   ESSAIM_ASSIGN_OR_RETURN(hp.n_vocab, keys.vocab_size());
   return hp;
 }

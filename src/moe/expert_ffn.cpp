@@ -90,14 +90,20 @@ Status ExpertLayer::validate() const {
   return Status::ok();
 }
 
-Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, int32_t k, const int32_t* ids,
-                  float* out, ThreadPool* pool) {
-  if (layer.shape_only())
-    return Status::error("this process holds no bytes of these experts (a backbone loaded from a backbone file): "
-                         "they can only be computed by workers");
-  const int64_t n_pairs = n_rows * k;
-  // Group (row, slot) pairs by expert, in ascending pair order: counting sort over the held range.
-  std::vector<int64_t> count(size_t(layer.n_experts) + 1, 0);
+namespace {
+
+// The (row, slot) pairs of a call grouped by expert, in ascending pair order (a counting sort over the held
+// range): expert j's pairs are pairs[count[j] .. count[j + 1]), and `active` lists the experts with any.
+struct PairsByExpert {
+  std::vector<int64_t> count;
+  std::vector<int64_t> pairs;  // pair indices r*k+s
+  std::vector<int32_t> active;
+  int64_t size(int32_t j) const { return count[size_t(j) + 1] - count[size_t(j)]; }
+};
+
+Result<PairsByExpert> group_pairs_by_expert(const ExpertLayer& layer, const int32_t* ids, int64_t n_pairs) {
+  PairsByExpert p;
+  p.count.assign(size_t(layer.n_experts) + 1, 0);
   for (int64_t i = 0; i < n_pairs; ++i) {
     const int32_t e = ids[i];
     if (e == -1) continue;
@@ -105,168 +111,224 @@ Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, 
       return Status::error("expert " + std::to_string(e) + " is not held (this layer holds experts " +
                            std::to_string(layer.expert_begin) + ".." +
                            std::to_string(layer.expert_begin + layer.n_experts - 1) + ")");
-    ++count[size_t(e - layer.expert_begin) + 1];
+    ++p.count[size_t(e - layer.expert_begin) + 1];
   }
-  for (size_t j = 1; j < count.size(); ++j) count[j] += count[j - 1];
-  std::vector<int64_t> pairs(size_t(count.back()));  // pair indices r*k+s, grouped by expert
-  {
-    std::vector<int64_t> fill(count.begin(), count.end() - 1);
-    for (int64_t i = 0; i < n_pairs; ++i)
-      if (ids[i] != -1) pairs[size_t(fill[size_t(ids[i] - layer.expert_begin)]++)] = i;
-  }
-
-  // The active experts in ascending order, cut into groups of at most kGroupPairs (row, slot) pairs (an
-  // expert with more forms a group alone), which bounds the scratch memory: a worker's RSS is its slice
-  // plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU and
-  // quantisation of every pair, down of every expert — so a step has three barriers per layer, not three
-  // per expert; in decode the SwiGLU joins the gate+up set (two barriers). Tasks are (expert, range of
-  // weight rows) (make_tasks below), and each output element is computed by matmul_rows exactly as
-  // matmul_preq would: the split changes no bit.
-  constexpr int64_t kGroupPairs = 1024;
-  std::vector<int32_t> active;
+  for (size_t j = 1; j < p.count.size(); ++j) p.count[j] += p.count[j - 1];
+  p.pairs.resize(size_t(p.count.back()));
+  std::vector<int64_t> fill(p.count.begin(), p.count.end() - 1);
+  for (int64_t i = 0; i < n_pairs; ++i)
+    if (ids[i] != -1) p.pairs[size_t(fill[size_t(ids[i] - layer.expert_begin)]++)] = i;
   for (int32_t j = 0; j < layer.n_experts; ++j)
-    if (count[size_t(j) + 1] > count[size_t(j)]) active.push_back(j);
+    if (p.size(j) > 0) p.active.push_back(j);
+  return p;
+}
 
-  const uint64_t act_bytes = layer.activation_row_bytes();
-  const uint64_t down_act_bytes = activation_row_bytes(layer.down.type, layer.n_ff);
-  const size_t F = size_t(layer.n_ff), E = size_t(layer.n_embd);
-  // Tiles sized for the rows an active expert has on average (the kernel path depends on them).
-  const int64_t rows_per_expert = active.empty() ? 1 : std::max<int64_t>(1, count.back() / int64_t(active.size()));
-  const size_t n_workers = pool != nullptr ? pool->size() : 1;
-  const bool streams = rows_per_expert < kStreamRowsBelow;
-  const bool same_prepare = prepare_layout_shared(layer.gate.type, layer.up.type);
+// One expert_ffn call. The active experts, in ascending order, are cut into groups of at most kGroupPairs
+// (row, slot) pairs (an expert with more forms a group alone), which bounds the scratch memory: a worker's RSS
+// is its slice plus a small constant. Each group runs as three task sets — gate+up of every expert, the SwiGLU
+// and quantisation of every pair, down of every expert — so a step has three barriers per layer, not three per
+// expert; in decode the SwiGLU joins the gate+up set (two barriers). Tasks are (expert, range of weight rows)
+// (make_tasks), and each output element is computed by matmul_rows exactly as matmul_preq would: the split
+// changes no bit.
+class ExpertFfnRun {
+ public:
+  ExpertFfnRun(const ExpertLayer& layer, const uint8_t* act, int32_t k, float* out, ThreadPool* pool,
+               PairsByExpert pairs)
+      : layer_(layer), act_(act), k_(k), out_(out), pool_(pool), p_(std::move(pairs)),
+        act_bytes_(layer.activation_row_bytes()), down_act_bytes_(activation_row_bytes(layer.down.type, layer.n_ff)),
+        F_(size_t(layer.n_ff)), E_(size_t(layer.n_embd)),
+        // Tiles sized for the rows an active expert has on average (the kernel path depends on them).
+        rows_per_expert_(p_.active.empty() ? 1 : std::max<int64_t>(1, p_.count.back() / int64_t(p_.active.size()))),
+        n_workers_(pool != nullptr ? pool->size() : 1), streams_(rows_per_expert_ < kStreamRowsBelow),
+        same_prepare_(prepare_layout_shared(layer.gate.type, layer.up.type)),
+        down_prepare_(prepare_fn_for(layer.down.type)),
+        pieces_left_(streams_ ? size_t(layer.n_experts) : 0) {}
 
-  std::vector<uint8_t> xq, xg_scratch, xu_scratch, aq, ad_scratch;
-  std::vector<float> g, u;
-  std::vector<float*> g_rows, u_rows, out_rows;
+  void run() {
+    for (a_ = 0; a_ < p_.active.size(); a_ = z_) {
+      z_ = group_end(a_);
+      run_group();
+    }
+  }
+
+ private:
   struct Task {
     int32_t j;           // expert (0-based in the layer)
     int64_t first, m;    // its pairs: [first, first + m) of the group
     int64_t o_begin, o_end;
   };
-  std::vector<Task> tasks;
-  // Decode: per expert of the layer, its gate/up pieces still to run.
-  std::vector<std::atomic<int64_t>> pieces_left(streams ? size_t(layer.n_experts) : 0);
-  for (size_t a = 0; a < active.size();) {
-    // One group: experts active[a .. z).
+  static constexpr int64_t kGroupPairs = 1024;
+
+  // One group: experts active[a .. end).
+  size_t group_end(size_t a) const {
     size_t z = a;
     int64_t n = 0;
-    while (z < active.size()) {
-      const int64_t m = count[size_t(active[z]) + 1] - count[size_t(active[z])];
+    while (z < p_.active.size()) {
+      const int64_t m = p_.size(p_.active[z]);
       if (z > a && n + m > kGroupPairs) break;
       n += m;
       ++z;
     }
-    const int64_t pair_base = count[size_t(active[a])];  // the group's pairs are contiguous in `pairs`
-    // Gather the selected activation rows (bytes, so the quantised form is used exactly as received).
-    xq.resize(size_t(n) * act_bytes);
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(xq.data() + size_t(i) * act_bytes, act + size_t(pairs[size_t(pair_base + i)] / k) * act_bytes,
-                  act_bytes);
-    const uint8_t* xg = prepare_rows(layer.gate.type, xq.data(), n, layer.n_embd, xg_scratch);
-    const uint8_t* xu = same_prepare ? xg : prepare_rows(layer.up.type, xq.data(), n, layer.n_embd, xu_scratch);
-    g.resize(size_t(n) * F);  // [n][F]; becomes the SwiGLU output in place
-    u.resize(size_t(n) * F);
-    g_rows.resize(size_t(n));
-    u_rows.resize(size_t(n));
-    out_rows.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) {
-      g_rows[size_t(i)] = g.data() + size_t(i) * F;
-      u_rows[size_t(i)] = u.data() + size_t(i) * F;
-      out_rows[size_t(i)] = out + size_t(pairs[size_t(pair_base + i)]) * E;
-    }
-    // Tasks over weight rows [0, rows) of every expert of the group: tiles of w (products of many rows), or
-    // stream pieces of each thread's share of every expert, share after share (decode).
-    auto make_tasks = [&](int64_t rows, const WeightMatrix& w) {
-      tasks.clear();
-      const int64_t tile = std::min(rows, streams ? matmul_piece_rows(w, 1) : matmul_tile_rows(w, rows_per_expert));
-      const size_t shares = streams ? n_workers : 1;
-      for (size_t i = 0; i < shares; ++i) {
-        int64_t o_begin, o_end;
-        matmul_share(rows, shares, i, &o_begin, &o_end);
-        for (size_t e = a; e < z; ++e) {
-          const int32_t j = active[e];
-          const int64_t first = count[size_t(j)] - pair_base, m = count[size_t(j) + 1] - count[size_t(j)];
-          for (int64_t o = o_begin; o < o_end; o += tile) tasks.push_back({j, first, m, o, std::min(o_end, o + tile)});
-        }
-      }
-    };
-    // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task;
-    // with expert_done, the thread that ran an expert's last piece then calls expert_done(j) in the same task
-    // set. Tiles: taken in order from a shared counter.
-    auto run_tasks = [&](const std::function<void(const Task&)>& fn,
-                         const std::function<void(int32_t)>& expert_done = nullptr) {
-      if (streams) {
-        if (expert_done) {
-          for (size_t e = a; e < z; ++e) pieces_left[size_t(active[e])].store(0, std::memory_order_relaxed);
-          for (const Task& t : tasks) pieces_left[size_t(t.j)].fetch_add(1, std::memory_order_relaxed);
-        }
-        return parallel_for(pool, tasks.size(), [&](size_t begin, size_t end) {
-          for (size_t t = begin; t < end;) {
-            Task run = tasks[t++];
-            int64_t pieces = 1;
-            while (t < end && tasks[t].j == run.j && tasks[t].o_begin == run.o_end) {
-              run.o_end = tasks[t++].o_end;
-              ++pieces;
-            }
-            fn(run);
-            // acq_rel: the last thread sees every other thread's outputs of this expert.
-            if (expert_done && pieces_left[size_t(run.j)].fetch_sub(pieces, std::memory_order_acq_rel) == pieces)
-              expert_done(run.j);
-          }
-        });
-      }
-      std::atomic<size_t> next{0};
-      parallel_for(pool, n_workers, [&](size_t, size_t) {
-        for (size_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks.size();
-             t = next.fetch_add(1, std::memory_order_relaxed))
-          fn(tasks[t]);
-      });
-    };
+    return z;
+  }
 
-    // a = silu(gate) ⊙ up of pair rows [begin, end), quantised row by row for the down product, and put in
-    // the down kernel's layout.
-    aq.resize(size_t(n) * down_act_bytes);
-    ad_scratch.resize(size_t(n) * down_act_bytes);
-    const PrepareRowFn down_prepare = prepare_fn_for(layer.down.type);
-    auto swiglu_rows = [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        float* gi = g.data() + i * F;
-        const float* ui = u.data() + i * F;
-        for (size_t c = 0; c < F; ++c) gi[c] = silu(gi[c]) * ui[c];
-        uint8_t* row = aq.data() + i * down_act_bytes;
-        quantize_activations(layer.down.type, gi, 1, layer.n_ff, row);
-        if (down_prepare) down_prepare(row, ad_scratch.data() + i * down_act_bytes, layer.n_ff);
-      }
-    };
+  int64_t first_of(int32_t j) const { return p_.count[size_t(j)] - pair_base_; }
+
+  void run_group() {
+    gather();
     // gate and up of every expert, tile by tile: the tile's activation rows are loaded once for both. In
     // decode, an expert's few SwiGLU rows run as soon as its last piece is done, in the same task set (one
     // barrier less per layer); in tiles, the SwiGLU of all rows is a task set of its own.
     const auto gate_up = [&](const Task& t) {
-      matmul_rows(layer.gate.expert(t.j), xg + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
-                  g_rows.data() + t.first);
-      matmul_rows(layer.up.expert(t.j), xu + uint64_t(t.first) * act_bytes, t.m, t.o_begin, t.o_end,
-                  u_rows.data() + t.first);
+      matmul_rows(layer_.gate.expert(t.j), xg_ + uint64_t(t.first) * act_bytes_, t.m, t.o_begin, t.o_end,
+                  g_rows_.data() + t.first);
+      matmul_rows(layer_.up.expert(t.j), xu_ + uint64_t(t.first) * act_bytes_, t.m, t.o_begin, t.o_end,
+                  u_rows_.data() + t.first);
     };
-    make_tasks(int64_t(F), layer.gate.expert(0));
-    if (streams) {
+    make_tasks(int64_t(F_), layer_.gate.expert(0));
+    if (streams_) {
       run_tasks(gate_up, [&](int32_t j) {
-        const size_t first = size_t(count[size_t(j)] - pair_base);
-        swiglu_rows(first, first + size_t(count[size_t(j) + 1] - count[size_t(j)]));
+        const size_t first = size_t(first_of(j));
+        swiglu_rows(first, first + size_t(p_.size(j)));
       });
     } else {
       run_tasks(gate_up);
-      parallel_for(pool, size_t(n), swiglu_rows);
+      parallel_for(pool_, size_t(n_), [&](size_t begin, size_t end) { swiglu_rows(begin, end); });
     }
-    const uint8_t* ad = down_prepare ? ad_scratch.data() : aq.data();
+    const uint8_t* ad = down_prepare_ ? ad_scratch_.data() : aq_.data();
     // down of every expert, written straight into the pairs' output rows.
-    make_tasks(int64_t(E), layer.down.expert(0));
+    make_tasks(int64_t(E_), layer_.down.expert(0));
     run_tasks([&](const Task& t) {
-      matmul_rows(layer.down.expert(t.j), ad + uint64_t(t.first) * down_act_bytes, t.m, t.o_begin, t.o_end,
-                  out_rows.data() + t.first);
+      matmul_rows(layer_.down.expert(t.j), ad + uint64_t(t.first) * down_act_bytes_, t.m, t.o_begin, t.o_end,
+                  out_rows_.data() + t.first);
     });
-    a = z;
   }
+
+  // The group's activation rows (bytes, so the quantised form is used exactly as received), put in the
+  // gate's and up's kernel layouts, and the rows each pair writes.
+  void gather() {
+    pair_base_ = p_.count[size_t(p_.active[a_])];  // the group's pairs are contiguous in `pairs`
+    n_ = 0;
+    for (size_t e = a_; e < z_; ++e) n_ += p_.size(p_.active[e]);
+    const size_t n = size_t(n_);
+    xq_.resize(n * act_bytes_);
+    for (size_t i = 0; i < n; ++i)
+      std::memcpy(xq_.data() + i * act_bytes_, act_ + size_t(pair(i) / k_) * act_bytes_, act_bytes_);
+    xg_ = prepare_rows(layer_.gate.type, xq_.data(), n_, layer_.n_embd, xg_scratch_);
+    xu_ = same_prepare_ ? xg_ : prepare_rows(layer_.up.type, xq_.data(), n_, layer_.n_embd, xu_scratch_);
+    g_.resize(n * F_);  // [n][F]; becomes the SwiGLU output in place
+    u_.resize(n * F_);
+    g_rows_.resize(n);
+    u_rows_.resize(n);
+    out_rows_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      g_rows_[i] = g_.data() + i * F_;
+      u_rows_[i] = u_.data() + i * F_;
+      out_rows_[i] = out_ + size_t(pair(i)) * E_;
+    }
+    aq_.resize(n * down_act_bytes_);
+    ad_scratch_.resize(n * down_act_bytes_);
+  }
+
+  int64_t pair(size_t i) const { return p_.pairs[size_t(pair_base_) + i]; }
+
+  // Tasks over weight rows [0, rows) of every expert of the group: tiles of w (products of many rows), or
+  // stream pieces of each thread's share of every expert, share after share (decode).
+  void make_tasks(int64_t rows, const WeightMatrix& w) {
+    tasks_.clear();
+    const int64_t tile = std::min(rows, streams_ ? matmul_piece_rows(w, 1) : matmul_tile_rows(w, rows_per_expert_));
+    const size_t shares = streams_ ? n_workers_ : 1;
+    for (size_t i = 0; i < shares; ++i) {
+      int64_t o_begin, o_end;
+      matmul_share(rows, shares, i, &o_begin, &o_end);
+      for (size_t e = a_; e < z_; ++e) {
+        const int32_t j = p_.active[e];
+        const int64_t first = first_of(j), m = p_.size(j);
+        for (int64_t o = o_begin; o < o_end; o += tile) tasks_.push_back({j, first, m, o, std::min(o_end, o + tile)});
+      }
+    }
+  }
+
+  // Stream pieces: each thread's range of tasks from the pool, consecutive pieces of one expert as one task;
+  // with expert_done, the thread that ran an expert's last piece then calls expert_done(j) in the same task
+  // set. Tiles: taken in order from a shared counter.
+  void run_tasks(const std::function<void(const Task&)>& fn, const std::function<void(int32_t)>& expert_done = nullptr) {
+    if (streams_) return run_stream_pieces(fn, expert_done);
+    std::atomic<size_t> next{0};
+    parallel_for(pool_, n_workers_, [&](size_t, size_t) {
+      for (size_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks_.size();
+           t = next.fetch_add(1, std::memory_order_relaxed))
+        fn(tasks_[t]);
+    });
+  }
+
+  void run_stream_pieces(const std::function<void(const Task&)>& fn, const std::function<void(int32_t)>& expert_done) {
+    if (expert_done) {
+      for (size_t e = a_; e < z_; ++e) pieces_left_[size_t(p_.active[e])].store(0, std::memory_order_relaxed);
+      for (const Task& t : tasks_) pieces_left_[size_t(t.j)].fetch_add(1, std::memory_order_relaxed);
+    }
+    parallel_for(pool_, tasks_.size(), [&](size_t begin, size_t end) {
+      for (size_t t = begin; t < end;) {
+        Task run = tasks_[t++];
+        int64_t pieces = 1;
+        while (t < end && tasks_[t].j == run.j && tasks_[t].o_begin == run.o_end) {
+          run.o_end = tasks_[t++].o_end;
+          ++pieces;
+        }
+        fn(run);
+        // acq_rel: the last thread sees every other thread's outputs of this expert.
+        if (expert_done && pieces_left_[size_t(run.j)].fetch_sub(pieces, std::memory_order_acq_rel) == pieces)
+          expert_done(run.j);
+      }
+    });
+  }
+
+  // a = silu(gate) ⊙ up of pair rows [begin, end), quantised row by row for the down product, and put in the
+  // down kernel's layout.
+  void swiglu_rows(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      float* gi = g_.data() + i * F_;
+      const float* ui = u_.data() + i * F_;
+      for (size_t c = 0; c < F_; ++c) gi[c] = silu(gi[c]) * ui[c];
+      uint8_t* row = aq_.data() + i * down_act_bytes_;
+      quantize_activations(layer_.down.type, gi, 1, layer_.n_ff, row);
+      if (down_prepare_) down_prepare_(row, ad_scratch_.data() + i * down_act_bytes_, layer_.n_ff);
+    }
+  }
+
+  const ExpertLayer& layer_;
+  const uint8_t* act_;
+  const int32_t k_;
+  float* out_;
+  ThreadPool* pool_;
+  const PairsByExpert p_;
+  const uint64_t act_bytes_, down_act_bytes_;
+  const size_t F_, E_;
+  const int64_t rows_per_expert_;
+  const size_t n_workers_;
+  const bool streams_, same_prepare_;
+  const PrepareRowFn down_prepare_;
+  // The group being run: experts active[a_ .. z_), its n_ pairs starting at pair_base_ in p_.pairs.
+  size_t a_ = 0, z_ = 0;
+  int64_t n_ = 0, pair_base_ = 0;
+  std::vector<uint8_t> xq_, xg_scratch_, xu_scratch_, aq_, ad_scratch_;
+  const uint8_t* xg_ = nullptr;
+  const uint8_t* xu_ = nullptr;
+  std::vector<float> g_, u_;
+  std::vector<float*> g_rows_, u_rows_, out_rows_;
+  std::vector<Task> tasks_;
+  std::vector<std::atomic<int64_t>> pieces_left_;  // decode: per expert of the layer, its gate/up pieces still to run
+};
+
+}  // namespace
+
+Status expert_ffn(const ExpertLayer& layer, const uint8_t* act, int64_t n_rows, int32_t k, const int32_t* ids,
+                  float* out, ThreadPool* pool) {
+  if (layer.shape_only())
+    return Status::error("this process holds no bytes of these experts (a backbone loaded from a backbone file): "
+                         "they can only be computed by workers");
+  ESSAIM_ASSIGN_OR_RETURN(PairsByExpert pairs, group_pairs_by_expert(layer, ids, n_rows * k));
+  ExpertFfnRun(layer, act, k, out, pool, std::move(pairs)).run();
   return Status::ok();
 }
 

@@ -102,6 +102,12 @@ Status Server::wait_ready(std::chrono::milliseconds timeout) {
   return load_status_;
 }
 
+std::optional<Status> Server::load_result() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!loaded_) return std::nullopt;
+  return load_status_;
+}
+
 void Server::stop() {
   if (stopped_) return;
   stopped_ = true;

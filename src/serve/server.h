@@ -71,6 +71,8 @@ class Server {
   uint16_t port() const { return http_->port(); }
   // Blocks until the model is loaded (ok) or loading failed (its error), at most `timeout`.
   Status wait_ready(std::chrono::milliseconds timeout);
+  // Without waiting: nothing while the model is still loading, then ok or loading's error.
+  std::optional<Status> load_result() const;
   // Stops accepting generations, ends every open answer (streams get an error event, never a silent
   // close), waits up to options.drain for those bytes to go out, then stops listening.
   void stop();
@@ -95,7 +97,7 @@ class Server {
   std::unique_ptr<ExpertExecutor> draft_executor_;  // the MTP block's experts on this process, or null
   std::unique_ptr<Scheduler> scheduler_;
   std::thread loader_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool loaded_ = false;
   Status load_status_;

@@ -55,24 +55,10 @@ struct Pipeline {
   bool failed = false;
 };
 
-}  // namespace
-
-Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path, Progress* progress) {
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<SynthWeights> weights;  // checked in full before a byte is written
-  if (!plan.options.weights_dir.empty()) {
-    ESSAIM_ASSIGN_OR_RETURN(SynthWeights loaded, SynthWeights::load(plan, plan.options.weights_dir));
-    weights = std::move(loaded);
-  }
-  GgufWriter writer;
-  for (const GgufKv& kv : plan.metadata.kvs) writer.set_value(kv.key, kv.value);
-  for (const SynthTensor& t : plan.tensors) writer.add_tensor(t.name, t.type, t.ne);
-  // Written beside the target and renamed over it at the end: a process that has the old file mapped keeps its
-  // pages (truncating a mapped file in place would kill it with SIGBUS), and no reader sees a half-written file.
-  const std::string part = path + ".part";
-  ESSAIM_RETURN_IF_ERROR(writer.begin(part));
-  for (size_t i = 0; i < plan.tensors.size(); ++i) ESSAIM_CHECK(writer.tensor_nbytes(i) == plan.tensors[i].nbytes);
-
+// Every tensor's bytes, piece by piece: generated (or read from the weights) by the pool's threads into a ring of
+// slots while one thread writes them in order.
+Status write_pieces(const SynthPlan& plan, const std::optional<SynthWeights>& weights, GgufWriter& writer,
+                    Progress* progress) {
   ThreadPool pool(plan.options.threads);
   const SynthFillContext ctx = synth_fill_context(plan);
   const std::vector<Piece> pieces = cut_pieces(plan);
@@ -129,7 +115,28 @@ Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path,
     for (size_t i = b; i < e; ++i) generate();
   });
   write_thread.join();
-  ESSAIM_RETURN_IF_ERROR(write_status);
+  return write_status;
+}
+
+}  // namespace
+
+Result<SynthSummary> synth_write(const SynthPlan& plan, const std::string& path, Progress* progress) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<SynthWeights> weights;  // checked in full before a byte is written
+  if (!plan.options.weights_dir.empty()) {
+    ESSAIM_ASSIGN_OR_RETURN(SynthWeights loaded, SynthWeights::load(plan, plan.options.weights_dir));
+    weights = std::move(loaded);
+  }
+  GgufWriter writer;
+  for (const GgufKv& kv : plan.metadata.kvs) writer.set_value(kv.key, kv.value);
+  for (const SynthTensor& t : plan.tensors) writer.add_tensor(t.name, t.type, t.ne);
+  // Written beside the target and renamed over it at the end: a process that has the old file mapped keeps its
+  // pages (truncating a mapped file in place would kill it with SIGBUS), and no reader sees a half-written file.
+  const std::string part = path + ".part";
+  ESSAIM_RETURN_IF_ERROR(writer.begin(part));
+  for (size_t i = 0; i < plan.tensors.size(); ++i) ESSAIM_CHECK(writer.tensor_nbytes(i) == plan.tensors[i].nbytes);
+
+  ESSAIM_RETURN_IF_ERROR(write_pieces(plan, weights, writer, progress));
   ESSAIM_RETURN_IF_ERROR(writer.finish());
   if (std::rename(part.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -2,6 +2,7 @@
 // vocabulary llama.cpp's convert_hf_to_gguf.py would have written.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -83,7 +84,8 @@ std::optional<std::string> config_token_text(const json& config, const char* key
   return std::nullopt;
 }
 
-Result<Vocab> import(const json& j, const std::string& path) {
+// The tokenizer.json shape essaim reads: a byte-level BPE model with a vocab object, NFC or no normalizer.
+Status check_model(const json& j, const std::string& path) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
     return Status::error(path + ": no \"model\" object");
   }
@@ -96,24 +98,23 @@ Result<Vocab> import(const json& j, const std::string& path) {
   if (j.contains("normalizer") && !j["normalizer"].is_null() && j["normalizer"].value("type", "") != "NFC") {
     return Status::error(path + ": unsupported normalizer " + j["normalizer"].dump().substr(0, 100));
   }
+  return Status::ok();
+}
 
-  Vocab vocab;
-  vocab.model = "gpt2";
-  ESSAIM_ASSIGN_OR_RETURN(vocab.pre, detect_pre(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json()));
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) vocab.normalizer = "NFC";  // the only one accepted above
-
-  // Ids size the tables: refuse sparse ones first, so a small hostile file cannot make us allocate millions of
-  // entries. Real files number their tokens densely (at most a few padding gaps).
+// The largest token id of model.vocab and added_tokens. Ids size the tables: sparse ones are refused first, so
+// a small hostile file cannot make us allocate millions of entries. Real files number their tokens densely (at
+// most a few padding gaps).
+Result<int64_t> dense_max_id(const json& j, const std::string& path) {
   int64_t max_id = -1;
   size_t n_entries = 0;
-  for (const auto& [text, value] : model["vocab"].items()) {
+  for (const auto& [text, value] : j["model"]["vocab"].items()) {
     ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(value, "model.vocab[\"" + text + "\"]"));
     max_id = std::max(max_id, id);
     ++n_entries;
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& added : j["added_tokens"]) {
-      if (!added.is_object() || !added.contains("id")) continue;  // reported below
+      if (!added.is_object() || !added.contains("id")) continue;  // reported by import_tokens
       ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(added["id"], "added_tokens"));
       max_id = std::max(max_id, id);
       ++n_entries;
@@ -123,6 +124,13 @@ Result<Vocab> import(const json& j, const std::string& path) {
     return Status::error(path + ": token ids reach " + std::to_string(max_id) + " for only " +
                          std::to_string(n_entries) + " tokens");
   }
+  return max_id;
+}
+
+// vocab.tokens and vocab.types from model.vocab and added_tokens (which override an entry of the same id, as in
+// Hugging Face; their text stays raw); ids no entry names become "[PADn]".
+Status import_tokens(const json& j, const std::string& path, Vocab& vocab) {
+  ESSAIM_ASSIGN_OR_RETURN(const int64_t max_id, dense_max_id(j, path));
   std::vector<std::optional<std::string>> texts(size_t(max_id + 1));
   std::vector<TokenType> types(size_t(max_id + 1), TokenType::UNUSED);
   const auto place = [&](int64_t id, std::string text, TokenType type, bool may_replace) -> Status {
@@ -135,7 +143,7 @@ Result<Vocab> import(const json& j, const std::string& path) {
     types[size_t(id)] = type;
     return Status::ok();
   };
-  for (const auto& [text, value] : model["vocab"].items()) {
+  for (const auto& [text, value] : j["model"]["vocab"].items()) {
     ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(value, "model.vocab[\"" + text + "\"]"));
     ESSAIM_RETURN_IF_ERROR(place(id, text, TokenType::NORMAL, false));
   }
@@ -149,7 +157,6 @@ Result<Vocab> import(const json& j, const std::string& path) {
       ESSAIM_ASSIGN_OR_RETURN(const int64_t id, token_id(added["id"], "added_tokens"));
       std::string content = added["content"].get<std::string>();
       const bool special = added.value("special", false) || looks_special(content);
-      // Added tokens override a vocab entry of the same id, as in Hugging Face; their text stays raw.
       ESSAIM_RETURN_IF_ERROR(place(id, std::move(content), special ? TokenType::CONTROL : TokenType::USER_DEFINED,
                                    true));
     }
@@ -160,7 +167,11 @@ Result<Vocab> import(const json& j, const std::string& path) {
     vocab.tokens.push_back(texts[id] ? std::move(*texts[id]) : "[PAD" + std::to_string(id) + "]");
   }
   vocab.types = std::move(types);
+  return Status::ok();
+}
 
+// model.merges: "a b" strings or ["a", "b"] pairs.
+Status import_merges(const json& model, const std::string& path, Vocab& vocab) {
   if (!model.contains("merges") || !model["merges"].is_array()) return Status::error(path + ": model.merges missing");
   vocab.merges.reserve(model["merges"].size());
   for (const json& merge : model["merges"]) {
@@ -172,6 +183,51 @@ Result<Vocab> import(const json& j, const std::string& path) {
       return Status::error(path + ": malformed merge " + merge.dump().substr(0, 100));
     }
   }
+  return Status::ok();
+}
+
+// tokenizer_config.json beside the tokenizer: special tokens (by text, among the non-NORMAL tokens),
+// add_bos/add_eos, and the chat template (a string, or the "default" one of a named list).
+Status import_config(const std::filesystem::path& config_path,
+                     const std::function<std::optional<uint32_t>(const std::string&)>& special_id, Vocab& vocab) {
+  ESSAIM_ASSIGN_OR_RETURN(const json config, read_json(config_path.string()));
+  if (!config.is_object()) return Status::error(config_path.string() + ": not a JSON object");
+  for (auto [key, slot] : {std::pair{"eos_token", &vocab.eos_id}, std::pair{"bos_token", &vocab.bos_id},
+                           std::pair{"pad_token", &vocab.pad_id}}) {
+    if (const std::optional<std::string> text = config_token_text(config, key)) {
+      if (const std::optional<uint32_t> id = special_id(*text)) *slot = id;
+    }
+  }
+  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
+    vocab.add_bos = config["add_bos_token"].get<bool>();
+  }
+  if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) {
+    vocab.add_eos = config["add_eos_token"].get<bool>();
+  }
+  if (config.contains("chat_template")) {
+    const json& t = config["chat_template"];
+    if (t.is_string()) {
+      vocab.chat_template = t.get<std::string>();
+    } else if (t.is_array()) {  // named templates: [{"name": "default", "template": "..."}, ...]
+      for (const json& named : t) {
+        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+            named["template"].is_string()) {
+          vocab.chat_template = named["template"].get<std::string>();
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<Vocab> import(const json& j, const std::string& path) {
+  ESSAIM_RETURN_IF_ERROR(check_model(j, path));
+  Vocab vocab;
+  vocab.model = "gpt2";
+  ESSAIM_ASSIGN_OR_RETURN(vocab.pre, detect_pre(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json()));
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) vocab.normalizer = "NFC";  // the only one accepted
+  ESSAIM_RETURN_IF_ERROR(import_tokens(j, path, vocab));
+  ESSAIM_RETURN_IF_ERROR(import_merges(j["model"], path, vocab));
 
   std::unordered_map<std::string, uint32_t> ids;
   for (size_t id = 0; id < vocab.tokens.size(); ++id) {
@@ -181,42 +237,13 @@ Result<Vocab> import(const json& j, const std::string& path) {
     const auto it = ids.find(text);
     return it == ids.end() ? std::nullopt : std::optional<uint32_t>(it->second);
   };
-  // Qwen conventions (docs/reference.md 7.1); the config file below may override them.
+  // Qwen conventions (docs/reference.md 7.1); the config file may override them.
   vocab.bos_id = special_id("<|endoftext|>");
   vocab.pad_id = special_id("<|endoftext|>");
   vocab.eos_id = special_id("<|im_end|>");
   if (!vocab.eos_id) vocab.eos_id = special_id("<|endoftext|>");
-
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    ESSAIM_ASSIGN_OR_RETURN(const json config, read_json(config_path.string()));
-    if (!config.is_object()) return Status::error(config_path.string() + ": not a JSON object");
-    for (auto [key, slot] : {std::pair{"eos_token", &vocab.eos_id}, std::pair{"bos_token", &vocab.bos_id},
-                             std::pair{"pad_token", &vocab.pad_id}}) {
-      if (const std::optional<std::string> text = config_token_text(config, key)) {
-        if (const std::optional<uint32_t> id = special_id(*text)) *slot = id;
-      }
-    }
-    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
-      vocab.add_bos = config["add_bos_token"].get<bool>();
-    }
-    if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) {
-      vocab.add_eos = config["add_eos_token"].get<bool>();
-    }
-    if (config.contains("chat_template")) {
-      const json& t = config["chat_template"];
-      if (t.is_string()) {
-        vocab.chat_template = t.get<std::string>();
-      } else if (t.is_array()) {  // named templates: [{"name": "default", "template": "..."}, ...]
-        for (const json& named : t) {
-          if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-              named["template"].is_string()) {
-            vocab.chat_template = named["template"].get<std::string>();
-          }
-        }
-      }
-    }
-  }
+  if (std::filesystem::exists(config_path)) ESSAIM_RETURN_IF_ERROR(import_config(config_path, special_id, vocab));
   return vocab;
 }
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "backbone/remote_executor.h"
-#include "listening_process.h"
+#include "child_process.h"
 #include "gguf/gguf_slice.h"
 #include "model/model.h"
 #include "net/pipe.h"
@@ -106,7 +106,7 @@ class PipeWorker {
   std::shared_ptr<Slot> slot_;  // shared with the connectors handed out
 };
 
-using test_support::ListeningProcess;  // tests/support/listening_process.h
+using test_support::ListeningProcess;  // tests/support/child_process.h
 
 // An `essaim-worker` process on 127.0.0.1 with port 0, serving `slices`.
 class WorkerProcess : public ListeningProcess {

@@ -1,4 +1,5 @@
 #include "cli_test_util.h"
+#include "temp_dir.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -59,11 +60,11 @@ std::string drain(int fd, Clock::time_point deadline) {
   return out;
 }
 
-// Everything a test process writes lives under tmp/<pid>: ctest runs the tests of this binary as parallel
-// processes, which must not share (or empty) each other's folders. Removed when the process exits.
+// Everything a test process writes lives under tmp/run-XXXXXX (mkdtemp): ctest runs the tests of this binary
+// as parallel processes, which must not share (or empty) each other's folders. Removed when the process exits.
 struct ProcessDir {
   std::filesystem::path path =
-      std::filesystem::path(ESSAIM_BINARY_DIR) / "tests" / "cli" / "tmp" / std::to_string(::getpid());
+      essaim::testing::make_temp_dir_in(std::filesystem::path(ESSAIM_BINARY_DIR) / "tests" / "cli" / "tmp", "run");
   ~ProcessDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
@@ -148,54 +149,8 @@ CliRun run_in_pty(const std::string& command, const std::string& cwd, int timeou
 
 BackgroundProcess::BackgroundProcess(const std::string& command, const std::string& cwd) {
   static int serial = 0;
-  err_path_ = scratch_dir("bg") + "/" + std::to_string(serial++) + ".err";
-  int out[2];
-  if (::pipe(out) != 0) return;
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    const int e = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (e < 0) _exit(125);
-    ::dup2(out[1], 1);
-    ::dup2(e, 2);
-    ::close(out[0]);
-    // exec, not sh -c, as the last step of the shell: SIGTERM then reaches the worker itself.
-    exec_shell("exec " + command, cwd);
-  }
-  ::close(out[1]);
-  if (pid_ < 0) {
-    ::close(out[0]);
-    return;
-  }
-  // The worker prints "listening on HOST:PORT" once it accepts; wait for it, bounded.
-  std::string line;
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  char c;
-  while (Clock::now() < deadline) {
-    pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    if (::read(out[0], &c, 1) != 1) break;
-    if (c != '\n') {
-      line += c;
-      continue;
-    }
-    const size_t colon = line.rfind(':');
-    if (line.rfind("listening on ", 0) == 0 && colon != std::string::npos) {
-      port_ = uint16_t(std::atoi(line.c_str() + colon + 1));
-      break;
-    }
-    line.clear();
-  }
-  out_fd_ = out[0];  // kept open: a later write to stdout must not meet a closed pipe
+  start(shell(command), std::chrono::seconds(30),
+        {.stderr_path = scratch_dir("bg") + "/" + std::to_string(serial++) + ".err", .cwd = cwd, .path_first = bin_dir()});
 }
-
-BackgroundProcess::~BackgroundProcess() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    wait_for(pid_, Clock::now() + std::chrono::seconds(10));
-  }
-  if (out_fd_ >= 0) ::close(out_fd_);
-}
-
-std::string BackgroundProcess::stderr_text() const { return read_text(err_path_); }
 
 }  // namespace essaim::cli_test

@@ -1,6 +1,6 @@
 // Running the essaim binaries as a user does, for the CLI tests: a command with its exit code, stdout and
 // stderr kept apart; a background process (a worker) whose "listening on HOST:PORT" line is awaited with a
-// deadline; a command under a pseudo-terminal (forkpty), to see what a terminal sees.
+// deadline (tests/support/child_process.h); a command under a pseudo-terminal (forkpty), to see what a terminal sees.
 //
 //   CliRun r = run_cli("essaim version --json");          // "essaim" = <build>/src/cli/essaim
 //   BackgroundProcess w("essaim worker --slices s/ --experts 0-2 --port 0");
@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "child_process.h"
 
 namespace essaim::cli_test {
 
@@ -30,25 +32,14 @@ CliRun run_cli(const std::string& command, const std::string& cwd = "", int time
 // The same under a pseudo-terminal: everything the terminal shows (stdout and stderr together).
 CliRun run_in_pty(const std::string& command, const std::string& cwd = "", int timeout_s = 120);
 
-class BackgroundProcess {
+// A command line started as a user types it (through /bin/sh, the build's bin dir first on PATH, in `cwd`),
+// awaited until it says "listening on HOST:PORT" (30 s); stderr kept for the failure message.
+class BackgroundProcess : public test_support::ListeningProcess {
  public:
   explicit BackgroundProcess(const std::string& command, const std::string& cwd = "");
-  ~BackgroundProcess();  // SIGTERM, then waits (SIGKILL after 10 s)
-  BackgroundProcess(const BackgroundProcess&) = delete;
-  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
-
-  uint16_t port() const { return port_; }
-  pid_t pid() const { return pid_; }  // for kill -9 in churn tests
-  std::string stderr_text() const;  // what it has written to stderr so far
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  uint16_t port_ = 0;
-  std::string err_path_;
 };
 
-std::string make_temp_dir(const std::string& name);  // fresh, under <build>/tests/cli/tmp/<pid>/, removed at exit
+std::string make_temp_dir(const std::string& name);  // fresh, under <build>/tests/cli/tmp/run-XXXXXX/ (mkdtemp), removed at exit
 std::string read_text(const std::string& path);
 size_t count_of(const std::string& haystack, const std::string& needle);
 

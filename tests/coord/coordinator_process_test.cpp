@@ -24,7 +24,7 @@
 #include "gguf/model_identity.h"
 #include "gguf/slice_manifest.h"
 #include "http_client.h"
-#include "listening_process.h"
+#include "child_process.h"
 #include "pg_cluster.h"
 #include "skip.h"
 #include "temp_dir.h"

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "synth/synth.h"
+#include "temp_dir.h"
 
 namespace essaim {
 namespace {
@@ -43,7 +44,7 @@ const Model& tiny_model(SynthArch arch, SynthTypeMix types) {
     EXPECT_TRUE(plan.is_ok()) << plan.status().message();
     // ctest runs every test case as its own process, several at once: each writes its own file and
     // renames it into place, so no process ever maps a file another one is still writing.
-    const std::string part = path + "." + std::to_string(::getpid()) + ".part";
+    const std::string part = essaim::testing::make_temp_file_beside(path);
     Result<SynthSummary> s = synth_write(*plan, part);
     EXPECT_TRUE(s.is_ok()) << s.status().message();
     std::filesystem::rename(part, path);

@@ -18,6 +18,7 @@
 #include "gguf_edit.h"
 #include "model/model.h"
 #include "synth/synth.h"
+#include "temp_dir.h"
 
 namespace essaim {
 namespace {
@@ -27,7 +28,7 @@ const std::string& base_model() {
     // ctest runs each test in its own process, concurrently: write under a private name, then rename
     // (atomic), so no process ever opens a half-written file.
     const std::string p = std::string(ESSAIM_BINARY_DIR) + "/error_messages_base.gguf";
-    const std::string tmp = p + "." + std::to_string(::getpid());
+    const std::string tmp = essaim::testing::make_temp_file_beside(p);
     Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::TINY, .seed = 3});
     EXPECT_TRUE(plan.is_ok());
     EXPECT_TRUE(synth_write(*plan, tmp).is_ok());

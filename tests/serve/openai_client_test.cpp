@@ -14,6 +14,7 @@
 #include "backbone_test_util.h"
 #include "serve_test_util.h"
 #include "skip.h"
+#include "temp_dir.h"
 
 namespace essaim::serve::testing {
 namespace {
@@ -50,9 +51,9 @@ TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
                          {"completion_text", p["choices"][0]["text"]}};
   const std::string dir = std::string(ESSAIM_BINARY_DIR) + "/serve-js";
   std::filesystem::create_directories(dir);
-  const std::string expected_path = dir + "/expected-" + std::to_string(::getpid()) + ".json";
+  const std::string expected_path = essaim::testing::make_temp_file_beside(dir + "/expected.json");
   std::ofstream(expected_path) << expected.dump();
-  const std::string log = dir + "/run-" + std::to_string(::getpid()) + ".log";
+  const std::string log = essaim::testing::make_temp_file_beside(dir + "/run.log");
   const std::string cmd = "bash '" + std::string(ESSAIM_SOURCE_DIR) + "/tests/serve/js/run.sh' '" + dir +
                           "' 'http://127.0.0.1:" + std::to_string(serve.port()) + "/v1' '" + expected_path + "' > '" +
                           log + "' 2>&1";
@@ -71,9 +72,9 @@ TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
 std::string run_js(const std::string& script, const std::string& base_url, const json& expected, int& rc) {
   const std::string dir = std::string(ESSAIM_BINARY_DIR) + "/serve-js";
   std::filesystem::create_directories(dir);
-  const std::string expected_path = dir + "/expected-" + std::to_string(::getpid()) + ".json";
+  const std::string expected_path = essaim::testing::make_temp_file_beside(dir + "/expected.json");
   std::ofstream(expected_path) << expected.dump();
-  const std::string log = dir + "/run-" + std::to_string(::getpid()) + ".log";
+  const std::string log = essaim::testing::make_temp_file_beside(dir + "/run.log");
   const std::string cmd = "bash '" + std::string(ESSAIM_SOURCE_DIR) + "/tests/serve/js/run.sh' '" + dir + "' '" + base_url +
                           "' '" + expected_path + "' '" + script + "' > '" + log + "' 2>&1";
   rc = std::system(cmd.c_str());

@@ -9,6 +9,7 @@
 #include "speed/memory_bandwidth.h"
 #include "speed/model_speed.h"
 #include "synth/synth.h"
+#include "temp_dir.h"
 
 namespace essaim {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 // place, so a process never maps a file another one is still writing (that was a SIGBUS).
 std::unique_ptr<Model> tiny_model() {
   const std::string path = std::string(ESSAIM_BINARY_DIR) + "/speed_test_tiny.gguf";
-  const std::string part = path + "." + std::to_string(::getpid()) + ".part";
+  const std::string part = essaim::testing::make_temp_file_beside(path);
   Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::TINY,
                                        .types = SynthTypeMix::Q4_K_M, .seed = 1});
   EXPECT_TRUE(plan.is_ok());

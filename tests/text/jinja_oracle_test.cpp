@@ -18,6 +18,7 @@
 #include "skip.h"
 #include "text/jinja.h"
 #include "text/vocab.h"
+#include "temp_dir.h"
 
 namespace essaim {
 namespace {
@@ -164,8 +165,7 @@ TEST(JinjaOracle, QwenAndTrainedTemplatesRenderAsJinja2Does) {
   Gen gen(20261206);
   for (const Case& t : tmpl)
     for (int k = 0; k < kPerTemplate; ++k) cases.push_back({{"template", t.source}, {"context", gen.context()}});
-  const std::string dir = std::filesystem::temp_directory_path() / ("jinja-oracle-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::string dir = essaim::testing::make_temp_dir("jinja-oracle");
   std::ofstream(dir + "/cases.json") << cases.dump();
   const std::string cmd = "/usr/bin/python3 '" + std::string(ESSAIM_SOURCE_DIR) + "/tests/text/jinja_oracle.py' '" + dir +
                           "/cases.json' '" + dir + "/out.json' 2> '" + dir + "/err.txt'";

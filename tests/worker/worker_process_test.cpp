@@ -2,11 +2,8 @@
 // bit-identically to the backbone's own executor, refuse a backbone of another model, keep their resident
 // memory within the slices' bytes + 32 MiB while touching every expert, map no full model, and stop
 // cleanly on SIGTERM and SIGINT.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +14,10 @@
 #include <sstream>
 #include <thread>
 
+#include "child_process.h"
 #include "net/tcp.h"
+#include "temp_dir.h"
 #include "worker_test_util.h"
-
-extern char** environ;
 
 namespace essaim::worker::testing {
 namespace {
@@ -30,81 +27,21 @@ using namespace std::chrono_literals;
 const std::string kWorkerBinary = std::string(ESSAIM_BINARY_DIR) + "/src/cli/essaim-worker";
 const std::string kEssaimBinary = std::string(ESSAIM_BINARY_DIR) + "/src/cli/essaim";
 
-// A child process with its stdout on a pipe and its stderr in a file (shown when a test fails).
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const std::string& stderr_path) : stderr_path_(stderr_path) {
-    int out[2];
-    EXPECT_EQ(pipe(out), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addclose(&fa, out[0]);
-    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ), 0) << argv[0];
-    posix_spawn_file_actions_destroy(&fa);
-    close(out[1]);
-    out_ = out[0];
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(out_);
-    std::filesystem::remove(stderr_path_);
-  }
+using test_support::ChildProcess;  // tests/support/child_process.h
 
-  // The next line of stdout, or "" after `timeout`.
-  std::string read_line(std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    std::string line;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-      pollfd p{out_, POLLIN, 0};
-      if (left.count() <= 0 || poll(&p, 1, int(left.count())) <= 0) return "";
-      char ch;
-      if (read(out_, &ch, 1) != 1) return "";
-      if (ch == '\n') return line;
-      line += ch;
-    }
-  }
-
-  // The exit status after `sig`, or -1 if it did not exit within `timeout`.
-  int stop(int sig, std::chrono::milliseconds timeout) {
-    kill(pid_, sig);
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return -1;
-  }
-
-  pid_t pid() const { return pid_; }
-  std::string stderr_text() const {
-    std::ifstream f(stderr_path_);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  std::string stderr_path_;
-};
+// Where the children's stderr files go: a directory of this test program's own, removed at exit.
+std::string stderr_file(const std::string& name) {
+  static const struct Dir {
+    std::string path = essaim::testing::make_temp_dir("essaim-worker-process");
+    ~Dir() { std::filesystem::remove_all(path); }
+  } dir;
+  static int serial = 0;
+  return dir.path + "/" + name + "-" + std::to_string(serial++) + ".stderr";
+}
 
 // Starts a worker process on port 0 and reads the port from its ready line.
 struct RunningWorker {
-  std::unique_ptr<Child> child;
+  std::unique_ptr<ChildProcess> child;
   uint16_t port = 0;
 };
 
@@ -113,13 +50,9 @@ RunningWorker start_worker(const std::vector<std::string>& command, const std::v
   std::vector<std::string> argv = command;
   for (const std::string& s : slices) argv.insert(argv.end(), {"--slice", s});
   argv.insert(argv.end(), {"--listen", "127.0.0.1:0", "--threads", "2"});
-  const std::string err = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()) + ".stderr")).string();
-  RunningWorker w{std::make_unique<Child>(argv, err), 0};
-  const std::string line = w.child->read_line(30s);
-  const std::string prefix = "listening on 127.0.0.1:";
-  EXPECT_EQ(line.rfind(prefix, 0), 0u) << "ready line '" << line << "'; stderr:\n" << w.child->stderr_text();
-  if (line.rfind(prefix, 0) == 0) w.port = uint16_t(std::stoi(line.substr(prefix.size())));
-  EXPECT_NE(w.port, 0);
+  RunningWorker w{std::make_unique<ChildProcess>(argv, test_support::ChildOptions{.stderr_path = stderr_file(name)}), 0};
+  w.port = w.child->await_listening(30s);
+  EXPECT_NE(w.port, 0) << "no \"listening on\" line; stderr:\n" << w.child->stderr_text();
   return w;
 }
 
@@ -253,20 +186,19 @@ TEST(WorkerProcess, ResidentMemoryStaysWithinSlicesPlus32MiB) {
 }
 
 TEST(WorkerProcess, RefusesBadArguments) {
-  const std::string err = (std::filesystem::temp_directory_path() / ("essaim-worker-args-" + std::to_string(getpid()))).string();
+  const test_support::ChildOptions err{.stderr_path = stderr_file("essaim-worker-args")};
   {
     const TestModel& m = TestModel::get({.types = SynthTypeMix::Q4_K_M});
-    Child c({kWorkerBinary, "--slice", m.path, "--listen", "127.0.0.1:0"}, err);  // a full model is not a slice
+    ChildProcess c({kWorkerBinary, "--slice", m.path, "--listen", "127.0.0.1:0"}, err);  // a full model is not a slice
     EXPECT_EQ(c.read_line(30s), "");
     EXPECT_EQ(c.stop(0, 30s), 1);
     EXPECT_NE(c.stderr_text().find(m.path), std::string::npos) << c.stderr_text();
   }
   {
     const TestModel& m = TestModel::get({.types = SynthTypeMix::Q4_K_M});
-    Child c({kWorkerBinary, "--slice", m.slice(m.moe.layers.front().layer, 1, 0, 2), "--listen", "nonsense"}, err);
+    ChildProcess c({kWorkerBinary, "--slice", m.slice(m.moe.layers.front().layer, 1, 0, 2), "--listen", "nonsense"}, err);
     EXPECT_EQ(c.stop(0, 30s), 2) << c.stderr_text();
   }
-  std::filesystem::remove(err);
 }
 
 }  // namespace
