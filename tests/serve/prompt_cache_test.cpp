@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "backbone/remote_executor.h"
 #include "backbone_test_util.h"
 #include "serve/prompt_cache.h"
 #include "serve/scheduler.h"
@@ -227,12 +228,12 @@ TEST(PromptCacheBudget, CheckpointsOfASharedPrefixAreHeldOnce) {
 // and seeded, while a batch mixes sequences resumed from cached prefixes with fresh ones.
 class SchedulerPromptCache : public ::testing::TestWithParam<ModelSpec> {};
 
-std::vector<std::vector<TokenId>> serve_all(const SwarmModel& m, const std::vector<SequenceRequest>& first,
+// The two waves through one scheduler (the second submitted once the first is done): every sequence's tokens.
+std::vector<std::vector<TokenId>> serve_all(const Model& model, ExpertExecutor& experts, ThreadPool& pool,
+                                            const std::vector<SequenceRequest>& first,
                                             const std::vector<SequenceRequest>& then, PromptCacheOptions cache,
                                             PromptCacheStats* stats) {
-  ThreadPool pool(2);
-  LocalExpertExecutor local(m.model->expert_store(), &pool);
-  Scheduler sched(*m.model, &local, &pool,
+  Scheduler sched(model, &experts, &pool,
                   {.parallel = 4, .batch_tokens = 16, .queue_capacity = 64, .cache = {.n_ctx = 256},
                    .prompt_cache = cache});
   std::vector<std::vector<TokenId>> out;
@@ -249,30 +250,64 @@ std::vector<std::vector<TokenId>> serve_all(const SwarmModel& m, const std::vect
   return out;
 }
 
-TEST_P(SchedulerPromptCache, ABatchMixingResumedAndFreshSequencesGivesEachItsTokensAlone) {
-  const SwarmModel& m = SwarmModel::get(GetParam());
+// Two waves: two prompts, then four resumed from them (40 of a, 20 of b, a again, all of a and more) mixed
+// with three fresh ones; greedy and seeded.
+struct Waves {
+  std::vector<SequenceRequest> first, then;
+};
+Waves waves(const SwarmModel& m) {
   const std::vector<TokenId> a = m.tokens(60, 400), b = m.tokens(45, 401);
   const auto req = [](std::vector<TokenId> prompt, float temperature) {
     return SequenceRequest{.prompt = std::move(prompt), .max_tokens = 8,
                            .sampling = {.temperature = temperature, .seed = 5}, .eog = {}};
   };
-  const std::vector<SequenceRequest> first = {req(a, 0), req(b, 0.8f)};
-  // Four resumed (40 of a, 20 of b, a again, all of a and more), three fresh; greedy and seeded.
-  const std::vector<SequenceRequest> then = {
-      req(sharing(m, a, 40, 30, 410), 0),  req(m.tokens(50, 411), 0),   req(sharing(m, b, 20, 25, 412), 0.8f),
-      req(a, 0.8f),                         req(m.tokens(33, 413), 0.8f), req(sharing(m, a, 60, 17, 414), 0),
-      req(m.tokens(20, 415), 0)};
+  return {{req(a, 0), req(b, 0.8f)},
+          {req(sharing(m, a, 40, 30, 410), 0), req(m.tokens(50, 411), 0), req(sharing(m, b, 20, 25, 412), 0.8f),
+           req(a, 0.8f), req(m.tokens(33, 413), 0.8f), req(sharing(m, a, 60, 17, 414), 0), req(m.tokens(20, 415), 0)}};
+}
+
+TEST_P(SchedulerPromptCache, ABatchMixingResumedAndFreshSequencesGivesEachItsTokensAlone) {
+  const SwarmModel& m = SwarmModel::get(GetParam());
+  const Waves w = waves(m);
+  ThreadPool pool(2);
+  LocalExpertExecutor local(m.model->expert_store(), &pool);
   PromptCacheStats off_stats, on_stats;
-  const auto want = serve_all(m, first, then, {.budget_bytes = 0}, &off_stats);
-  const auto got = serve_all(m, first, then, {.budget_bytes = -1, .checkpoint_interval = 16}, &on_stats);
+  const auto want = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &off_stats);
+  const auto got =
+      serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = -1, .checkpoint_interval = 16}, &on_stats);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sequence " << i;
-  ThreadPool pool(1);
-  LocalExpertExecutor local(m.model->expert_store(), &pool);
-  EXPECT_EQ(got[0], backbone::testing::greedy(m, a, 8, local));
+  EXPECT_EQ(got[0], backbone::testing::greedy(m, w.first[0].prompt, 8, local));
   EXPECT_EQ(off_stats.hits + off_stats.misses, 0u);
   EXPECT_GE(on_stats.hits, 4u);
   EXPECT_GT(on_stats.tokens_reused, 100u);
+}
+
+// The same waves with the experts on two essaim-worker processes, dispatched from a backbone file (no local
+// copy: every expert row comes from a worker; the recurrent states advance aside and are swapped in): with
+// the cache on, every sequence gets the monolithic tokens without it.
+TEST_P(SchedulerPromptCache, OverWorkerProcessesResumedSequencesGiveTheMonolithicTokens) {
+  const SwarmModel& m = SwarmModel::get(GetParam());
+  const Waves w = waves(m);
+  ThreadPool pool(2);
+  LocalExpertExecutor local(m.model->expert_store(), &pool);
+  PromptCacheStats off_stats, on_stats;
+  const auto want = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &off_stats);
+  backbone::testing::WorkerSwarm swarm = backbone::testing::start_worker_swarm(m, 2);
+  ASSERT_TRUE(swarm.ok());
+  std::unique_ptr<Model> backbone = backbone::testing::backbone_only_model(m);
+  ASSERT_TRUE(backbone);
+  Result<std::unique_ptr<backbone::RemoteExpertExecutor>> remote = backbone::RemoteExpertExecutor::create(
+      backbone->expert_store(), m.identity, swarm.map, &pool, backbone::testing::patient_options());
+  ASSERT_TRUE(remote.is_ok()) << remote.status().message();
+  ASSERT_EQ((*remote)->wait_connected(net::deadline_in(std::chrono::seconds(30))), 2u);
+  const auto got = serve_all(*backbone, **remote, pool, w.first, w.then,
+                             {.budget_bytes = -1, .checkpoint_interval = 16}, &on_stats);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sequence " << i;
+  EXPECT_GE(on_stats.hits, 4u);
+  EXPECT_GT((*remote)->stats().pairs_remote, 0u);
+  EXPECT_EQ((*remote)->stats().pairs_fallback, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SchedulerPromptCache,
