@@ -2,13 +2,15 @@
 // without --cache-ram, on prompts that share a long prefix (an agent's system prompt and history) and differ
 // after it. Two servers run side by side on the same file, one with the cache off (--cache-ram 0) and one with
 // it on; each round sends the same new prompt — the shared prefix then a suffix no earlier round used — to
-// each in turn, alone (one request in flight), streamed, and times the first event; the cached server saw
-// the prefix once before the timed rounds (its first, a miss, is reported apart). Prints one JSON document:
-// medians, every round, the ratio of the medians and the median of the rounds' own ratios (steadier when a
-// shared host drifts), and what /metrics says the cache restored.
+// each in turn (which one first alternates by round), alone (one request in flight), streamed, and times the
+// first event; the cached server saw the prefix once before the timed rounds (its first, a miss, is reported
+// apart). Then --miss-rounds prompts that share nothing cached go to both: what the cache costs a miss (its
+// prefill stops at each checkpoint to copy the recurrent states). Prints one JSON document: medians, every
+// round, the ratio of the medians and the median of the rounds' own ratios (steadier when a shared host
+// drifts), and what /metrics says the cache restored.
 //
 //   build/bench/prompt_cache_bench                                   # trained model, 2,000-token prefix
-//   build/bench/prompt_cache_bench --prefix 2000 --suffix 16 --rounds 7 --threads 2
+//   build/bench/prompt_cache_bench --prefix 2000 --suffix 16 --rounds 9 --miss-rounds 6 --threads 2
 //   build/bench/prompt_cache_bench --model other.gguf --ctx 8192
 //
 // The prompts are token ids (a /v1/completions token array) cut from the text of models/heldout.txt, so the
@@ -47,6 +49,7 @@ struct Options {
   int rounds = 7;
   int threads = 2;
   int ctx = 4096;
+  int miss_rounds = 3;
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -70,8 +73,7 @@ std::vector<TokenId> text_tokens(const Options& o) {
 
 // Prompt i: the shared prefix, then a window of the text after it whose first token no other prompt's
 // suffix starts with (so every prompt shares exactly the prefix with the others).
-std::vector<std::vector<TokenId>> prompts(const Options& o, int n) {
-  const std::vector<TokenId> t = text_tokens(o);
+std::vector<std::vector<TokenId>> prompts(const Options& o, const std::vector<TokenId>& t, int n) {
   std::vector<std::vector<TokenId>> out;
   std::set<TokenId> firsts = {t.at(size_t(o.prefix))};  // the text's own continuation of the prefix
   for (size_t at = size_t(o.prefix) + 1; int(out.size()) < n && at + size_t(o.suffix) <= t.size(); ++at) {
@@ -81,6 +83,21 @@ std::vector<std::vector<TokenId>> prompts(const Options& o, int n) {
     out.push_back(std::move(p));
   }
   if (int(out.size()) < n) die("the text is too short for " + std::to_string(n) + " prompts");
+  return out;
+}
+
+// Prompts of the same length that share no prefix with those above nor with each other: windows of the text
+// from after them on (the cost of a miss: the cached server's prefill stops at every checkpoint).
+std::vector<std::vector<TokenId>> fresh_prompts(const Options& o, const std::vector<TokenId>& t, int n) {
+  std::vector<std::vector<TokenId>> out;
+  const size_t len = size_t(o.prefix + o.suffix);
+  std::set<TokenId> firsts = {t.at(0)};
+  for (size_t at = size_t(o.prefix) + 4096; int(out.size()) < n && at + len <= t.size(); at += 1) {
+    if (!firsts.insert(t[at]).second) continue;
+    out.emplace_back(t.begin() + ptrdiff_t(at), t.begin() + ptrdiff_t(at + len));
+    at += len;
+  }
+  if (int(out.size()) < n) die("the text is too short for " + std::to_string(n) + " fresh prompts");
   return out;
 }
 
@@ -120,6 +137,16 @@ Answer first_token(uint16_t port, const std::vector<TokenId>& prompt) {
   if (!j.is_object() || !j.contains("choices")) die("unexpected first event: " + got.substr(at));
   a.first_text = j["choices"][0]["text"].get<std::string>();
   return a;
+}
+
+// The same prompt to the uncached and the cached server, one after the other, the first by turns (round r).
+std::pair<Answer, Answer> both(uint16_t off, uint16_t on, const std::vector<TokenId>& prompt, int r) {
+  if (r % 2 == 0) {
+    Answer a = first_token(off, prompt);
+    return {a, first_token(on, prompt)};
+  }
+  Answer b = first_token(on, prompt);
+  return {first_token(off, prompt), b};
 }
 
 double metric(uint16_t port, const std::string& sample) {
@@ -164,6 +191,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix", o.prefix, "Tokens every prompt shares (default 2000)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--suffix", o.suffix, "Tokens after the prefix, new in each round (default 16)")->check(CLI::Range(1, 4096));
   app.add_option("--rounds", o.rounds, "Timed rounds (default 7)")->check(CLI::Range(1, 1000));
+  app.add_option("--miss-rounds", o.miss_rounds, "Rounds of prompts sharing nothing cached (default 3)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--threads", o.threads, "Compute threads of each server (default 2)")->check(CLI::Range(1, 1024));
   app.add_option("--ctx", o.ctx, "Context of each server (default 4096)")->check(CLI::Range(1, 1 << 20));
   CLI11_PARSE(app, argc, argv);
@@ -171,7 +200,9 @@ int main(int argc, char** argv) {
   if (o.essaim.empty()) die("no essaim binary beside the benchmark; give --essaim");
   if (o.prefix + o.suffix >= o.ctx) die("--ctx must exceed --prefix + --suffix");
 
-  const std::vector<std::vector<TokenId>> ps = prompts(o, o.rounds + 2);
+  const std::vector<TokenId> text = text_tokens(o);
+  const std::vector<std::vector<TokenId>> ps = prompts(o, text, o.rounds + 2);
+  const std::vector<std::vector<TokenId>> misses = fresh_prompts(o, text, o.miss_rounds);
   const bench::WorkerProcess off = start_serve(o, "0"), on = start_serve(o, "8192");
   wait_ready(off.port);
   wait_ready(on.port);
@@ -184,7 +215,7 @@ int main(int argc, char** argv) {
   json rounds = json::array();
   for (int r = 0; r < o.rounds; ++r) {
     const std::vector<TokenId>& p = ps[size_t(r) + 2];
-    const Answer a = first_token(off.port, p), b = first_token(on.port, p);
+    const auto [a, b] = both(off.port, on.port, p, r);
     if (a.first_text != b.first_text)
       die("round " + std::to_string(r) + ": the cached server answered '" + b.first_text + "', the uncached '" +
           a.first_text + "'");
@@ -192,6 +223,13 @@ int main(int argc, char** argv) {
     t_on.push_back(b.first_event_ms);
     ratios.push_back(a.first_event_ms / b.first_event_ms);
     rounds.push_back({{"uncached_ms", a.first_event_ms}, {"cached_ms", b.first_event_ms}});
+  }
+  std::vector<double> miss_off, miss_on;
+  for (size_t r = 0; r < misses.size(); ++r) {
+    const auto [a, b] = both(off.port, on.port, misses[r], int(r));
+    if (a.first_text != b.first_text) die("a fresh prompt: the servers disagree");
+    miss_off.push_back(a.first_event_ms);
+    miss_on.push_back(b.first_event_ms);
   }
   const double hits = metric(on.port, "essaim_serve_prompt_cache_lookups_total{result=\"hit\"}");
   const double reused = metric(on.port, "essaim_serve_prompt_cache_tokens_reused_total");
@@ -209,6 +247,9 @@ int main(int argc, char** argv) {
       {"ttft_ms", {{"uncached_median", bench::median(t_off)}, {"cached_median", bench::median(t_on)},
                    {"cached_first_request_miss", miss.first_event_ms}}},
       {"ratio_of_medians", bench::median(t_off) / bench::median(t_on)},
+      {"miss_ttft_ms", {{"rounds", o.miss_rounds}, {"uncached_median", bench::median(miss_off)},
+                        {"cached_median", bench::median(miss_on)},
+                        {"cached_over_uncached", bench::median(miss_on) / bench::median(miss_off)}}},
       {"median_paired_ratio", bench::median(ratios)},
       {"restored_tokens_per_hit", reused / hits},
       {"cache_bytes_held", held},
