@@ -65,28 +65,31 @@ void PromptCache::restore(const Entry& e, const Checkpoint* cp, size_t n, Sequen
 
 // The tokens of `prompt` that e can restore (0: none): its shared prefix, less the prompt's last token, and
 // with recurrent layers down to the last checkpoint within that (*cp).
-size_t PromptCache::resumable(const Entry& e, std::span<const TokenId> prompt, bool recurrent,
+size_t PromptCache::resumable(const Entry& e, std::span<const TokenId> prompt, const Recording& rec,
                               const Checkpoint** cp) const {
-  const size_t limit = std::min(common_prefix(e.tokens, prompt), prompt.size() - 1);
   *cp = nullptr;
-  if (!recurrent) return limit;
+  if (rec.hidden && e.hidden.empty()) return 0;
+  const size_t limit = std::min(common_prefix(e.tokens, prompt), prompt.size() - 1);
+  if (!rec.recurrent) return limit;
   for (const auto& c : e.checkpoints)
     if (size_t(c->n) <= limit) *cp = c.get();
   return *cp ? size_t((*cp)->n) : 0;
 }
 
-size_t PromptCache::begin(std::span<const TokenId> prompt, SequenceCache& cache, Recording& rec) {
+size_t PromptCache::begin(std::span<const TokenId> prompt, SequenceCache& cache, Recording& rec,
+                          std::span<float> hidden) {
   rec = Recording{};
   if (!enabled() || prompt.empty()) return 0;
   rec.on = true;
   rec.recurrent = has_recurrent_layers(cache);
+  rec.hidden = !hidden.empty();
   std::lock_guard<std::mutex> lock(mu_);
   Entries::iterator best = entries_.end();
   const Checkpoint* best_cp = nullptr;
   size_t best_n = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {  // most recent first: ties go to it
     const Checkpoint* cp = nullptr;
-    const size_t n = resumable(*it, prompt, rec.recurrent, &cp);
+    const size_t n = resumable(*it, prompt, rec, &cp);
     if (n > best_n) best = it, best_n = n, best_cp = cp;
   }
   if (best == entries_.end()) {
@@ -94,6 +97,10 @@ size_t PromptCache::begin(std::span<const TokenId> prompt, SequenceCache& cache,
     return 0;
   }
   restore(*best, best_cp, best_n, cache);
+  if (rec.hidden) {
+    const size_t E = hidden.size() / prompt.size();
+    std::copy_n(best->hidden.begin(), best_n * E, hidden.begin());
+  }
   for (const auto& c : best->checkpoints)
     if (size_t(c->n) <= best_n) rec.checkpoints.push_back(c);
   entries_.splice(entries_.begin(), entries_, best);
@@ -110,7 +117,8 @@ size_t PromptCache::chunk_end(const Recording& rec, size_t done, size_t prompt_s
   return std::min(end, prompt_size);
 }
 
-void PromptCache::prefilled(Recording& rec, std::span<const TokenId> prompt, const SequenceCache& cache) {
+void PromptCache::prefilled(Recording& rec, std::span<const TokenId> prompt, const SequenceCache& cache,
+                            std::span<const float> hidden) {
   if (!rec.on) return;
   const size_t n = size_t(cache.n_past());
   const bool newer = rec.checkpoints.empty() || size_t(rec.checkpoints.back()->n) < n;
@@ -126,6 +134,10 @@ void PromptCache::prefilled(Recording& rec, std::span<const TokenId> prompt, con
       e.kv_bytes += copy.bytes();
       e.layers[size_t(il)] = std::move(copy);
     }
+  }
+  if (rec.hidden) {
+    e.hidden.assign(hidden.begin(), hidden.end());
+    e.kv_bytes += e.hidden.size() * sizeof(float);
   }
   e.checkpoints = std::move(rec.checkpoints);
   rec = Recording{};
@@ -171,7 +183,7 @@ void PromptCache::insert(Entry e) {
     return;
   }
   for (auto it = entries_.begin(); it != entries_.end();) {
-    bool covered = it->tokens.size() <= e.tokens.size() &&
+    bool covered = it->tokens.size() <= e.tokens.size() && (it->hidden.empty() || !e.hidden.empty()) &&
                    std::equal(it->tokens.begin(), it->tokens.end(), e.tokens.begin());
     for (const auto& c : it->checkpoints)
       covered = covered && std::any_of(e.checkpoints.begin(), e.checkpoints.end(),

@@ -20,7 +20,8 @@
 // last token to compute: the first sampled token comes from that token's logits. Checkpoints are shared
 // between entries (a prompt resumed from an entry keeps that entry's checkpoints of the shared prefix) and
 // counted once. Entries leave least recently used first when a new one needs room in the budget; an entry
-// whose tokens and checkpoints a newer entry also holds leaves at once (replaced).
+// whose tokens and checkpoints a newer entry also holds leaves at once (replaced). Speculating sequences
+// (--draft-max) also need the prompt's hidden rows, which the entries they store keep.
 // All members are thread-safe (one mutex); the scheduler thread does the work, /metrics reads stats().
 #pragma once
 
@@ -67,6 +68,7 @@ class PromptCache {
   struct Recording {
     bool on = false;
     bool recurrent = false;  // the model has recurrent layers: chunks stop at checkpoint positions
+    bool hidden = false;     // a speculating sequence: its entry keeps the prompt's final normed states
     std::vector<std::shared_ptr<const Checkpoint>> checkpoints;  // ascending n
   };
 
@@ -75,13 +77,17 @@ class PromptCache {
 
   // A new sequence: restores into `cache` (fresh: n_past 0) the longest prefix of `prompt` an entry holds,
   // at most prompt.size() − 1 tokens, and starts `rec`. Returns the tokens restored (cache.n_past()).
-  size_t begin(std::span<const TokenId> prompt, SequenceCache& cache, Recording& rec);
+  // A speculating sequence passes its prompt's hidden rows ([prompt][n_embd], what the MTP block drafts
+  // from): only entries that kept them serve it, and the restored rows are copied there too.
+  size_t begin(std::span<const TokenId> prompt, SequenceCache& cache, Recording& rec, std::span<float> hidden = {});
   // Where the chunk that starts at `done` must end at the latest (> done): the next checkpoint position of a
   // recording sequence with recurrent layers, else the prompt's end.
   size_t chunk_end(const Recording& rec, size_t done, size_t prompt_size) const;
   // After a step that prefilled part of `prompt` into `cache`: keeps a checkpoint at cache.n_past() when it is
-  // one; once the whole prompt is in, stores the entry and ends the recording.
-  void prefilled(Recording& rec, std::span<const TokenId> prompt, const SequenceCache& cache);
+  // one; once the whole prompt is in, stores the entry (with `hidden`, begin()'s rows, when speculating) and
+  // ends the recording.
+  void prefilled(Recording& rec, std::span<const TokenId> prompt, const SequenceCache& cache,
+                 std::span<const float> hidden = {});
   PromptCacheStats stats() const;
 
  private:
@@ -89,14 +95,15 @@ class PromptCache {
     std::vector<TokenId> tokens;
     std::vector<LayerCache> layers;  // K/V of every attention layer, positions [0, tokens.size()); monostate else
     std::vector<std::shared_ptr<const Checkpoint>> checkpoints;
-    uint64_t kv_bytes = 0;
+    std::vector<float> hidden;  // [tokens][n_embd] when a speculating sequence stored it, else empty
+    uint64_t kv_bytes = 0;      // K/V rows and hidden rows
   };
   using Entries = std::list<Entry>;  // most recently used first
 
   bool is_checkpoint(size_t n, size_t prompt_size) const;
   static std::shared_ptr<const Checkpoint> snapshot(const SequenceCache& cache);
   static void restore(const Entry& e, const Checkpoint* cp, size_t n, SequenceCache& cache);
-  size_t resumable(const Entry& e, std::span<const TokenId> prompt, bool recurrent, const Checkpoint** cp) const;
+  size_t resumable(const Entry& e, std::span<const TokenId> prompt, const Recording& rec, const Checkpoint** cp) const;
   void insert(Entry entry);
   uint64_t unheld_bytes(const Entry& e) const;  // what holding e adds
   void hold(const Entry& e);

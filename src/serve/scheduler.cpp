@@ -169,6 +169,7 @@ void Scheduler::run() {
       if (speculating() && !s->request.may_force) {
         s->spec = std::make_unique<SpecSequence>(model_, options_.cache, options_.spec);
         s->prompt_hidden.resize(s->request.prompt.size() * size_t(model_.info().n_embd));
+        s->prompt_done = prompt_cache_.begin(s->request.prompt, s->spec->cache(), s->recording, s->prompt_hidden);
       } else {
         s->plain_cache = model_.new_cache(options_.cache);
         s->prompt_done = prompt_cache_.begin(s->request.prompt, s->plain_cache, s->recording);
@@ -282,7 +283,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     Sequence& s = *r.seq;
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
-    if (r.n_prompt > 0) prompt_cache_.prefilled(s.recording, s.request.prompt, s.cache());
+    if (r.n_prompt > 0) prompt_cache_.prefilled(s.recording, s.request.prompt, s.cache(), s.prompt_hidden);
     if (r.wants_logits) take_tokens(s, tally);
   }
   for (std::unique_ptr<Sequence>& s : active)

@@ -122,7 +122,6 @@ struct SchedulerOptions {
   SpecOptions spec{.draft_max = 0};  // speculative decoding with the MTP block when draft_max > 0
   ExpertExecutor* draft_experts = nullptr;  // computes the MTP block's experts (nullptr: the step's executor)
   // Prompt prefixes kept for later prompts (serve/prompt_cache.h; off by default here, --cache-ram in serve).
-  // Sequences that speculate neither use nor fill it.
   PromptCacheOptions prompt_cache;
 };
 

@@ -232,9 +232,9 @@ class SchedulerPromptCache : public ::testing::TestWithParam<ModelSpec> {};
 std::vector<std::vector<TokenId>> serve_all(const Model& model, ExpertExecutor& experts, ThreadPool& pool,
                                             const std::vector<SequenceRequest>& first,
                                             const std::vector<SequenceRequest>& then, PromptCacheOptions cache,
-                                            PromptCacheStats* stats) {
+                                            SchedulerStats* stats, SpecOptions spec = {.draft_max = 0}) {
   Scheduler sched(model, &experts, &pool,
-                  {.parallel = 4, .batch_tokens = 16, .queue_capacity = 64, .cache = {.n_ctx = 256},
+                  {.parallel = 4, .batch_tokens = 16, .queue_capacity = 64, .cache = {.n_ctx = 256}, .spec = spec,
                    .prompt_cache = cache});
   std::vector<std::vector<TokenId>> out;
   for (const auto* wave : {&first, &then}) {
@@ -246,7 +246,7 @@ std::vector<std::vector<TokenId>> serve_all(const Model& model, ExpertExecutor& 
       out.push_back(c.tokens);
     }
   }
-  *stats = sched.stats().prompt_cache;
+  *stats = sched.stats();
   return out;
 }
 
@@ -271,16 +271,16 @@ TEST_P(SchedulerPromptCache, ABatchMixingResumedAndFreshSequencesGivesEachItsTok
   const Waves w = waves(m);
   ThreadPool pool(2);
   LocalExpertExecutor local(m.model->expert_store(), &pool);
-  PromptCacheStats off_stats, on_stats;
+  SchedulerStats off_stats, on_stats;
   const auto want = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &off_stats);
   const auto got =
       serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = -1, .checkpoint_interval = 16}, &on_stats);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sequence " << i;
   EXPECT_EQ(got[0], backbone::testing::greedy(m, w.first[0].prompt, 8, local));
-  EXPECT_EQ(off_stats.hits + off_stats.misses, 0u);
-  EXPECT_GE(on_stats.hits, 4u);
-  EXPECT_GT(on_stats.tokens_reused, 100u);
+  EXPECT_EQ(off_stats.prompt_cache.hits + off_stats.prompt_cache.misses, 0u);
+  EXPECT_GE(on_stats.prompt_cache.hits, 4u);
+  EXPECT_GT(on_stats.prompt_cache.tokens_reused, 100u);
 }
 
 // The same waves with the experts on two essaim-worker processes, dispatched from a backbone file (no local
@@ -291,7 +291,7 @@ TEST_P(SchedulerPromptCache, OverWorkerProcessesResumedSequencesGiveTheMonolithi
   const Waves w = waves(m);
   ThreadPool pool(2);
   LocalExpertExecutor local(m.model->expert_store(), &pool);
-  PromptCacheStats off_stats, on_stats;
+  SchedulerStats off_stats, on_stats;
   const auto want = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &off_stats);
   backbone::testing::WorkerSwarm swarm = backbone::testing::start_worker_swarm(m, 2);
   ASSERT_TRUE(swarm.ok());
@@ -305,10 +305,48 @@ TEST_P(SchedulerPromptCache, OverWorkerProcessesResumedSequencesGiveTheMonolithi
                              {.budget_bytes = -1, .checkpoint_interval = 16}, &on_stats);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sequence " << i;
-  EXPECT_GE(on_stats.hits, 4u);
+  EXPECT_GE(on_stats.prompt_cache.hits, 4u);
   EXPECT_GT((*remote)->stats().pairs_remote, 0u);
   EXPECT_EQ((*remote)->stats().pairs_fallback, 0u);
 }
+
+// Speculating sequences (--draft-max) resume too: their entries keep the prompt's hidden rows, which the MTP
+// block drafts from, and their streams stay those of plain decoding without the cache.
+class SchedulerPromptCacheSpec : public ::testing::TestWithParam<ModelSpec> {};
+
+TEST_P(SchedulerPromptCacheSpec, SpeculatingSequencesResumeAndKeepThePlainStream) {
+  const SwarmModel& m = SwarmModel::get(GetParam());
+  ASSERT_TRUE(m.model->has_nextn());
+  const Waves w = waves(m);
+  ThreadPool pool(2);
+  LocalExpertExecutor local(m.model->expert_store(), &pool);
+  SchedulerStats plain_stats, off_stats, on_stats;
+  const SpecOptions spec{.draft_max = 3, .adaptive = true};
+  const auto plain = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &plain_stats);
+  const auto want = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = 0}, &off_stats, spec);
+  const auto got = serve_all(*m.model, local, pool, w.first, w.then, {.budget_bytes = -1, .checkpoint_interval = 16},
+                             &on_stats, spec);
+  ASSERT_EQ(got.size(), plain.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], plain[i]) << "sequence " << i;
+  EXPECT_EQ(want, plain);
+  EXPECT_GE(on_stats.prompt_cache.hits, 4u);
+  // The drafts are those of the uncached run, one for one: the restored hidden rows are the computed ones
+  // (the stream alone could not tell, speculation keeps it whatever the drafts).
+  EXPECT_GT(off_stats.spec_drafted, 0u);
+  EXPECT_EQ(on_stats.spec_drafted, off_stats.spec_drafted);
+  EXPECT_EQ(on_stats.spec_accepted, off_stats.spec_accepted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SchedulerPromptCacheSpec,
+                         ::testing::Values(ModelSpec{.arch = SynthArch::QWEN35MOE, .nextn = 1},
+                                           ModelSpec{.file = std::string(ESSAIM_SOURCE_DIR) +
+                                                             "/models/kjv-moe-q4_k_m.gguf"}),
+                         [](const auto& info) {
+                           std::string name = backbone::testing::spec_name(info.param);
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Models, SchedulerPromptCache,
                          ::testing::Values(ModelSpec{}, ModelSpec{.arch = SynthArch::QWEN35MOE}),
