@@ -249,9 +249,14 @@ void append_prompt_cache_metrics(net::MetricsText& m, const PromptCacheStats& c)
   m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "budget"}}, double(c.evictions));
   m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "replaced"}}, double(c.replaced));
   m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "too_large"}}, double(c.too_large));
-  m.family("essaim_serve_prompt_cache_bytes", "gauge", "Bytes the prompt cache holds, and its budget (-1: none)");
+  m.family("essaim_serve_prompt_cache_bytes", "gauge",
+           "Bytes the prompt cache holds, those of prefills in progress, and its budget (-1: none)");
   m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "held"}}, double(c.bytes));
+  m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "pending"}}, double(c.pending_bytes));
   m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "budget"}}, double(c.budget_bytes));
+  m.family("essaim_serve_prompt_cache_checkpoints_skipped_total", "counter",
+           "Recurrent-state checkpoints a prefill did not take, for the budget");
+  m.sample("essaim_serve_prompt_cache_checkpoints_skipped_total", {}, double(c.checkpoints_skipped));
   m.family("essaim_serve_prompt_cache_entries", "gauge", "Cached prompts, and the recurrent-state checkpoints they hold");
   m.sample("essaim_serve_prompt_cache_entries", {{"kind", "prompts"}}, double(c.entries));
   m.sample("essaim_serve_prompt_cache_entries", {{"kind", "checkpoints"}}, double(c.checkpoints));

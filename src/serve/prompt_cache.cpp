@@ -17,6 +17,14 @@ size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
   return size_t(std::mismatch(a.begin(), a.begin() + ptrdiff_t(n), b.begin()).first - a.begin());
 }
 
+// The recurrent states' bytes: one checkpoint of this cache.
+uint64_t checkpoint_bytes(const SequenceCache& cache) {
+  uint64_t b = 0;
+  for (int32_t il = 0; il < cache.n_layers(); ++il)
+    if (const auto* r = std::get_if<RecurrentState>(&cache.layer(il))) b += (r->conv.size() + r->state.size()) * sizeof(float);
+  return b;
+}
+
 }  // namespace
 
 PromptCache::PromptCache(PromptCacheOptions options) : options_(options) {
@@ -35,8 +43,8 @@ bool PromptCache::is_checkpoint(size_t n, size_t prompt_size) const {
   return n % size_t(options_.checkpoint_interval) == 0 || n + 1 == prompt_size;
 }
 
-std::shared_ptr<const PromptCache::Checkpoint> PromptCache::snapshot(const SequenceCache& cache) {
-  auto cp = std::make_shared<Checkpoint>();
+std::shared_ptr<const PromptCache::Checkpoint> PromptCache::snapshot(const SequenceCache& cache) const {
+  auto* cp = new Checkpoint;
   cp->n = cache.n_past();
   for (int32_t il = 0; il < cache.n_layers(); ++il) {
     if (const auto* r = std::get_if<RecurrentState>(&cache.layer(il))) {
@@ -44,7 +52,28 @@ std::shared_ptr<const PromptCache::Checkpoint> PromptCache::snapshot(const Seque
       cp->state.push_back(r->state);
     }
   }
-  return cp;
+  const uint64_t bytes = cp->bytes();
+  live_checkpoint_bytes_->fetch_add(bytes);
+  return std::shared_ptr<const Checkpoint>(cp, [live = live_checkpoint_bytes_, bytes](const Checkpoint* c) {
+    live->fetch_sub(bytes);
+    delete c;
+  });
+}
+
+// Within the budget, a prefill's checkpoints: those of every prefill in progress together, and this one's
+// entry (its K/V so far and its checkpoints) alone.
+bool PromptCache::room_for_checkpoint(const Recording& rec, const SequenceCache& cache) {
+  if (options_.budget_bytes < 0) return true;
+  const uint64_t budget = uint64_t(options_.budget_bytes), b = checkpoint_bytes(cache);
+  uint64_t own = b;
+  for (const auto& c : rec.checkpoints) own += c->bytes();
+  for (int32_t il = 0; il < cache.n_layers(); ++il)
+    if (const auto* kv = std::get_if<KvCache>(&cache.layer(il))) own += kv->bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t pending = live_checkpoint_bytes_->load() - held_checkpoint_bytes_;
+  if (pending + b <= budget && own <= budget) return true;
+  ++stats_.checkpoints_skipped;
+  return false;
 }
 
 // `cache` at n tokens of e: the first n K/V rows of each attention layer, the checkpoint's recurrent states.
@@ -122,7 +151,8 @@ void PromptCache::prefilled(Recording& rec, std::span<const TokenId> prompt, con
   if (!rec.on) return;
   const size_t n = size_t(cache.n_past());
   const bool newer = rec.checkpoints.empty() || size_t(rec.checkpoints.back()->n) < n;
-  if (rec.recurrent && is_checkpoint(n, prompt.size()) && newer) rec.checkpoints.push_back(snapshot(cache));
+  if (rec.recurrent && is_checkpoint(n, prompt.size()) && newer && room_for_checkpoint(rec, cache))
+    rec.checkpoints.push_back(snapshot(cache));
   if (n < prompt.size()) return;
   Entry e;
   e.tokens.assign(prompt.begin(), prompt.end());
@@ -155,7 +185,7 @@ uint64_t PromptCache::unheld_bytes(const Entry& e) const {
 void PromptCache::hold(const Entry& e) {
   stats_.bytes += e.kv_bytes + e.tokens.size() * sizeof(TokenId);
   for (const auto& c : e.checkpoints)
-    if (held_[c.get()]++ == 0) stats_.bytes += c->bytes();
+    if (held_[c.get()]++ == 0) stats_.bytes += c->bytes(), held_checkpoint_bytes_ += c->bytes();
   ++stats_.entries;
 }
 
@@ -165,6 +195,7 @@ void PromptCache::drop(Entries::iterator it) {
     auto h = held_.find(c.get());
     if (--h->second == 0) {
       stats_.bytes -= c->bytes();
+      held_checkpoint_bytes_ -= c->bytes();
       held_.erase(h);
     }
   }
@@ -206,6 +237,7 @@ PromptCacheStats PromptCache::stats() const {
   PromptCacheStats s = stats_;
   s.budget_bytes = options_.budget_bytes;
   s.checkpoints = held_.size();
+  s.pending_bytes = live_checkpoint_bytes_->load() - held_checkpoint_bytes_;
   return s;
 }
 

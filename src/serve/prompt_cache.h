@@ -20,11 +20,14 @@
 // last token to compute: the first sampled token comes from that token's logits. Checkpoints are shared
 // between entries (a prompt resumed from an entry keeps that entry's checkpoints of the shared prefix) and
 // counted once. Entries leave least recently used first when a new one needs room in the budget; an entry
-// whose tokens and checkpoints a newer entry also holds leaves at once (replaced). Speculating sequences
+// whose tokens and checkpoints a newer entry also holds leaves at once (replaced). Checkpoints of prefills in
+// progress are not in an entry yet; they are bounded too: a prefill skips a checkpoint when those of all
+// prefills in progress would exceed the budget, or when its own entry could not fit. Speculating sequences
 // (--draft-max) also need the prompt's hidden rows, which the entries they store keep.
 // All members are thread-safe (one mutex); the scheduler thread does the work, /metrics reads stats().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -54,6 +57,8 @@ struct PromptCacheStats {
   uint64_t evictions = 0;        // entries dropped for room in the budget
   uint64_t replaced = 0;         // entries dropped because a newer one holds all they held
   uint64_t too_large = 0;        // prompts whose entry alone exceeds the budget (not kept)
+  uint64_t checkpoints_skipped = 0;  // checkpoints a prefill did not take, for the budget
+  uint64_t pending_bytes = 0;    // checkpoints of prefills in progress (not held by an entry yet)
 };
 
 class PromptCache {
@@ -101,7 +106,8 @@ class PromptCache {
   using Entries = std::list<Entry>;  // most recently used first
 
   bool is_checkpoint(size_t n, size_t prompt_size) const;
-  static std::shared_ptr<const Checkpoint> snapshot(const SequenceCache& cache);
+  std::shared_ptr<const Checkpoint> snapshot(const SequenceCache& cache) const;
+  bool room_for_checkpoint(const Recording& rec, const SequenceCache& cache);
   static void restore(const Entry& e, const Checkpoint* cp, size_t n, SequenceCache& cache);
   size_t resumable(const Entry& e, std::span<const TokenId> prompt, const Recording& rec, const Checkpoint** cp) const;
   void insert(Entry entry);
@@ -113,6 +119,9 @@ class PromptCache {
   mutable std::mutex mu_;
   Entries entries_;
   std::unordered_map<const Checkpoint*, int32_t> held_;  // checkpoint → entries holding it
+  uint64_t held_checkpoint_bytes_ = 0;
+  // Bytes of every checkpoint alive, held or in a prefill's recording (each checkpoint's deleter subtracts).
+  std::shared_ptr<std::atomic<uint64_t>> live_checkpoint_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   PromptCacheStats stats_;
 };
 
