@@ -52,6 +52,11 @@ Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, c
   std::vector<std::string> args = {worker_bin, "--listen", "127.0.0.1:0", "--quiet", "--threads",
                                    std::to_string(threads)};
   for (const std::string& s : slices) args.insert(args.end(), {"--slice", s});
+  return start_listening(std::move(args));
+}
+
+Result<WorkerProcess> start_listening(std::vector<std::string> args) {
+  const std::string bin = args.at(0);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -61,12 +66,12 @@ Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, c
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   WorkerProcess p;
-  const int rc = posix_spawn(&p.pid, worker_bin.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&p.pid, bin.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
     ::close(fds[0]);
-    return Status::error("cannot start " + worker_bin);
+    return Status::error("cannot start " + bin);
   }
   std::string line;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -83,7 +88,7 @@ Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, c
   if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) {
     ::kill(p.pid, SIGKILL);
     ::waitpid(p.pid, nullptr, 0);
-    return Status::error("worker did not start; it said: " + line);
+    return Status::error(bin + " did not start; it said: " + line);
   }
   p.port = uint16_t(std::stoul(line.substr(colon + 1)));
   p.address = "127.0.0.1:" + std::to_string(p.port);
@@ -122,11 +127,13 @@ double workers_cpu_seconds(const std::vector<WorkerProcess>& procs) {
   return t;
 }
 
-std::string default_worker_binary(const char* argv0) {
+std::string default_cli_binary(const char* argv0, const std::string& name) {
   const std::filesystem::path self = std::filesystem::absolute(argv0).parent_path();
-  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / "essaim-worker";
+  const std::filesystem::path sibling = self.parent_path() / "src" / "cli" / name;
   return std::filesystem::exists(sibling) ? sibling.string() : std::string();
 }
+
+std::string default_worker_binary(const char* argv0) { return default_cli_binary(argv0, "essaim-worker"); }
 
 Result<DelayedWorkers> behind_delay(const std::vector<WorkerProcess>& procs, int rtt_ms) {
   DelayedWorkers d;

@@ -35,7 +35,11 @@ struct WorkerProcess {
 // its "listening on" line.
 // <build>/src/cli/essaim-worker beside the benchmark binary `argv0` (<build>/bench/X), or "" when absent.
 std::string default_worker_binary(const char* argv0);
+std::string default_cli_binary(const char* argv0, const std::string& name);  // the same for <build>/src/cli/NAME
 Result<WorkerProcess> start_worker(const std::string& worker_bin, int threads, const std::vector<std::string>& slices);
+// Any listener that prints "listening on HOST:PORT" on stdout once it accepts connections (essaim-worker,
+// `essaim serve`): args[0] is the binary; waits at most 120 s for the line.
+Result<WorkerProcess> start_listening(std::vector<std::string> args);
 void stop_workers(const std::vector<WorkerProcess>& procs);  // SIGTERM, then waits for each
 
 // The workers reached through one delay proxy each, rtt_ms per round trip (rtt/2 each way; no proxy at 0),

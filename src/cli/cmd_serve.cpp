@@ -32,6 +32,7 @@ struct ServeArgs {
   DispatchFlags swarm;
   SpecFlags spec;
   bool no_access_log = false;
+  int64_t cache_ram_mib = 8192;  // --cache-ram
 };
 
 // llama-server flags that mean nothing here, accepted so that a llama-server command line starts essaim
@@ -183,12 +184,17 @@ void register_serve(CLI::App& app, int& exit_code) {
   add_keep_page_cache_flag(*cmd, o.keep_page_cache);
   add_dispatch_flags(*cmd, a->swarm);
   add_spec_flags(*cmd, a->spec);
+  cmd->add_option("--cache-ram", a->cache_ram_mib,
+                  "Prompt cache in MiB (llama-server's flag; -cram also works): prefixes of earlier prompts are "
+                  "resumed from exactly instead of computed again (default 8192; 0: off; -1: no limit)")
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
   cmd->add_flag("--no-access-log", a->no_access_log, "No per-request line (method, path, status, tokens, ms) on stderr");
   auto ignored = std::make_shared<std::vector<std::pair<CLI::Option*, const char*>>>();
   add_ignored_llama_flags(*cmd, *ignored);
   cmd->callback([a, ignored, &exit_code] {
     note_ignored_llama_flags(*ignored);
     a->server.access_log = !a->no_access_log;
+    a->server.prompt_cache.budget_bytes = a->cache_ram_mib < 0 ? -1 : a->cache_ram_mib << 20;
     check_model_source(a->source, a->swarm);
     a->server.model_path = a->source.path();
     a->server.backbone_file = a->source.is_backbone();

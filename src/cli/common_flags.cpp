@@ -113,7 +113,7 @@ std::vector<std::string> rewrite_llama_spellings(int argc, char** argv) {
     if (!after_dashes && i > 0) {
       static constexpr std::pair<std::string_view, std::string_view> kSpellings[] = {
           {"-np", "--parallel"}, {"-ngl", "--n-gpu-layers"}, {"-fa", "--flash-attn"}, {"-cb", "--cont-batching"},
-          {"-sm", "--split-mode"}, {"-mg", "--main-gpu"}};
+          {"-sm", "--split-mode"}, {"-mg", "--main-gpu"}, {"-cram", "--cache-ram"}};
       for (const auto& [llama, ours] : kSpellings) {
         if (a == llama) a = std::string(ours);
         else if (a.rfind(std::string(llama) + "=", 0) == 0) a = std::string(ours) + a.substr(llama.size());

@@ -117,6 +117,15 @@ void KvCache::truncate(int32_t n) {
   size_ = n;
 }
 
+void KvCache::assign_prefix(const KvCache& from, int32_t n) {
+  ESSAIM_CHECK(from.type_ == type_ && from.n_kv_heads_ == n_kv_heads_ && from.head_dim_ == head_dim_);
+  ESSAIM_CHECK(n >= 0 && n <= from.size_);
+  const size_t bytes = size_t(n) * size_t(n_kv_heads_) * size_t(head_dim_) * elem_bytes(type_);
+  k_.assign(from.k_.begin(), from.k_.begin() + ptrdiff_t(bytes));
+  v_.assign(from.v_.begin(), from.v_.begin() + ptrdiff_t(bytes));
+  size_ = n;
+}
+
 void RecurrentState::reset() {
   std::fill(conv.begin(), conv.end(), 0.0f);
   std::fill(state.begin(), state.end(), 0.0f);

@@ -36,6 +36,9 @@ class KvCache {
   void load_v(int32_t g, int32_t j0, int32_t j1, float* dst) const;
 
   void truncate(int32_t n);  // forget positions ≥ n
+  // Becomes positions [0, n) of `from` (same type and shape, n ≤ from.size()), byte for byte: what storing
+  // those positions would have written (a prompt cache restoring a shared prefix).
+  void assign_prefix(const KvCache& from, int32_t n);
   uint64_t bytes() const { return uint64_t(k_.size() + v_.size()); }
 
  private:

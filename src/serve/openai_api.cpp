@@ -236,6 +236,34 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
   out->on_disconnect([g] { g->client_gone(); });
 }
 
+namespace {
+
+// --cache-ram (serve/prompt_cache.h).
+void append_prompt_cache_metrics(net::MetricsText& m, const PromptCacheStats& c) {
+  m.family("essaim_serve_prompt_cache_lookups_total", "counter", "Prompts looked up in the prompt cache, by result");
+  m.sample("essaim_serve_prompt_cache_lookups_total", {{"result", "hit"}}, double(c.hits));
+  m.sample("essaim_serve_prompt_cache_lookups_total", {{"result", "miss"}}, double(c.misses));
+  m.family("essaim_serve_prompt_cache_tokens_reused_total", "counter", "Prompt tokens restored from the cache instead of computed");
+  m.sample("essaim_serve_prompt_cache_tokens_reused_total", {}, double(c.tokens_reused));
+  m.family("essaim_serve_prompt_cache_evictions_total", "counter", "Cached prompts dropped, by reason");
+  m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "budget"}}, double(c.evictions));
+  m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "replaced"}}, double(c.replaced));
+  m.sample("essaim_serve_prompt_cache_evictions_total", {{"reason", "too_large"}}, double(c.too_large));
+  m.family("essaim_serve_prompt_cache_bytes", "gauge",
+           "Bytes the prompt cache holds, those of prefills in progress, and its budget (-1: none)");
+  m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "held"}}, double(c.bytes));
+  m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "pending"}}, double(c.pending_bytes));
+  m.sample("essaim_serve_prompt_cache_bytes", {{"kind", "budget"}}, double(c.budget_bytes));
+  m.family("essaim_serve_prompt_cache_checkpoints_skipped_total", "counter",
+           "Recurrent-state checkpoints a prefill did not take, for the budget");
+  m.sample("essaim_serve_prompt_cache_checkpoints_skipped_total", {}, double(c.checkpoints_skipped));
+  m.family("essaim_serve_prompt_cache_entries", "gauge", "Cached prompts, and the recurrent-state checkpoints they hold");
+  m.sample("essaim_serve_prompt_cache_entries", {{"kind", "prompts"}}, double(c.entries));
+  m.sample("essaim_serve_prompt_cache_entries", {{"kind", "checkpoints"}}, double(c.checkpoints));
+}
+
+}  // namespace
+
 std::string ServeApi::metrics_text() const {
   net::MetricsText m;
   m.family("essaim_serve_ready", "gauge", "1 once the model is loaded and requests are served");
@@ -291,6 +319,7 @@ std::string ServeApi::metrics_text() const {
            "Speculative decoding: tokens a sequence got per verifying step, since start");
   m.sample("essaim_serve_spec_tokens_per_step", {},
            s.spec_rounds ? double(s.spec_tokens) / double(s.spec_rounds) : 0.0);
+  append_prompt_cache_metrics(m, s.prompt_cache);
 
   if (!model_.dispatch_stats) return m.text();
   const std::optional<backbone::DispatchStats> d = model_.dispatch_stats();

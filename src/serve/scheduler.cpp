@@ -40,6 +40,7 @@ struct Scheduler::Sequence {
   SequenceCache plain_cache;
   std::unique_ptr<SpecSequence> spec;  // its caches and drafts when speculating
   std::vector<float> prompt_hidden;    // [prompt][E] for the MTP block (speculating only)
+  PromptCache::Recording recording;    // its prefill's checkpoints, for the prompt cache
   std::unique_ptr<Sampler> sampler;
   std::vector<float> logits;  // (n_vocab), the row the next token is sampled from
   size_t prompt_done = 0;     // prompt tokens already in the cache
@@ -64,7 +65,7 @@ struct Scheduler::Sequence {
 };
 
 Scheduler::Scheduler(const Model& model, ExpertExecutor* experts, ThreadPool* pool, SchedulerOptions options)
-    : model_(model), experts_(experts), pool_(pool), options_(options) {
+    : model_(model), experts_(experts), pool_(pool), options_(options), prompt_cache_(options.prompt_cache) {
   options_.parallel = std::max(1, options_.parallel);
   options_.batch_tokens = std::max(1, options_.batch_tokens);
   options_.queue_capacity = std::max(0, options_.queue_capacity);
@@ -132,6 +133,7 @@ SchedulerStats Scheduler::stats() const {
   for (const auto& [t, n] : rate_window_)
     if (now - t <= kRateWindowSeconds) tokens += n;
   s.tokens_per_second = double(tokens) / kRateWindowSeconds;
+  s.prompt_cache = prompt_cache_.stats();
   return s;
 }
 
@@ -167,8 +169,10 @@ void Scheduler::run() {
       if (speculating() && !s->request.may_force) {
         s->spec = std::make_unique<SpecSequence>(model_, options_.cache, options_.spec);
         s->prompt_hidden.resize(s->request.prompt.size() * size_t(model_.info().n_embd));
+        s->prompt_done = prompt_cache_.begin(s->request.prompt, s->spec->cache(), s->recording, s->prompt_hidden);
       } else {
         s->plain_cache = model_.new_cache(options_.cache);
+        s->prompt_done = prompt_cache_.begin(s->request.prompt, s->plain_cache, s->recording);
       }
       s->sampler = std::make_unique<Sampler>(s->request.sampling);
       for (TokenId id : s->request.prompt) s->sampler->accept(id);  // the penalty window sees the prompt, as in `essaim run`
@@ -243,6 +247,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     size_t n = size_t(std::max<int64_t>(budget, 0));
     if (n == 0 && items.empty()) n = 1;
     n = std::min(n, left);
+    n = std::min(n, prompt_cache_.chunk_end(s->recording, s->prompt_done, s->request.prompt.size()) - s->prompt_done);
     if (n == 0) continue;
     const bool last = n == left;
     const size_t E = size_t(model_.info().n_embd);
@@ -278,6 +283,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
     Sequence& s = *r.seq;
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
+    if (r.n_prompt > 0) prompt_cache_.prefilled(s.recording, s.request.prompt, s.cache(), s.prompt_hidden);
     if (r.wants_logits) take_tokens(s, tally);
   }
   for (std::unique_ptr<Sequence>& s : active)

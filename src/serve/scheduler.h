@@ -36,6 +36,7 @@
 #include "model/speculative.h"
 #include "moe/executor.h"
 #include "net/metrics_text.h"
+#include "serve/prompt_cache.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -120,6 +121,8 @@ struct SchedulerOptions {
   CacheOptions cache;           // per sequence
   SpecOptions spec{.draft_max = 0};  // speculative decoding with the MTP block when draft_max > 0
   ExpertExecutor* draft_experts = nullptr;  // computes the MTP block's experts (nullptr: the step's executor)
+  // Prompt prefixes kept for later prompts (serve/prompt_cache.h; off by default here, --cache-ram in serve).
+  PromptCacheOptions prompt_cache;
 };
 
 enum class SubmitError : uint8_t { NONE, QUEUE_FULL, BAD_REQUEST, STOPPED };
@@ -149,6 +152,7 @@ struct SchedulerStats {
   uint64_t spec_drafted = 0;
   uint64_t spec_accepted = 0;
   uint64_t spec_tokens = 0;
+  PromptCacheStats prompt_cache;
 };
 
 class Scheduler {
@@ -180,6 +184,7 @@ class Scheduler {
   ThreadPool* pool_;
   SchedulerOptions options_;
   int32_t n_ctx_ = 0;
+  PromptCache prompt_cache_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

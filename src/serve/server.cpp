@@ -74,7 +74,8 @@ Status Server::load() {
                                                             .queue_capacity = options_.queue_capacity,
                                                             .cache = {.kv_type = KvType::F16, .n_ctx = options_.n_ctx},
                                                             .spec = options_.spec,
-                                                            .draft_experts = draft_executor_.get()});
+                                                            .draft_experts = draft_executor_.get(),
+                                                            .prompt_cache = options_.prompt_cache});
   std::string id = options_.model_id;
   if (id.empty()) {
     id = options_.model_path.substr(options_.model_path.find_last_of('/') + 1);

@@ -60,6 +60,8 @@ struct ServerOptions {
   int32_t reasoning_budget = -1; // --reasoning-budget: -1 unlimited, 0 no thinking, N: reasoning ends after N tokens
   net::HttpLimits limits;
   ExecutorChoiceFn executor;     // empty: the model's local replica
+  // --cache-ram: prompt prefixes kept for later prompts (serve/prompt_cache.h); 8192 MiB as llama-server.
+  PromptCacheOptions prompt_cache{.budget_bytes = int64_t(8192) << 20};
   bool access_log = true;        // one line per request on stderr (serve/access_log.h)
   std::chrono::milliseconds drain{2000};  // at stop: how long open answers get to write their last event
 };
