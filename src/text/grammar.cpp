@@ -309,6 +309,7 @@ const TokenMask& GrammarMatcher::allowed(const TokenTrie& trie, std::span<const 
       return c.mask;
     }
   CachedMask fresh{.state = current_, .used = clock_, .mask = {}};
+  ++walks_;
   fresh.mask.reset(trie.n_vocab());
   if (!states_[size_t(current_)].tops.empty()) walk(trie, 0, current_, fresh.mask);
   if (!error_.empty()) {

@@ -163,6 +163,7 @@ class GrammarMatcher {
   const std::string& error() const { return error_; }
 
   size_t n_states() const { return states_.size(); }
+  size_t n_mask_walks() const { return walks_; }  // masks computed (the others came from the cache)
 
  private:
   struct Frame {
@@ -195,6 +196,7 @@ class GrammarMatcher {
   };
   std::vector<CachedMask> masks_;
   uint64_t clock_ = 0;
+  size_t walks_ = 0;
   TokenMask empty_;
 };
 
