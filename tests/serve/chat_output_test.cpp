@@ -242,6 +242,10 @@ TEST(ChatOutput, ConstrainedToolCallsAlwaysParse) {
       std::string text;
       bool ended = false;
       for (int step = 0; step < 3000 && !ended; ++step) {
+        if (in_reasoning && step == 20) {  // as --reasoning-budget closes it: random bytes would rarely spell the tag
+          ASSERT_TRUE(m.accept_bytes("\n</think>\n\n"));
+          text += "\n</think>\n\n";
+        }
         const TokenMask& mask = m.allowed(trie, tok.eog_ids());
         ASSERT_GT(mask.count(), 0u) << text;
         for (TokenId id = 0; id < tok.n_vocab(); ++id) {
@@ -253,7 +257,7 @@ TEST(ChatOutput, ConstrainedToolCallsAlwaysParse) {
         if (!ended) ASSERT_TRUE(m.accept_bytes(trie.piece(id)));
         if (!ended) text += trie.piece(id);
       }
-      ASSERT_TRUE(ended) << text;
+      ASSERT_TRUE(ended) << text.substr(text.size() > 300 ? text.size() - 300 : 0);
       const Split s = run(text, in_reasoning, &kTools, 7);
       EXPECT_EQ(s.content, "") << text;
       ASSERT_GE(s.calls.size(), 1u) << text;
@@ -270,7 +274,7 @@ TEST(ChatOutput, ConstrainedToolCallsAlwaysParse) {
       texts.insert(text);
     }
   }
-  EXPECT_GT(texts.size(), 100u);  // seeds gave different calls
+  EXPECT_GT(texts.size(), 80u);  // seeds gave different calls (a call of "ping" alone is the same text each time)
   EXPECT_GT(n_calls, 120u);       // "required" produced several calls at times
 }
 

@@ -79,7 +79,7 @@ checks++;
 // tool_choice "tool": decoding is constrained to a call of that tool, its input valid against its schema.
 const cityTools = [{ name: "get_weather", description: "Weather in a city",
   input_schema: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Lyon"] } }, required: ["city"] } }];
-const forced = await client.messages.create({ model, max_tokens: 80, temperature: 0, tools: cityTools,
+const forced = await client.messages.create({ model, max_tokens: 250, temperature: 0, tools: cityTools,
   tool_choice: { type: "tool", name: "get_weather" }, messages: [{ role: "user", content: "Weather in Paris?" }] });
 assert.equal(forced.stop_reason, "tool_use", JSON.stringify(forced));
 const use = forced.content.find((b) => b.type === "tool_use");
