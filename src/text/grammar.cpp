@@ -132,16 +132,35 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
     }
     tmp[n].toks.push_back(id);
   }
-  // Flattened in the same numbering, each node's edges contiguous and sorted.
-  nodes_.resize(tmp.size());
-  for (size_t i = 0; i < tmp.size(); ++i) {
-    nodes_[i].first_edge = uint32_t(edges_.size());
-    nodes_[i].n_edges = uint32_t(tmp[i].kids.size());
-    for (const auto& [b, child] : tmp[i].kids) edges_.push_back({b, child});
-    nodes_[i].first_token = uint32_t(tokens_.size());
-    nodes_[i].n_tokens = uint32_t(tmp[i].toks.size());
-    tokens_.insert(tokens_.end(), tmp[i].toks.begin(), tmp[i].toks.end());
-  }
+  // Flattened depth first: a node's subtree is the nodes (and tokens) that follow it up to its end.
+  std::unordered_map<std::string, uint32_t> set_ids;
+  const auto flatten = [&](auto& self, uint32_t t) -> uint32_t {
+    const uint32_t id = uint32_t(nodes_.size());
+    nodes_.push_back({});
+    nodes_[id].first_token = uint32_t(tokens_.size());
+    nodes_[id].n_tokens = uint32_t(tmp[t].toks.size());
+    tokens_.insert(tokens_.end(), tmp[t].toks.begin(), tmp[t].toks.end());
+    const uint32_t first_edge = uint32_t(edges_.size());
+    nodes_[id].first_edge = first_edge;
+    nodes_[id].n_edges = uint32_t(tmp[t].kids.size());
+    edges_.resize(edges_.size() + tmp[t].kids.size());
+    ByteSet below;
+    uint32_t i = 0;
+    for (const auto& [b, kid] : tmp[t].kids) {
+      const uint32_t child = self(self, kid);
+      edges_[first_edge + i++] = {b, child};
+      below.set(b);
+      below |= below_sets_[nodes_[child].below];
+    }
+    nodes_[id].end_token = uint32_t(tokens_.size());
+    auto [it, fresh] = set_ids.try_emplace(below.to_string(), uint32_t(below_sets_.size()));
+    if (fresh) below_sets_.push_back(below);
+    nodes_[id].below = it->second;
+    return id;
+  };
+  nodes_.reserve(tmp.size());
+  edges_.reserve(tmp.size());
+  flatten(flatten, 0);
 }
 
 size_t TokenMask::count() const {
@@ -282,6 +301,19 @@ bool GrammarMatcher::can_accept(std::string_view bytes) {
 bool GrammarMatcher::complete() const { return current_ >= 0 && states_[size_t(current_)].complete; }
 bool GrammarMatcher::can_continue() const { return current_ >= 0 && !states_[size_t(current_)].tops.empty(); }
 
+const ByteSet* GrammarMatcher::loops(int32_t state) {
+  if (!states_[size_t(state)].loops) {
+    ByteSet l;
+    for (unsigned b = 0; b < 256; ++b) {
+      const int32_t next = step(state, uint8_t(b));
+      if (next == kLimit) return nullptr;
+      if (next == state) l.set(b);
+    }
+    states_[size_t(state)].loops = std::make_unique<ByteSet>(l);
+  }
+  return states_[size_t(state)].loops.get();
+}
+
 void GrammarMatcher::walk(const TokenTrie& trie, uint32_t node, int32_t state, TokenMask& mask) {
   const TokenTrie::Node& n = trie.nodes()[node];
   for (uint32_t i = 0; i < n.n_edges; ++i) {
@@ -290,9 +322,19 @@ void GrammarMatcher::walk(const TokenTrie& trie, uint32_t node, int32_t state, T
     if (next == kLimit) return;
     if (next == kRejected) continue;
     const TokenTrie::Node& child = trie.nodes()[e.node];
-    const bool alive = !states_[size_t(next)].tops.empty();
-    for (TokenId id : trie.tokens_at(child)) mask.set(id);  // alive or complete: both take the token
-    if (alive) walk(trie, e.node, next, mask);
+    if (states_[size_t(next)].tops.empty()) {  // complete, nothing may follow: only the tokens ending here
+      for (TokenId id : trie.tokens_at(child)) mask.set(id);
+      continue;
+    }
+    // Every byte below keeps the state where it is (a string's plain characters): the whole subtree is taken.
+    const ByteSet* l = child.n_edges == 0 ? nullptr : loops(next);
+    if (!error_.empty()) return;
+    if (l != nullptr && (trie.bytes_below(child) & ~*l).none()) {
+      for (TokenId id : trie.tokens_below(child)) mask.set(id);
+      continue;
+    }
+    for (TokenId id : trie.tokens_at(child)) mask.set(id);
+    walk(trie, e.node, next, mask);
     if (!error_.empty()) return;
   }
 }

@@ -108,15 +108,19 @@ class GrammarBuilder {
   std::unordered_map<std::string, uint32_t> set_ids_;
 };
 
-// The bytes of every token, as a trie (children sorted by byte), built once per vocabulary. Tokens that render
-// no bytes (control tokens, unused ids) are not in it: a grammar never allows them; end-of-generation ids are
-// allowed apart, when the grammar is complete.
+// The bytes of every token, as a trie (children sorted by byte, nodes in depth-first order so that a subtree's
+// tokens are one range), built once per vocabulary. Each node knows the bytes found below it, so that a
+// subtree whose every byte keeps the grammar in the same state (a string's plain characters) is taken whole
+// without walking it. Tokens that render no bytes (control tokens, unused ids) are not in it: a grammar never
+// allows them; end-of-generation ids are allowed apart, when the grammar is complete.
 class TokenTrie {
  public:
   explicit TokenTrie(const Tokenizer& tokenizer);
   struct Node {
     uint32_t first_edge = 0, n_edges = 0;
     uint32_t first_token = 0, n_tokens = 0;  // tokens whose bytes end here
+    uint32_t end_token = 0;                  // the subtree's tokens: [first_token, end_token)
+    uint32_t below = 0;                      // index of the set of bytes on the subtree's edges
   };
   struct Edge {
     uint8_t byte;
@@ -125,6 +129,10 @@ class TokenTrie {
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Edge>& edges() const { return edges_; }
   std::span<const TokenId> tokens_at(const Node& n) const { return {tokens_.data() + n.first_token, n.n_tokens}; }
+  std::span<const TokenId> tokens_below(const Node& n) const {
+    return {tokens_.data() + n.first_token, n.end_token - n.first_token};
+  }
+  const ByteSet& bytes_below(const Node& n) const { return below_sets_[n.below]; }
   const std::string& piece(TokenId id) const { return pieces_[size_t(id)]; }
   int32_t n_vocab() const { return int32_t(pieces_.size()); }
 
@@ -133,6 +141,7 @@ class TokenTrie {
   std::vector<Edge> edges_;
   std::vector<TokenId> tokens_;
   std::vector<std::string> pieces_;
+  std::vector<ByteSet> below_sets_;  // interned
 };
 
 // Allowed token ids as a bit set over the vocabulary.
@@ -174,11 +183,13 @@ class GrammarMatcher {
     std::vector<int32_t> tops;  // frames whose element is BYTES, sorted
     bool complete = false;
     std::unique_ptr<std::array<int32_t, 256>> next;  // transitions, filled lazily (kUnknown)
+    std::unique_ptr<ByteSet> loops;                  // bytes that lead back to this state, once asked
   };
   int32_t frame(uint32_t pc, int32_t parent);
   bool expand(int32_t f, std::vector<int32_t>& tops, bool& complete, int depth);
   int32_t intern(std::vector<int32_t> tops, bool complete);
   int32_t step(int32_t state, uint8_t byte);  // -1: rejected, -2: a limit passed
+  const ByteSet* loops(int32_t state);         // null when a limit passed
   void walk(const TokenTrie& trie, uint32_t node, int32_t state, TokenMask& mask);
   void fail(std::string why);
 

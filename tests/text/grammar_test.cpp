@@ -221,8 +221,9 @@ TEST(GrammarMask, EqualsEachTokenTestedAlone) {
   size_t checked = 0, distinct_sizes = 0;
   std::set<size_t> sizes;
   for (const char* schema : {R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},
-                               "tags":{"type":"array","items":{"enum":["a","bc"]},"maxItems":3},"n":{"type":"number"}},
-                               "required":["name","n"]})",
+                               "tags":{"type":"array","items":{"enum":["a","bc"]},"maxItems":3},"n":{"type":"number"},
+                               "note":{"type":"string"}},
+                               "required":["note","name","n"]})",
                              R"({"type":"array","items":{"type":"string","format":"date"}})"}) {
     auto g = compile(schema);
     GrammarMatcher m(g);
@@ -244,6 +245,19 @@ TEST(GrammarMask, EqualsEachTokenTestedAlone) {
     }
   }
   distinct_sizes = sizes.size();
+  // Inside an unbounded string, where most subtrees are taken whole without being walked.
+  for (const char* prefix : {"\"ab", "\"\xE2\x82", "\"a\\"}) {
+    GrammarMatcher m(compile(R"({"type":"array","items":{"type":"string"}})"));
+    ASSERT_TRUE(m.accept_bytes("[" + std::string(prefix)));
+    const TokenMask mask = m.allowed(trie, eog);
+    size_t n = 0;
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+      const bool alone = !trie.piece(id).empty() && m.can_accept(trie.piece(id));
+      ASSERT_EQ(mask.test(id), alone) << "token " << id << " '" << trie.piece(id) << "' after " << prefix;
+      n += alone;
+    }
+    EXPECT_GT(n, 10u) << prefix;
+  }
   EXPECT_GT(checked, 100000u);
   EXPECT_GT(distinct_sizes, 5u);  // the masks differ from step to step: the walk went through varied states
 }
