@@ -167,7 +167,7 @@ void Scheduler::run() {
         ++stats_.finished[size_t(FinishReason::LENGTH)];
         continue;
       }
-      if (speculating() && !s->request.may_force && !s->request.grammar) {
+      if (speculating() && !s->request.may_force) {
         s->spec = std::make_unique<SpecSequence>(model_, options_.cache, options_.spec);
         s->prompt_hidden.resize(s->request.prompt.size() * size_t(model_.info().n_embd));
       } else {

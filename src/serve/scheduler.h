@@ -61,8 +61,10 @@ struct SequenceRequest {
   bool may_force = false;
   // Structured output (text/grammar.h): each token is sampled among those the grammar takes next (an EOG id
   // only once the grammar is complete), from the masked logits of the sequence's own row, so a constrained
-  // sequence alone == in a batch. It decodes one token per step (drafts are not checked against the mask).
-  // A grammar that passes one of its limits ends the sequence with ERROR. `trie`: the vocabulary's.
+  // sequence alone == in a batch. Speculating, each verified row is sampled under the mask of the tokens
+  // accepted before it, so a draft the grammar refuses is never sampled, hence never accepted: the stream is
+  // plain decoding's. A grammar that passes one of its limits ends the sequence with ERROR. `trie`: the
+  // vocabulary's.
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenTrie> trie;
 };

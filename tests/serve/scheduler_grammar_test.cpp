@@ -1,7 +1,9 @@
 // Structured output in the scheduler, on the trained model: constrained sequences in one batch with free ones
-// get exactly the tokens each gets alone (greedy and seeded), the same in a speculating scheduler (constrained
-// sequences decode plainly there), and each answer is JSON that satisfies its schema (tests/text's checker).
+// get exactly the tokens each gets alone (greedy and seeded), the same in a speculating scheduler (drafts
+// verified under the grammar's mask), and each answer is JSON that satisfies its schema (tests/text's checker).
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "backbone_test_util.h"
 #include "gguf/gguf_file.h"
@@ -82,10 +84,20 @@ TEST(SchedulerGrammar, ConstrainedInABatchEqualsAloneAndValidates) {
   }
   Scheduler batched(*f.m.model, &local, &pool, {.parallel = 6, .batch_tokens = 24, .cache = {.n_ctx = 512}});
   EXPECT_EQ(run(batched, reqs), alone);
-  // Speculating: the free sequences draft, the constrained ones decode plainly; every stream is the same.
+  // Speculating: every sequence drafts, constrained ones sample each verified row under the grammar's mask;
+  // every stream is the same, and constrained sequences alone verified drafts too.
   Scheduler spec(*f.m.model, &local, &pool, {.parallel = 6, .cache = {.n_ctx = 512}, .spec = {.draft_max = 3}});
   EXPECT_EQ(run(spec, reqs), alone);
-  EXPECT_GT(spec.stats().spec_rounds, 0u);
+  Scheduler spec_constrained(*f.m.model, &local, &pool, {.parallel = 6, .cache = {.n_ctx = 512}, .spec = {.draft_max = 3}});
+  std::vector<SequenceRequest> constrained;
+  std::vector<Outcome> constrained_alone;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].grammar) constrained.push_back(reqs[i]), constrained_alone.push_back(alone[i]);
+  EXPECT_EQ(run(spec_constrained, constrained), constrained_alone);
+  const SchedulerStats st = spec_constrained.stats();
+  EXPECT_GT(st.spec_rounds, 0u);
+  std::printf("constrained, speculating: %llu rounds, %llu of %llu drafts accepted\n", (unsigned long long)st.spec_rounds,
+              (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted);
   std::set<std::string> answers;
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (!reqs[i].grammar) continue;
