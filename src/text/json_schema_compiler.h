@@ -48,7 +48,7 @@ class Compiler {
  private:
   uint32_t ws_rule();
   Seq typed(const std::string& type, const ojson& s, const std::string& path, int depth);
-  Seq alternatives(const ojson& branches, const char* keyword, const ojson& s, const std::string& path, int depth);
+  Seq alternatives(const ojson& branches, const char* keyword, const std::string& path, int depth);
   Seq literals(const ojson& values, const ojson& s, const std::string& path);
   Seq object(const ojson& s, const std::string& path, int depth);
   // The members after "{": each declared member (key, value and trailing space) in order, required or not,

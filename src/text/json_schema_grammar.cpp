@@ -98,7 +98,7 @@ Seq Compiler::value(const ojson& s, const std::string& path, int depth) {
   for (const char* k : {"anyOf", "oneOf"})
     if (s.contains(k)) {
       alone(k);
-      return with_null(alternatives(s[k], k, s, path, depth));
+      return with_null(alternatives(s[k], k, path, depth));
     }
   if (s.contains("enum") || s.contains("const")) return with_null(literals(s.contains("enum") ? s["enum"] : ojson::array({s["const"]}), s, path));
   std::vector<std::string> types;
@@ -136,8 +136,7 @@ Seq Compiler::typed(const std::string& t, const ojson& s, const std::string& pat
   refuse("unknown type '" + t + "' at " + path + " (object, array, string, number, integer, boolean, null)");
 }
 
-Seq Compiler::alternatives(const ojson& branches, const char* keyword, const ojson& s, const std::string& path, int depth) {
-  (void)s;
+Seq Compiler::alternatives(const ojson& branches, const char* keyword, const std::string& path, int depth) {
   if (!branches.is_array() || branches.empty()) refuse(std::string("'") + keyword + "' at " + path + " must be a non-empty array");
   std::vector<Seq> alts;
   for (size_t i = 0; i < branches.size(); ++i)
