@@ -169,29 +169,70 @@ std::optional<ApiError> parse_tools(const json& v, json& out) {
   return std::nullopt;
 }
 
-// auto and none are honoured; required and a named function need constrained decoding, which is not built yet:
-// a 400 that says so, never a silent "auto".
-std::optional<ApiError> parse_tool_choice(const json& v, ToolChoice& out) {
-  if (v.is_string() && (v == "auto" || v == "none")) {
-    out = v == "auto" ? ToolChoice::AUTO : ToolChoice::NONE;
+// auto, none, required, or {"type":"function","function":{"name":...}} (checked against the tools once all
+// fields are read).
+std::optional<ApiError> parse_tool_choice(const json& v, ApiRequest& r) {
+  if (v.is_string() && (v == "auto" || v == "none" || v == "required")) {
+    r.tool_choice = v == "auto" ? ToolChoice::AUTO : v == "none" ? ToolChoice::NONE : ToolChoice::REQUIRED;
     return std::nullopt;
   }
-  if ((v.is_string() && v == "required") || v.is_object())
-    return bad("tool_choice \"required\" and a named function are not supported yet (they need grammar-constrained "
-               "decoding, not built yet); use \"auto\" or \"none\"", "tool_choice", "unsupported_value");
-  return bad("tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",...}", "tool_choice", "invalid_value");
+  if (v.is_object() && v.value("type", "") == "function" && v.contains("function") && v["function"].is_object() &&
+      v["function"].contains("name") && v["function"]["name"].is_string()) {
+    r.tool_choice = ToolChoice::FUNCTION;
+    r.tool_choice_name = v["function"]["name"].get<std::string>();
+    return std::nullopt;
+  }
+  return bad("tool_choice must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}",
+             "tool_choice", "invalid_value");
 }
 
-std::optional<ApiError> parse_response_format(const json& v) {
+// {"type":"text"}, {"type":"json_object"}, or {"type":"json_schema","json_schema":{"name","schema"?,"strict"?,
+// "description"?}}; the schema is compiled (and refused keyword by keyword) once the prompt is known.
+std::optional<ApiError> parse_response_format(const json& v, ApiRequest& r) {
   if (v.is_null()) return std::nullopt;
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
     return bad("response_format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}", "response_format", "invalid_type");
   const std::string type = v["type"].get<std::string>();
+  for (const auto& [k, x] : v.items())
+    if (k != "type" && !(type == "json_schema" && k == "json_schema") && !(type == "json_object" && k == "schema"))
+      return bad("unknown field response_format." + k, "response_format." + k, "unknown_parameter");
   if (type == "text") return std::nullopt;
-  if (type == "json_object" || type == "json_schema")
-    return bad("response_format \"" + type + "\" is not supported yet (it needs grammar-constrained decoding, not built "
-               "yet); it is refused rather than ignored", "response_format", "unsupported_value");
-  return bad("response_format.type must be \"text\", \"json_object\" or \"json_schema\"", "response_format.type");
+  if (type == "json_object") {
+    r.response_format = v.contains("schema") ? ResponseFormat::JSON_SCHEMA : ResponseFormat::JSON_OBJECT;
+    if (v.contains("schema")) r.response_schema = v["schema"];  // llama-server's spelling of a schema
+    return std::nullopt;
+  }
+  if (type != "json_schema") return bad("response_format.type must be \"text\", \"json_object\" or \"json_schema\"", "response_format.type");
+  const std::string p = "response_format.json_schema";
+  if (!v.contains("json_schema") || !v["json_schema"].is_object())
+    return bad(p + " must be {\"name\": ..., \"schema\": {...}}", p, "invalid_type");
+  const json& js = v["json_schema"];
+  for (const auto& [k, x] : js.items()) {
+    if (k != "name" && k != "schema" && k != "strict" && k != "description")
+      return bad("unknown field " + p + "." + k, p + "." + k, "unknown_parameter");
+    if ((k == "name" || k == "description") && !x.is_string()) return bad(p + "." + k + " must be a string", p + "." + k, "invalid_type");
+    if (k == "strict" && !x.is_boolean() && !x.is_null()) return bad(p + ".strict must be a boolean", p + ".strict", "invalid_type");
+    if (k == "schema" && !x.is_object() && !x.is_boolean()) return bad(p + ".schema must be a JSON Schema object", p + ".schema", "invalid_type");
+  }
+  if (!js.contains("name")) return bad(p + ".name is required", p + ".name", "missing_required_parameter");
+  r.response_format = ResponseFormat::JSON_SCHEMA;
+  r.response_schema = js.contains("schema") ? js["schema"] : json::object();
+  return std::nullopt;
+}
+
+// What the fields say together: a named function must be offered; constraints need something to constrain to.
+std::optional<ApiError> check_constraints(const ApiRequest& r) {
+  const bool calls = r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::FUNCTION;
+  if (calls && (!r.tools.is_array() || r.tools.empty()))
+    return bad("tool_choice asks for a tool call, but no tools are offered", "tool_choice");
+  if (r.tool_choice == ToolChoice::FUNCTION) {
+    bool found = false;
+    for (const json& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+    if (!found) return bad("tool_choice names '" + r.tool_choice_name + "', which is not among the tools", "tool_choice");
+  }
+  if (calls && r.response_format != ResponseFormat::TEXT)
+    return bad("tool_choice \"required\" or a named function cannot be combined with a JSON response_format", "response_format");
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_stop(const json& v, std::vector<std::string>& out) {
@@ -310,9 +351,9 @@ std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const j
   } else if (chat && k == "tools") {
     return parse_tools(v, r.tools);
   } else if (chat && k == "tool_choice") {
-    return parse_tool_choice(v, r.tool_choice);
+    return parse_tool_choice(v, r);
   } else if (k == "response_format") {
-    return parse_response_format(v);
+    return parse_response_format(v, r);
   } else if (k == "logprobs" || k == "echo") {
     if (!v.is_null() && !(v.is_boolean() && !v.get<bool>())) return bad(k + " is not supported", k);
   } else if (is_ignored_field(k)) {
@@ -442,10 +483,11 @@ std::optional<ApiError> anthropic_field(ApiRequest& r, const std::string& k, con
     const std::string type = v.is_object() ? v.value("type", "") : "";
     if (type == "auto") r.tool_choice = ToolChoice::AUTO;
     else if (type == "none") r.tool_choice = ToolChoice::NONE;
-    else if (type == "any" || type == "tool")
-      return bad("tool_choice \"" + type + "\" is not supported yet (it needs grammar-constrained decoding, not built yet); "
-                 "use \"auto\" or \"none\"", k, "unsupported_value");
-    else return bad("tool_choice must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", k);
+    else if (type == "any") r.tool_choice = ToolChoice::REQUIRED;
+    else if (type == "tool" && v.contains("name") && v["name"].is_string()) {
+      r.tool_choice = ToolChoice::FUNCTION;
+      r.tool_choice_name = v["name"].get<std::string>();
+    } else return bad("tool_choice must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", k);
   } else if (k == "thinking") {
     const std::string type = v.is_object() ? v.value("type", "") : "";
     if (type != "enabled" && type != "disabled") return bad("thinking must be {\"type\": \"enabled\" | \"disabled\", ...}", k);
@@ -475,6 +517,7 @@ ApiParse parse_anthropic_request(std::string_view body) {
   if (r.messages.empty() || (r.messages.size() == 1 && r.messages[0]["role"] == "system"))
     return {std::nullopt, bad("messages is required", "messages", "missing_required_parameter")};
   if (r.messages.size() > kMaxMessages) return {std::nullopt, bad("too many messages", "messages")};
+  if (std::optional<ApiError> e = check_constraints(r)) return {std::nullopt, std::move(e)};
   return {std::move(r), std::nullopt};
 }
 
@@ -520,6 +563,7 @@ ApiParse parse_api_request(ApiEndpoint endpoint, std::string_view body) {
     return {std::nullopt, bad("messages is required", "messages", "missing_required_parameter")};
   if (endpoint == ApiEndpoint::COMPLETION && !have_prompt)
     return {std::nullopt, bad("prompt is required", "prompt", "missing_required_parameter")};
+  if (std::optional<ApiError> e = check_constraints(r)) return {std::nullopt, std::move(e)};
   return {std::move(r), std::nullopt};
 }
 

@@ -40,7 +40,10 @@ inline constexpr size_t kMaxStopBytes = 256;     // per stop string
 inline constexpr size_t kMaxPrompts = 64;        // COMPLETION: prompts in one request (one choice each)
 inline constexpr size_t kMaxTools = 128;         // tools offered, and tool calls in one assistant message
 
-enum class ToolChoice : uint8_t { AUTO, NONE };  // "required" and named functions: 400 until constrained decoding
+// REQUIRED and FUNCTION constrain decoding to tool calls (text/json_schema_grammar.h).
+enum class ToolChoice : uint8_t { AUTO, NONE, REQUIRED, FUNCTION };
+// JSON_OBJECT and JSON_SCHEMA constrain decoding to JSON (text/json_schema_grammar.h).
+enum class ResponseFormat : uint8_t { TEXT, JSON_OBJECT, JSON_SCHEMA };
 
 // One prompt of /v1/completions: text, or token ids as sent (checked against the vocabulary later).
 struct PromptInput {
@@ -57,6 +60,9 @@ struct ApiRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;        // CHAT: OpenAI tool objects, or null
   ToolChoice tool_choice = ToolChoice::AUTO;
+  std::string tool_choice_name;        // FUNCTION: the function to call (one of `tools`)
+  ResponseFormat response_format = ResponseFormat::TEXT;
+  nlohmann::ordered_json response_schema;  // JSON_SCHEMA: the schema the answer satisfies
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs (enable_thinking...)
   std::vector<PromptInput> prompts;   // COMPLETION: a string, a list of strings, token ids, lists of token ids
   bool stream = false;

@@ -7,6 +7,7 @@
 #include "serve/api_request.h"
 #include "net/metrics_text.h"
 #include "serve/generation.h"
+#include "text/json_schema_grammar.h"
 
 namespace essaim::serve {
 namespace {
@@ -181,14 +182,46 @@ PromptIds prompt_ids(const ApiRequest& r, const ServeModel& m) {
   return p;
 }
 
+// The grammar a request's response_format or tool_choice asks for (null: none), or the 400 that refuses its
+// schema, naming the keyword.
+std::optional<ApiError> request_grammar(const ApiRequest& r, const ServeModel& m, bool in_reasoning,
+                                        std::shared_ptr<const Grammar>& out) {
+  const StructuredOutputOptions options{.in_reasoning = in_reasoning, .limits = {}};
+  Result<std::shared_ptr<const Grammar>> g = Status::error("none");
+  std::string param = "response_format";
+  if (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::FUNCTION) {
+    g = tool_call_grammar(r.tools, r.tool_choice == ToolChoice::FUNCTION ? r.tool_choice_name : std::string(),
+                          m.chat_template->tool_call_syntax(), options);
+    param = "tools";
+  } else if (r.response_format == ResponseFormat::JSON_OBJECT) {
+    g = json_object_grammar(options);
+  } else if (r.response_format == ResponseFormat::JSON_SCHEMA) {
+    g = json_schema_grammar(r.response_schema, options);
+    param = "response_format.json_schema.schema";
+  } else {
+    return std::nullopt;
+  }
+  if (!g) return ApiError{.status = 400, .message = param + ": " + g.status().message(), .code = "unsupported_schema", .param = param};
+  out = *g;
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::shared_ptr<const TokenTrie> ServeApi::token_trie() {
+  std::lock_guard<std::mutex> lock(trie_mu_);
+  if (!trie_) trie_ = std::make_shared<const TokenTrie>(*model_.tokenizer);
+  return trie_;
+}
 
 void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint) {
   const bool chat = endpoint != ApiEndpoint::COMPLETION, anthropic = endpoint == ApiEndpoint::MESSAGES;
   ApiParse parsed = anthropic ? parse_anthropic_request(req.body) : parse_api_request(endpoint, req.body);
   if (!parsed.error && anthropic) parsed.request->endpoint = ApiEndpoint::CHAT;  // rendered as a chat from here on
   PromptIds prompts;
+  std::shared_ptr<const Grammar> grammar;
   if (!parsed.error) prompts = prompt_ids(*parsed.request, model_);
+  if (!parsed.error && !prompts.error) prompts.error = request_grammar(*parsed.request, model_, prompts.in_reasoning, grammar);
   if (std::optional<ApiError> e = parsed.error ? parsed.error : prompts.error) {
     count_outcome("invalid");
     return out->reply({.status = e->status, .content_type = "application/json",
@@ -214,12 +247,13 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
         --unsettled_;
         settle_cv_.notify_all();
       }});
-  std::vector<std::shared_ptr<SequenceHandle>> handles;
+  const std::shared_ptr<const TokenTrie> trie = grammar ? token_trie() : nullptr;
   for (size_t i = 0; i < prompts.ids.size(); ++i) {
     const int32_t room = model_.scheduler->n_ctx() - int32_t(prompts.ids[i].size());
     SequenceRequest sreq{.prompt = std::move(prompts.ids[i]), .max_tokens = std::min(r.max_tokens.value_or(room), room),
                          .sampling = r.sampling, .eog = model_.tokenizer->eog_ids(),
-                         .may_force = model_.reasoning_budget > 0};  // the budget closes reasoning by forcing
+                         .may_force = model_.reasoning_budget > 0,  // the budget closes reasoning by forcing
+                         .grammar = grammar, .trie = trie};
     SubmitResult submitted = model_.scheduler->submit(std::move(sreq), [g, i](const SequenceEvent& e) { g->on_event(i, e); });
     if (!submitted.handle) {
       const bool busy = submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED;

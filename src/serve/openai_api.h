@@ -26,6 +26,7 @@
 #include "serve/api_request.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace essaim::serve {
@@ -77,6 +78,7 @@ class ServeApi {
  private:
   void generate(const net::HttpRequestView& request, std::shared_ptr<LoggedResponder> out, ApiEndpoint endpoint);
   void answer_health(net::HttpResponder& out);
+  std::shared_ptr<const TokenTrie> token_trie();  // built on the first constrained request
   void error_reply(net::HttpResponder& out, int status, std::string message, std::string code, std::string type = {},
                    std::string outcome = "invalid", std::string retry_after = {});
 
@@ -91,6 +93,8 @@ class ServeApi {
   mutable std::mutex mu_;
   std::string failure_;
   std::map<std::string, uint64_t> outcomes_;
+  std::mutex trie_mu_;
+  std::shared_ptr<const TokenTrie> trie_;
 };
 
 }  // namespace essaim::serve

@@ -42,6 +42,7 @@ struct Scheduler::Sequence {
   std::vector<float> prompt_hidden;    // [prompt][E] for the MTP block (speculating only)
   PromptCache::Recording recording;    // its prefill's checkpoints, for the prompt cache
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<GrammarMatcher> grammar;  // structured output: what the next token may be
   std::vector<float> logits;  // (n_vocab), the row the next token is sampled from
   size_t prompt_done = 0;     // prompt tokens already in the cache
   TokenId next = -1;          // the last sampled token, fed back at the next step
@@ -100,6 +101,8 @@ SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
     if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "token id out of range"};
   }
   if (request.max_tokens < 0) return {nullptr, SubmitError::BAD_REQUEST, "max_tokens is negative"};
+  if (request.grammar && (!request.trie || request.trie->n_vocab() != model_.info().n_vocab))
+    return {nullptr, SubmitError::BAD_REQUEST, "a grammar needs the model's token trie"};
   std::sort(request.eog.begin(), request.eog.end());
   auto seq = std::make_unique<Sequence>();
   seq->owner = this;
@@ -175,6 +178,7 @@ void Scheduler::run() {
         s->prompt_done = prompt_cache_.begin(s->request.prompt, s->plain_cache, s->recording);
       }
       s->sampler = std::make_unique<Sampler>(s->request.sampling);
+      if (s->request.grammar) s->grammar = std::make_unique<GrammarMatcher>(s->request.grammar);
       for (TokenId id : s->request.prompt) s->sampler->accept(id);  // the penalty window sees the prompt, as in `essaim run`
       s->logits.assign(size_t(model_.info().n_vocab), 0.0f);
       active.push_back(std::move(s));
@@ -328,15 +332,33 @@ Status Scheduler::draft(std::vector<std::unique_ptr<Sequence>>& active) {
   return d;
 }
 
+// Structured output: the chain over the tokens the sequence's grammar takes next; sets `error` when none is
+// left, which only a grammar past one of its limits gives (the sequence then ends with it).
+TokenId Scheduler::sample_constrained(Sequence& s, std::span<const float> logits, std::string& error) {
+  const TokenMask& allowed = s.grammar->allowed(*s.request.trie, s.request.eog);
+  if (allowed.count() == 0) {
+    error = s.grammar->error().empty() ? "no token can continue the grammar" : s.grammar->error();
+    return s.request.eog.empty() ? 0 : s.request.eog.front();
+  }
+  return s.sampler->sample(logits, allowed.bits);
+}
+
 // Plain: one token sampled from the row's logits. Speculating: the first token after the prompt is sampled
 // the same way (and starts the drafting); afterwards the verification's tokens, sampled in order by the
 // same sampler (SpecSequence::accept). Each token is then taken exactly as plain decoding takes it: an EOG
 // ends the sequence, max_tokens or a full context ends it after the token.
 void Scheduler::take_tokens(Sequence& s, StepTally& tally) {
+  std::string grammar_error;
   const auto sample = [&](std::span<const float> logits) {
     TokenId id = -1;
-    if (!s.handle->take_forced(id)) id = s.sampler->sample(logits);  // forced: never while speculating
+    if (!s.handle->take_forced(id)) {  // forced: never while speculating
+      if (s.grammar) id = sample_constrained(s, logits, grammar_error);
+      else id = s.sampler->sample(logits);
+    }
     s.sampler->accept(id);
+    if (s.grammar && grammar_error.empty() && !std::binary_search(s.request.eog.begin(), s.request.eog.end(), id) &&
+        !s.grammar->accept_bytes(s.request.trie->piece(id)))
+      grammar_error = s.grammar->error().empty() ? "token " + std::to_string(id) + " does not follow the grammar" : s.grammar->error();
     return id;
   };
   std::vector<TokenId> got;
@@ -349,6 +371,11 @@ void Scheduler::take_tokens(Sequence& s, StepTally& tally) {
     tally.spec.accepted += after.accepted - before.accepted, tally.spec.tokens += after.tokens - before.tokens;
   } else {
     got = {sample(s.logits)};
+  }
+  if (!grammar_error.empty()) {
+    s.finish(FinishReason::ERROR, "structured output: " + grammar_error);
+    ++tally.finished[size_t(FinishReason::ERROR)];
+    return;
   }
   if (s.spec && !verified) s.spec->start(s.request.prompt, s.prompt_hidden, got[0]);
   std::vector<TokenId> emitted;

@@ -37,6 +37,7 @@
 #include "moe/executor.h"
 #include "net/metrics_text.h"
 #include "serve/prompt_cache.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -59,6 +60,14 @@ struct SequenceRequest {
   // The sink may force tokens (SequenceHandle::force, a reasoning budget): such a sequence decodes one token
   // per step even when the server speculates, so a forced token lands where plain decoding puts it.
   bool may_force = false;
+  // Structured output (text/grammar.h): each token is sampled among those the grammar takes next (an EOG id
+  // only once the grammar is complete), from the masked logits of the sequence's own row, so a constrained
+  // sequence alone == in a batch. Speculating, each verified row is sampled under the mask of the tokens
+  // accepted before it, so a draft the grammar refuses is never sampled, hence never accepted: the stream is
+  // plain decoding's. A grammar that passes one of its limits ends the sequence with ERROR. `trie`: the
+  // vocabulary's.
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenTrie> trie;
 };
 
 // The caller's hold on a submitted sequence. Thread-safe.
@@ -176,6 +185,7 @@ class Scheduler {
   // Samples the token(s) a row's forward gave its sequence and emits them; counts into the step's tallies.
   struct StepTally;
   void take_tokens(Sequence& s, StepTally& tally);
+  static TokenId sample_constrained(Sequence& s, std::span<const float> logits, std::string& error);
   Status draft(std::vector<std::unique_ptr<Sequence>>& active);
   bool speculating() const { return options_.spec.draft_max > 0 && model_.has_nextn(); }
 

@@ -13,6 +13,7 @@ constexpr std::string_view kChatMl =
 Result<ChatTemplate> ChatTemplate::create(std::string_view source, std::string bos_token, std::string eos_token) {
   ChatTemplate t;
   t.fallback_ = source.empty();
+  t.syntax_ = source.find("<function=") != std::string_view::npos ? ToolCallSyntax::XML : ToolCallSyntax::JSON;
   ESSAIM_ASSIGN_OR_RETURN(t.template_, jinja::Template::parse(t.fallback_ ? kChatMl : source));
   t.bos_ = std::move(bos_token);
   t.eos_ = std::move(eos_token);

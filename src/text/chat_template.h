@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "text/jinja.h"
+#include "text/json_schema_grammar.h"
 #include "text/tokenizer.h"
 
 namespace essaim {
@@ -33,11 +34,15 @@ class ChatTemplate {
   static Result<ChatTemplate> create(std::string_view source, const Tokenizer& tokenizer);
   Result<std::string> render(const ChatTemplateInput& input) const;
   bool is_chatml_fallback() const { return fallback_; }
+  // The tool-call syntax the template writes (and so the model learnt): Qwen3.5's XML form when it renders
+  // "<function=", else Qwen3's JSON form.
+  ToolCallSyntax tool_call_syntax() const { return syntax_; }
 
  private:
   jinja::Template template_;
   std::string bos_, eos_;
   bool fallback_ = false;
+  ToolCallSyntax syntax_ = ToolCallSyntax::JSON;
 };
 
 // Whether a rendered prompt ends inside an opened <think> block (the Qwen3.5 templates end their generation

@@ -189,7 +189,9 @@ void Sampler::accept(TokenId id) {
   if (params_.repeat_last_n > 0 && history_.size() > size_t(params_.repeat_last_n)) history_.pop_front();
 }
 
-TokenId Sampler::sample(std::span<const float> logits) {
+TokenId Sampler::sample(std::span<const float> logits) { return sample(logits, {}); }
+
+TokenId Sampler::sample(std::span<const float> logits, std::span<const uint64_t> allowed) {
   ESSAIM_CHECK(!logits.empty());
   Candidates& c = candidates_;
   c.data.resize(logits.size());
@@ -198,6 +200,11 @@ TokenId Sampler::sample(std::span<const float> logits) {
 
   window_.assign(history_.begin(), history_.end());
   sampler_penalties(c, window_, params_);
+  if (!allowed.empty()) {
+    ESSAIM_CHECK(allowed.size() * 64 >= logits.size());
+    std::erase_if(c.data, [&](const Candidate& x) { return !((allowed[size_t(x.id) >> 6] >> (x.id & 63)) & 1); });
+    ESSAIM_CHECK(!c.data.empty());
+  }
   if (params_.temperature <= 0.0f) return c.data[sampler_argmax(c)].id;  // id order: lowest id wins ties
   sampler_top_k(c, params_.top_k);
   sampler_top_p(c, params_.top_p);

@@ -72,6 +72,9 @@ class Sampler {
 
   // Runs the chain over logits (n_vocab) and returns the chosen id. Does not record it: call accept().
   TokenId sample(std::span<const float> logits);
+  // The same chain over the ids set in `allowed` only (a bit per id, as text/grammar.h's TokenMask holds them):
+  // the penalties first, then the other ids are dropped, then the rest of the chain. At least one id must be set.
+  TokenId sample(std::span<const float> logits, std::span<const uint64_t> allowed);
   void accept(TokenId id);
   void reset();  // forgets the history and reseeds
 

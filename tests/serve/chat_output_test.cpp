@@ -6,11 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include "../text/json_schema_check.h"
 #include "backbone_test_util.h"
+#include "gguf/gguf_file.h"
 #include "serve/chat_output.h"
 #include "serve/generation.h"
 #include "serve_test_util.h"
+#include "text/json_schema_grammar.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
 #include "text/vocab.h"
 
 namespace essaim::serve::testing {
@@ -202,6 +208,74 @@ TEST(ChatOutput, GenerationStreamsToolCallsAsOpenAiDeltas) {
     EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
     EXPECT_EQ(ojson::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()), ojson({{"city", "Paris"}}));
   }
+}
+
+}  // namespace
+}  // namespace essaim::serve::testing
+
+namespace essaim::serve::testing {
+namespace {
+
+// Tool calls decoded under tool_call_grammar (random logits over the trained vocabulary, sampled by the
+// serving chain) are always calls the splitter accepts, in both syntaxes, after reasoning or not: nothing
+// left in content, every call named, its arguments valid against the tool's schema (tests/text's checker).
+TEST(ChatOutput, ConstrainedToolCallsAlwaysParse) {
+  auto f = GgufFile::open(std::string(ESSAIM_SOURCE_DIR) + "/models/kjv-moe-q8_0.gguf");
+  ASSERT_TRUE(f.is_ok());
+  auto v = vocab_from_gguf(*f);
+  ASSERT_TRUE(v.is_ok());
+  const Tokenizer tok = std::move(Tokenizer::create(std::move(*v))).value();
+  const TokenTrie trie(tok);
+  std::set<std::string> texts;
+  size_t n_calls = 0;
+  for (ToolCallSyntax syntax : {ToolCallSyntax::JSON, ToolCallSyntax::XML}) {
+    for (int i = 0; i < 60; ++i) {
+      const bool in_reasoning = i % 3 == 0;
+      const std::string only = i % 4 == 1 ? "ping" : "";
+      auto g = tool_call_grammar(kTools, only, syntax, {.in_reasoning = in_reasoning, .limits = {}});
+      ASSERT_TRUE(g.is_ok()) << g.status().message();
+      GrammarMatcher m(*g);
+      Sampler sampler({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = uint32_t(i)});
+      std::mt19937 rng{uint32_t(i)};
+      std::normal_distribution<float> noise(0.0f, 2.0f);
+      std::vector<float> logits(size_t(tok.n_vocab()));
+      std::string text;
+      bool ended = false;
+      for (int step = 0; step < 3000 && !ended; ++step) {
+        if (in_reasoning && step == 20) {  // as --reasoning-budget closes it: random bytes would rarely spell the tag
+          ASSERT_TRUE(m.accept_bytes("\n</think>\n\n"));
+          text += "\n</think>\n\n";
+        }
+        const TokenMask& mask = m.allowed(trie, tok.eog_ids());
+        ASSERT_GT(mask.count(), 0u) << text;
+        for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+          const std::string& p = trie.piece(id);
+          logits[size_t(id)] = noise(rng) + (step >= 30 && (p.empty() || p.find_first_of("\"}<\n") != std::string::npos) ? 12.0f : 0.0f);
+        }
+        const TokenId id = sampler.sample(logits, mask.bits);
+        ended = tok.is_eog(id);
+        if (!ended) ASSERT_TRUE(m.accept_bytes(trie.piece(id)));
+        if (!ended) text += trie.piece(id);
+      }
+      ASSERT_TRUE(ended) << text.substr(text.size() > 300 ? text.size() - 300 : 0);
+      const Split s = run(text, in_reasoning, &kTools, 7);
+      EXPECT_EQ(s.content, "") << text;
+      ASSERT_GE(s.calls.size(), 1u) << text;
+      if (!only.empty()) EXPECT_EQ(s.calls.size(), 1u) << text;
+      for (const ToolCall& c : s.calls) {
+        const ojson* tool = nullptr;
+        for (const ojson& t : kTools) tool = t["function"]["name"] == c.name ? &t : tool;
+        ASSERT_NE(tool, nullptr) << c.name;
+        if (!only.empty()) EXPECT_EQ(c.name, only);
+        const ojson args = ojson::parse(c.arguments);
+        EXPECT_EQ(test::schema_check(args, tool->at("function").value("parameters", ojson::object())), "") << text;
+      }
+      n_calls += s.calls.size();
+      texts.insert(text);
+    }
+  }
+  EXPECT_GT(texts.size(), 80u);  // seeds gave different calls (a call of "ping" alone is the same text each time)
+  EXPECT_GT(n_calls, 120u);       // "required" produced several calls at times
 }
 
 }  // namespace

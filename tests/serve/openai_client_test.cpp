@@ -100,7 +100,8 @@ json post_ok(uint16_t port, const std::string& path, const std::string& body) {
   return r.status == 200 ? json::parse(r.body) : json();
 }
 
-// Reasoning split, enable_thinking through the template, a tool round trip and tool_choice "required", with the
+// Reasoning split, enable_thinking through the template, a tool round trip, and constrained decoding (tool_choice
+// named and "required", json_schema and json_object, a refused keyword), with the
 // openai client against a qwen35moe synth model (its template opens <think>) and --reasoning-budget 3.
 TEST(OpenAiClient, ReasoningAndToolRoundTrip) {
   if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
@@ -129,7 +130,7 @@ TEST(OpenAiClient, ReasoningAndToolRoundTrip) {
   int rc = -1;
   const std::string out = run_js("openai_agents.mjs", "http://127.0.0.1:" + std::to_string(serve.port()) + "/v1", expected, rc);
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) << ":\n" << out;
-  EXPECT_NE(out.find("openai agents: 5 checks passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("openai agents: 7 checks passed"), std::string::npos) << out;
 }
 
 // The official @anthropic-ai/sdk client on POST /v1/messages (tests/serve/js/anthropic_client.mjs), against the
@@ -164,7 +165,7 @@ TEST(AnthropicClient, MessagesStreamingThinkingAndToolUse) {
   int rc = -1;
   const std::string out = run_js("anthropic_client.mjs", "http://127.0.0.1:" + std::to_string(serve.port()), expected, rc);
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) << ":\n" << out;
-  EXPECT_NE(out.find("anthropic client: 5 checks passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("anthropic client: 6 checks passed"), std::string::npos) << out;
 }
 
 }  // namespace

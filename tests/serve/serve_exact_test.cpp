@@ -1,6 +1,6 @@
 // Concurrency exactness over HTTP: 16 concurrent greedy requests each get exactly the answer the same
 // request gets alone — monolithic, and with the experts on 3 essaim-worker processes over TCP (the swarm
-// gives the monolithic answers).
+// gives the monolithic answers); a quarter of them are constrained by a JSON schema.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -20,7 +20,11 @@ std::string request_body(int i) {
   // Different prompts and lengths, so that prefill chunks and decode rows of different sequences share steps.
   std::string prompt = "Request " + std::to_string(i) + ":";
   for (int w = 0; w < i; ++w) prompt += " word" + std::to_string(w * 7 % 5);
-  return json({{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}}).dump();
+  json body = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+  if (i % 4 == 3)  // structured output: the mask comes after the sequence's own logits, so it changes nothing here
+    body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema",
+        {{"type", "object"}, {"properties", {{"w", {{"type", "string"}}}, {"n", {{"type", "integer"}}}}}, {"required", {"w"}}}}}}};
+  return body.dump();
 }
 
 std::string answer(const HttpResult& r) {
@@ -59,6 +63,7 @@ TEST(ServeExact, SixteenConcurrentGreedyRequestsGiveTheirAloneAnswers) {
   ASSERT_EQ(want.size(), size_t(kRequests));
   // The requests differ in their answers (equal answers everywhere would prove nothing).
   EXPECT_GT(std::set<std::string>(want.begin(), want.end()).size(), size_t(kRequests / 2));
+  for (int i = 3; i < kRequests; i += 4) EXPECT_TRUE(want[size_t(i)].starts_with("{")) << want[size_t(i)];  // constrained
   // 8 in flight, the other 8 queue and join as slots free up; 24-token steps split the prompts into chunks.
   auto server = start_server({.parallel = 8, .batch_tokens = 24});
   ASSERT_TRUE(server);

@@ -51,9 +51,8 @@ TEST(ServeRequestParser, AcceptsEveryOpenAiPromptShape) {
 }
 
 // Tools, an assistant turn's tool calls (arguments sent as JSON text, handed to the template as an object)
-// and tool results; required / named tool_choice and json response formats are refused by name until
-// constrained decoding exists.
-TEST(ServeRequestParser, ToolsToolCallsAndWhatIsNotSupportedYet) {
+// and tool results; required / named tool_choice and json response formats, and what is refused about them.
+TEST(ServeRequestParser, ToolsToolCallsAndConstraints) {
   ApiParse p = parse_api_request(ApiEndpoint::CHAT, R"({"messages":[{"role":"user","content":"weather?"},
       {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
         "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":2}"}}]},
@@ -71,14 +70,26 @@ TEST(ServeRequestParser, ToolsToolCallsAndWhatIsNotSupportedYet) {
   EXPECT_EQ(r.tool_choice, ToolChoice::AUTO);
   EXPECT_EQ(r.template_kwargs["custom"], 1);
   const std::string user = R"("messages":[{"role":"user","content":"x"}])";
-  for (const std::string& extra : {std::string(R"("tool_choice":"required")"),
-                                   std::string(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
-                                   std::string(R"("response_format":{"type":"json_object"})"),
-                                   std::string(R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})")}) {
-    const ApiError e = parse_error(ApiEndpoint::CHAT, "{" + user + "," + extra + "}");
-    EXPECT_EQ(e.code, "unsupported_value") << extra;
-    EXPECT_NE(e.message.find("not supported yet"), std::string::npos) << e.message;
-  }
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+  ApiParse named = parse_api_request(ApiEndpoint::CHAT, "{" + user + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})");
+  ASSERT_TRUE(named.request) << named.error->message;
+  EXPECT_EQ(named.request->tool_choice, ToolChoice::FUNCTION);
+  EXPECT_EQ(named.request->tool_choice_name, "f");
+  ApiParse schema = parse_api_request(ApiEndpoint::CHAT, "{" + user +
+      R"(,"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"object"}}}})");
+  ASSERT_TRUE(schema.request) << schema.error->message;
+  EXPECT_EQ(schema.request->response_format, ResponseFormat::JSON_SCHEMA);
+  EXPECT_EQ(schema.request->response_schema, nlohmann::ordered_json::parse(R"({"type":"object"})"));
+  // What cannot be constrained is refused by name (the schema's own keywords are checked once it compiles).
+  const std::pair<std::string, std::string> refused[] = {
+      {R"("tool_choice":"required")", "tool_choice"},  // no tools
+      {tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})", "tool_choice"},
+      {tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})", "response_format"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})", "response_format.json_schema.name"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"n","extra":1}})", "response_format.json_schema.extra"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":[1]}})", "response_format.json_schema.schema"},
+  };
+  for (const auto& [extra, param] : refused) EXPECT_EQ(parse_error(ApiEndpoint::CHAT, "{" + user + "," + extra + "}").param, param) << extra;
   EXPECT_EQ(parse_error(ApiEndpoint::CHAT, "{" + user + R"(,"tools":[{"type":"function","function":{}}]})").param, "tools[0].function.name");
   EXPECT_EQ(parse_error(ApiEndpoint::CHAT, R"({"messages":[{"role":"assistant","content":"x","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]})").param,
             "messages[0].tool_calls[0].function.arguments");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../text/json_schema_check.h"
 #include "serve_test_util.h"
 
 namespace essaim::serve::testing {
@@ -187,6 +188,53 @@ TEST_F(ServeHttp, BadRequestsGet400WithAnErrorObject) {
   expect_error_object(http_call(port(), "GET", "/v1/chat/completions"), 405, "method_not_allowed");
   // The server is still fine.
   EXPECT_EQ(http_call(port(), "POST", "/v1/chat/completions", kChat).status, 200);
+}
+
+// Structured output over HTTP: a json_schema answer (completion and chat, whole and streamed) is JSON that
+// satisfies the schema; a keyword outside the subset is a 400 naming it, in a response_format or in the
+// parameters of a tool that tool_choice asks for.
+TEST_F(ServeHttp, StructuredOutput) {
+  const json schema = json::parse(R"({"type":"object","properties":{"word":{"type":"string","maxLength":6},
+      "n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["word","ok"],"additionalProperties":false})");
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}};
+  const auto check = [&](const std::string& text) {
+    const nlohmann::ordered_json v = nlohmann::ordered_json::parse(text, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << text;
+    EXPECT_EQ(test::schema_check(v, nlohmann::ordered_json::parse(schema.dump())), "") << text;
+  };
+  HttpResult c = http_call(port(), "POST", "/v1/completions",
+                           json({{"prompt", "Once"}, {"max_tokens", 200}, {"temperature", 0}, {"response_format", format}}).dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(json::parse(c.body)["choices"][0]["finish_reason"], "stop") << c.body;
+  check(json::parse(c.body)["choices"][0]["text"]);
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 200}, {"temperature", 0.8},
+                     {"seed", 3}, {"response_format", format}};
+  HttpResult whole = http_call(port(), "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const std::string content = json::parse(whole.body)["choices"][0]["message"]["content"];
+  check(content);
+  json streamed_chat = chat;
+  streamed_chat["stream"] = true;
+  HttpResult streamed = http_call(port(), "POST", "/v1/chat/completions", streamed_chat.dump());
+  ASSERT_EQ(streamed.status, 200);
+  std::string joined;
+  std::istringstream lines(streamed.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("data: {")) continue;
+    const json chunk = json::parse(line.substr(6));
+    if (!chunk["choices"].empty() && chunk["choices"][0]["delta"].contains("content")) joined += chunk["choices"][0]["delta"]["content"];
+  }
+  EXPECT_EQ(joined, content);
+  const HttpResult pattern = http_call(port(), "POST", "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"t",
+          "schema":{"type":"object","properties":{"id":{"type":"string","pattern":"^a"}}}}}})");
+  expect_error_object(pattern, 400, "unsupported_schema");
+  EXPECT_NE(pattern.body.find("unsupported JSON Schema keyword 'pattern' at #/properties/id"), std::string::npos) << pattern.body;
+  const HttpResult minimum = http_call(port(), "POST", "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[{"type":"function","function":{"name":"f",
+          "parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":1}}}}}]})");
+  expect_error_object(minimum, 400, "unsupported_schema");
+  EXPECT_NE(minimum.body.find("'minimum' at tools[0].function.parameters/properties/n"), std::string::npos) << minimum.body;
 }
 
 TEST(ServeLimits, ApiKeyBodyLimitAndHeaders) {

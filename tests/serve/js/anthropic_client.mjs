@@ -2,7 +2,8 @@
 // whose template opens a <think> block, started with --reasoning-budget 3 (every answer thinks, then answers):
 // a message with a system prompt (thinking block, then text block), the same streamed (message_start …
 // message_stop, reassembled by the SDK's own stream helper), thinking disabled through `thinking`, a tool_use
-// / tool_result round trip, and errors as the SDK's typed exceptions. Every answer equals what the C++ test
+// / tool_result round trip, errors as the SDK's typed exceptions, and tool_choice {type: "tool"} constraining
+// the answer to a call of that tool. Every answer equals what the C++ test
 // got from the same server with its own HTTP client (greedy).
 //
 //   node anthropic_client.mjs http://127.0.0.1:PORT expected.json
@@ -73,8 +74,17 @@ await assert.rejects(client.messages.create({ model, messages: ask.messages }), 
   assert.match(e.error.error.message, /max_tokens/);
   return true;
 });
-await assert.rejects(client.messages.create({ ...ask, tools, tool_choice: { type: "any" } }),
-  (e) => e instanceof Anthropic.BadRequestError && /not supported yet/.test(e.error.error.message));
+checks++;
+
+// tool_choice "tool": decoding is constrained to a call of that tool, its input valid against its schema.
+const cityTools = [{ name: "get_weather", description: "Weather in a city",
+  input_schema: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Lyon"] } }, required: ["city"] } }];
+const forced = await client.messages.create({ model, max_tokens: 250, temperature: 0, tools: cityTools,
+  tool_choice: { type: "tool", name: "get_weather" }, messages: [{ role: "user", content: "Weather in Paris?" }] });
+assert.equal(forced.stop_reason, "tool_use", JSON.stringify(forced));
+const use = forced.content.find((b) => b.type === "tool_use");
+assert.equal(use.name, "get_weather");
+assert.ok(["Paris", "Lyon"].includes(use.input.city), JSON.stringify(use));
 checks++;
 
 console.log(`anthropic client: ${checks} checks passed`);

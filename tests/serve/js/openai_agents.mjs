@@ -2,8 +2,11 @@
 // template opens a <think> block, started with --reasoning-budget 3 (the server closes the reasoning after 3
 // tokens, so every answer has both parts): reasoning split into reasoning_content, whole and streamed; the
 // template's enable_thinking=false through chat_template_kwargs; a tool round trip (the assistant's
-// tool_calls and the tool's result sent back, the model's answer); tool_choice "required" refused by name.
-// Every answer equals what the C++ test got from the same server (greedy).
+// tool_calls and the tool's result sent back, the model's answer); constrained decoding: tool_choice naming a
+// function and "required" answer with well-formed calls whose arguments satisfy the tool's schema, a
+// json_schema response_format answers JSON that satisfies the schema, json_object an object, and a schema
+// keyword outside the supported subset is a 400 naming it. The unconstrained answers equal what the C++ test
+// got from the same server (greedy).
 //
 //   node openai_agents.mjs http://127.0.0.1:PORT/v1 expected.json
 import { readFileSync } from "node:fs";
@@ -58,10 +61,58 @@ assert.equal(answer.choices[0].message.reasoning_content, expected.tool_answer_r
 assert.equal(answer.usage.prompt_tokens, expected.tool_answer_prompt_tokens);
 checks++;
 
-// tool_choice "required" needs constrained decoding: refused by name, not silently treated as "auto".
-await assert.rejects(
-  client.chat.completions.create({ model, messages: history, tools, tool_choice: "required" }),
-  (e) => e instanceof OpenAI.BadRequestError && e.code === "unsupported_value" && e.param === "tool_choice");
+// tool_choice naming a function: exactly one call of it, its arguments valid against the schema.
+const cityTools = [{ type: "function", function: { name: "get_weather", description: "Weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Lyon"] }, days: { type: "integer" } },
+    required: ["city"], additionalProperties: false } } }];
+const checkArgs = (call) => {
+  assert.equal(call.type, "function");
+  assert.equal(call.function.name, "get_weather");
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(["Paris", "Lyon"].includes(args.city), call.function.arguments);
+  if ("days" in args) assert.ok(Number.isInteger(args.days), call.function.arguments);
+  assert.deepEqual(Object.keys(args).filter((k) => k !== "city" && k !== "days"), []);
+};
+const weather = [{ role: "user", content: "Weather in Paris?" }];
+const named = await client.chat.completions.create({ model, messages: weather, tools: cityTools, max_tokens: 120,
+  temperature: 0, tool_choice: { type: "function", function: { name: "get_weather" } } });
+assert.equal(named.choices[0].finish_reason, "tool_calls", JSON.stringify(named));
+assert.equal(named.choices[0].message.tool_calls.length, 1);
+checkArgs(named.choices[0].message.tool_calls[0]);
+// "required", sampled: one or more calls, each well formed.
+const required = await client.chat.completions.create({ model, messages: weather, tools: cityTools, max_tokens: 200,
+  temperature: 0.8, seed: 5, tool_choice: "required" });
+const calls = required.choices[0].message.tool_calls ?? [];
+assert.ok(calls.length >= 1, JSON.stringify(required));
+calls.forEach(checkArgs);
+checks++;
+
+// response_format json_schema: the content is JSON that satisfies the schema (checked here by hand).
+const schema = { type: "object", properties: { answer: { type: "string", maxLength: 24 }, confidence: { type: "number" },
+  tags: { type: "array", items: { enum: ["sky", "light"] }, maxItems: 2 } }, required: ["answer", "confidence"],
+  additionalProperties: false };
+const structured = await client.chat.completions.create({ ...ask, max_tokens: 150,
+  response_format: { type: "json_schema", json_schema: { name: "answer", strict: true, schema } } });
+assert.equal(structured.choices[0].finish_reason, "stop", JSON.stringify(structured));
+const value = JSON.parse(structured.choices[0].message.content);
+assert.equal(typeof value.answer, "string");
+assert.ok([...value.answer].length <= 24);
+assert.equal(typeof value.confidence, "number");
+if ("tags" in value) assert.ok(value.tags.length <= 2 && value.tags.every((t) => t === "sky" || t === "light"));
+assert.deepEqual(Object.keys(value).filter((k) => !(k in schema.properties)), []);
+const object = await client.chat.completions.create({ ...ask, max_tokens: 150, temperature: 0.7, seed: 2,
+  response_format: { type: "json_object" } });
+if (object.choices[0].finish_reason === "stop") {
+  const o = JSON.parse(object.choices[0].message.content);
+  assert.ok(o !== null && typeof o === "object" && !Array.isArray(o), object.choices[0].message.content);
+}
+checks++;
+
+// A keyword outside the supported subset: a 400 naming it, never ignored.
+await assert.rejects(client.chat.completions.create({ ...ask, response_format: { type: "json_schema",
+  json_schema: { name: "n", schema: { type: "object", properties: { id: { type: "string", pattern: "^[a-z]+$" } } } } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === "response_format.json_schema.schema" &&
+         /'pattern' at #\/properties\/id/.test(e.message));
 checks++;
 
 console.log(`openai agents: ${checks} checks passed`);
