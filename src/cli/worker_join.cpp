@@ -14,8 +14,8 @@
 
 #include "gguf/expert_slice.h"
 #include "gguf/model_identity.h"
-#include "market/market_client.h"
-#include "market/slice_download.h"
+#include "node/market_client.h"
+#include "node/slice_download.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
 #include "worker/worker_state.h"
@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kLeavingDeadline{2000};
 
 struct Held {
-  market::SliceOffer offer;
+  node::SliceOffer offer;
   std::string path;
 };
 
@@ -50,7 +50,7 @@ class Joiner {
 
   // GET /api/whoami + /api/model, retried for a while: the coordinator may still be starting.
   Status introduce() {
-    ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(c_.coordinator, c_.token));
+    ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(c_.coordinator, c_.token));
     client_.emplace(std::move(client));
     Status last = Status::ok();
     for (int attempt = 0; attempt < 30; ++attempt) {
@@ -61,7 +61,7 @@ class Joiner {
         if (last.message().find("answered 4") != std::string::npos) return last;  // a wrong token stays wrong
         continue;
       }
-      Result<market::Catalogue> cat = client_->model();
+      Result<node::Catalogue> cat = client_->model();
       if (!cat) {
         last = cat.status();
         continue;
@@ -79,7 +79,7 @@ class Joiner {
   // A slice file is served only if its bytes hash to the catalogue's SHA-256, it opens as a slice of the
   // catalogue's model and its per-expert digests match.
   Status verify_slice(const Held& h) const {
-    ESSAIM_ASSIGN_OR_RETURN(std::string sha, market::file_sha256_hex(h.path));
+    ESSAIM_ASSIGN_OR_RETURN(std::string sha, node::file_sha256_hex(h.path));
     if (sha != h.offer.sha256) return Status::error("SHA-256 " + sha + " is not the catalogue's");
     ESSAIM_ASSIGN_OR_RETURN(ExpertSlice slice, ExpertSlice::open(h.path));
     ESSAIM_RETURN_IF_ERROR(slice.verify_digests());
@@ -94,7 +94,7 @@ class Joiner {
   void scan_data_dir() {
     std::error_code ec;
     fs::create_directories(c_.data_dir, ec);
-    for (const market::SliceOffer& o : catalogue_.slices) {
+    for (const node::SliceOffer& o : catalogue_.slices) {
       const fs::path p = fs::path(c_.data_dir) / o.name;
       if (!fs::exists(p, ec)) continue;
       Held h{o, p.string()};
@@ -169,15 +169,15 @@ class Joiner {
   // Returns whether the coordinator says volunteering now would change something for this node. A leaving
   // heartbeat holds nothing: the coordinator forgets this node's ranges at once.
   bool heartbeat(bool leaving = false) {
-    market::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
+    node::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
                            .capacity_bytes = c_.budget_bytes, .load = load(), .leaving = leaving};
     if (!leaving) {
       for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
     }
     // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
-    Result<market::MarketClient> quick = leaving ? market::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
-                                                 : Result<market::MarketClient>(Status::error("not leaving"));
-    Result<market::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
+    Result<node::MarketClient> quick = leaving ? node::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
+                                                 : Result<node::MarketClient>(Status::error("not leaving"));
+    Result<node::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
     if (!a) {
       log("heartbeat: " + a.status().message());
       return false;
@@ -192,18 +192,18 @@ class Joiner {
 
   bool has_room() const {
     const uint64_t used = held_bytes();
-    for (const market::SliceOffer& o : catalogue_.slices) {
+    for (const node::SliceOffer& o : catalogue_.slices) {
       const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.name == o.name; });
       if (!held && used + o.bytes <= c_.budget_bytes) return true;
     }
     return false;
   }
 
-  bool holds(const market::RangeRef& r) const {
+  bool holds(const node::RangeRef& r) const {
     return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
   }
 
-  void forget(const market::RangeRef& r, const std::string& why) {
+  void forget(const node::RangeRef& r, const std::string& why) {
     auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
     if (it == held_.end()) return;
     log("dropping " + it->offer.name + " (" + why + ")");
@@ -214,13 +214,13 @@ class Joiner {
 
   // Downloads and verifies one offered slice into held_ if the result stays within `budget_bytes`. False when
   // it is already held, over the budget, not the catalogue's, or fails (logged).
-  bool take(const market::SliceOffer& o, uint64_t budget_bytes) {
+  bool take(const node::SliceOffer& o, uint64_t budget_bytes) {
     const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) {
       return h.offer.name == o.name || h.offer.range == o.range;
     });
     if (held || held_bytes() + o.bytes > budget_bytes) return false;
     // The assignment must be a catalogue entry: a volunteer answer names nothing the catalogue lacks.
-    const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const market::SliceOffer& c) {
+    const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const node::SliceOffer& c) {
       return c.name == o.name && c.sha256 == o.sha256 && c.bytes == o.bytes && c.range == o.range;
     });
     if (!listed) {
@@ -228,7 +228,7 @@ class Joiner {
       return false;
     }
     const auto t0 = Clock::now();
-    Result<market::DownloadReport> r = market::download_slice(client_->url(), c_.token, o, c_.data_dir);
+    Result<node::DownloadReport> r = node::download_slice(client_->url(), c_.token, o, c_.data_dir);
     if (!r) {
       log(r.status().message());
       return false;
@@ -248,7 +248,7 @@ class Joiner {
 
   // Take first, serve both and say so, then give the old range up: its holders never dip for this move.
   // Meanwhile this node holds up to one slice over its budget.
-  bool swap(const market::SwapOffer& s) {
+  bool swap(const node::SwapOffer& s) {
     auto old = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == s.give_up; });
     if (old == held_.end()) return false;
     if (!take(s.take, c_.budget_bytes + old->offer.bytes)) return false;
@@ -260,24 +260,24 @@ class Joiner {
 
   // One volunteer round: drops, downloads what fits, then swaps. Returns whether the held set changed.
   bool volunteer_round(const std::atomic<bool>& stop) {
-    std::vector<market::RangeRef> holding;
+    std::vector<node::RangeRef> holding;
     for (const Held& h : held_) holding.push_back(h.offer.range);
-    Result<market::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
+    Result<node::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
     if (!v) {
       log("volunteer: " + v.status().message());
       return false;
     }
     bool changed = false;
-    for (const market::RangeRef& d : v->drop) {
+    for (const node::RangeRef& d : v->drop) {
       if (!holds(d)) continue;
       forget(d, "no longer scarce");
       changed = true;
     }
-    for (const market::SliceOffer& o : v->assign) {
+    for (const node::SliceOffer& o : v->assign) {
       if (stop) break;
       changed |= take(o, c_.budget_bytes);
     }
-    for (const market::SwapOffer& s : v->swap) {
+    for (const node::SwapOffer& s : v->swap) {
       if (stop) break;
       changed |= swap(s);
     }
@@ -360,10 +360,10 @@ class Joiner {
 
  private:
   const JoinConfig& c_;
-  std::optional<market::MarketClient> client_;
+  std::optional<node::MarketClient> client_;
   std::string node_id_, address_;
-  market::Catalogue catalogue_;
-  market::Fingerprint fingerprint_;
+  node::Catalogue catalogue_;
+  node::Fingerprint fingerprint_;
   std::vector<Held> held_;  // the market thread's
   double heartbeat_s_ = 2;
   bool warned_fingerprint_ = false;

@@ -3,7 +3,7 @@
 //   1. asks who it is (GET /api/whoami) and what the model is (GET /api/model);
 //   2. re-verifies every catalogue slice already in DIR (file SHA-256 against the catalogue, then the
 //      slice's own per-expert digests); a bad one is deleted;
-//   3. volunteers its free budget, downloads what it is assigned (resumable, verified: market/slice_download.h),
+//   3. volunteers its free budget, downloads what it is assigned (resumable, verified: node/slice_download.h),
 //      drops what it is told to drop, and serves the result;
 //   4. heartbeats every heartbeat_s (holdings with their SHA-256, address, fingerprint, capacity, load) and
 //      volunteers again when its budget has room, after a drop, or when the heartbeat's answer says so;

@@ -20,7 +20,7 @@
 
 #include "core/status.h"
 
-namespace essaim::market {
+namespace essaim::node {
 
 struct HttpUrl {
   std::string host;
@@ -60,4 +60,4 @@ Result<HttpAnswer> http_call(const HttpUrl& url, const HttpCall& call);
 Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function<Status(const HttpAnswer&)>& on_head,
                    const std::function<Status(std::span<const char>)>& on_bytes);
 
-}  // namespace essaim::market
+}  // namespace essaim::node

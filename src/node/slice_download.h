@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "market/http_client.h"
-#include "market/market_client.h"
+#include "node/http_client.h"
+#include "node/market_client.h"
 
-namespace essaim::market {
+namespace essaim::node {
 
 struct DownloadOptions {
   int attempts = 4;                                  // requests in all, resumed or restarted
@@ -48,4 +48,4 @@ Result<std::vector<uint8_t>> fetch_byte_range(const HttpUrl& coordinator, const 
 Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
                                       const std::string& data_dir, const DownloadOptions& options = {});
 
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -3,10 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "market/market_client.h"
+#include "node/market_client.h"
 #include "net/http_server.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 const std::string kHex(64, 'a');
@@ -138,4 +138,4 @@ TEST(MarketClientCalls, DeadlineOnASilentServer) {
 }
 
 }  // namespace
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "market/http_client.h"
+#include "node/http_client.h"
 
-namespace essaim::market {
+namespace essaim::node {
 
 struct RangeRef {
   uint32_t layer = 0;
@@ -130,4 +130,4 @@ class MarketClient {
   std::chrono::milliseconds deadline_;
 };
 
-}  // namespace essaim::market
+}  // namespace essaim::node

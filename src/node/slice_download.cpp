@@ -1,7 +1,7 @@
 // The whole file is hashed after the last byte arrives rather than on the fly: a resumed download would
 // otherwise have to trust (or re-read) the part written before the restart, and re-reading once at the
 // end costs one pass at disk speed for every byte, which is the check we want anyway.
-#include "market/slice_download.h"
+#include "node/slice_download.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include "core/progress.h"
 #include "gguf/model_identity.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 namespace fs = std::filesystem;
@@ -218,4 +218,4 @@ Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::str
                        " attempts; last: " + last_error);
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -1,9 +1,9 @@
-#include "market/market_client.h"
+#include "node/market_client.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 using nlohmann::json;
@@ -260,4 +260,4 @@ Status MarketClient::report_work(const std::vector<WorkReport>& reports) const {
   return call("POST", "/api/work", json{{"reports", std::move(arr)}}.dump()).status();
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::node

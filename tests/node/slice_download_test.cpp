@@ -10,11 +10,11 @@
 #include <random>
 
 #include "gguf/model_identity.h"
-#include "market/slice_download.h"
+#include "node/slice_download.h"
 #include "net/http_server.h"
 #include "temp_dir.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 namespace fs = std::filesystem;
@@ -246,4 +246,4 @@ TEST_F(DownloadTest, HostileOffersAreRefused) {
 }
 
 }  // namespace
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -1,7 +1,7 @@
 // Blocking calls built from Beast's asynchronous operations, so that every step has a deadline: each
 // operation is started, then the io_context runs until it completes or the time is up (then the socket is
 // closed and the operation ends with an error).
-#include "market/http_client.h"
+#include "node/http_client.h"
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -11,7 +11,7 @@
 #include <cctype>
 #include <limits>
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 namespace asio = boost::asio;
@@ -246,4 +246,4 @@ Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function
   return Status::ok();
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::node
