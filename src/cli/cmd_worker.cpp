@@ -25,12 +25,12 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/slice_selection.h"
-#include "cli/worker_join.h"
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
 #include "relay/relay_client.h"
 #include "worker/compute_device.h"
+#include "worker/joined_worker.h"
 #include "worker/worker.h"
 
 namespace essaim::cli {
@@ -52,7 +52,7 @@ struct Args {
   std::string label;
   bool quiet = false;
   std::string device = "cpu";
-  // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
+  // Joining the coverage market by itself (worker/joined_worker.h) instead of --slice/--slices.
   std::string coordinator, data_dir, advertise;
   double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
   std::string expert_output = "any";
@@ -164,14 +164,14 @@ int run(Args a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   if (!a.coordinator.empty()) {
-    JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
+    worker::JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
                     .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,
                    .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
     if (a.expert_output != "any") join.worker.only_output = expert_output_from_name(a.expert_output);
     if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    return run_joined_worker(join, stop_signals);
+    return worker::run_joined_worker(join, stop_signals);
   }
 
   if (!a.slices_dir.empty()) {

@@ -1,5 +1,5 @@
-// `essaim worker --coordinator URL --token T --budget-mb N --data-dir DIR --listen HOST:PORT`: a worker that
-// joins the coverage market by itself (docs/market.md, "The worker's side"):
+// A worker that joins the coverage market by itself (docs/market.md, "The worker's side"; the CLI is
+// `essaim worker --coordinator URL --token T --budget-mb N --data-dir DIR --listen HOST:PORT`):
 //   1. asks who it is (GET /api/whoami) and what the model is (GET /api/model);
 //   2. re-verifies every catalogue slice already in DIR (file SHA-256 against the catalogue, then the
 //      slice's own per-expert digests); a bad one is deleted;
@@ -25,7 +25,7 @@
 
 #include "worker/worker.h"
 
-namespace essaim::cli {
+namespace essaim::worker {
 
 struct JoinConfig {
   std::string coordinator;
@@ -34,11 +34,11 @@ struct JoinConfig {
   std::string data_dir;
   std::string listen = "127.0.0.1:0";
   std::string advertise;          // host:port backbones should dial; default: the listen host and bound port
-  worker::WorkerOptions worker;   // everything but the served set
+  WorkerOptions worker;     // everything but the served set
   bool quiet = false;
 };
 
 // Exit codes as `essaim worker`: 0 after a stop signal, 1 when the market or the port cannot be used.
 int run_joined_worker(const JoinConfig& config, sigset_t stop_signals);
 
-}  // namespace essaim::cli
+}  // namespace essaim::worker

@@ -1,4 +1,4 @@
-#include "cli/worker_join.h"
+#include "worker/joined_worker.h"
 
 #include <pthread.h>
 
@@ -20,7 +20,7 @@
 #include "net/tcp.h"
 #include "worker/worker_state.h"
 
-namespace essaim::cli {
+namespace essaim::worker {
 namespace {
 
 namespace fs = std::filesystem;
@@ -35,9 +35,9 @@ struct Held {
 // One served set: the state and the worker that serves it. Connections hold a shared_ptr for as long as
 // they are served, so a replaced set lives on until its last connection closes.
 struct ServedSet {
-  explicit ServedSet(worker::WorkerState s) : state(std::move(s)) {}
-  worker::WorkerState state;
-  std::unique_ptr<worker::Worker> worker;
+  explicit ServedSet(WorkerState s) : state(std::move(s)) {}
+  WorkerState state;
+  std::unique_ptr<Worker> worker;
 };
 
 class Joiner {
@@ -70,7 +70,7 @@ class Joiner {
       catalogue_ = std::move(*cat);
       fingerprint_ = {.model_identity = catalogue_.fingerprint.model_identity,
                       .protocol_version = proto::kProtocolVersion,
-                      .kernel_abi = std::to_string(worker::build_fingerprint().kernel_abi)};
+                      .kernel_abi = std::to_string(build_fingerprint().kernel_abi)};
       return Status::ok();
     }
     return last;
@@ -83,7 +83,7 @@ class Joiner {
     if (sha != h.offer.sha256) return Status::error("SHA-256 " + sha + " is not the catalogue's");
     ESSAIM_ASSIGN_OR_RETURN(ExpertSlice slice, ExpertSlice::open(h.path));
     ESSAIM_RETURN_IF_ERROR(slice.verify_digests());
-    Result<worker::WorkerState> alone = worker::WorkerState::open({h.path});
+    Result<WorkerState> alone = WorkerState::open({h.path});
     if (!alone) return alone.status();
     if (digest_hex(alone->model()) != catalogue_.fingerprint.model_identity) {
       return Status::error("cut from model " + digest_hex(alone->model()) + ", not the catalogue's");
@@ -124,9 +124,9 @@ class Joiner {
     if (!held_.empty()) {
       std::vector<std::string> paths;
       for (const Held& h : held_) paths.push_back(h.path);
-      ESSAIM_ASSIGN_OR_RETURN(worker::WorkerState state, worker::WorkerState::open(paths));
+      ESSAIM_ASSIGN_OR_RETURN(WorkerState state, WorkerState::open(paths));
       next = std::make_shared<ServedSet>(std::move(state));
-      next->worker = std::make_unique<worker::Worker>(next->state, c_.worker);
+      next->worker = std::make_unique<Worker>(next->state, c_.worker);
     }
     std::lock_guard lock(served_mu_);
     served_ = std::move(next);
@@ -381,4 +381,4 @@ int run_joined_worker(const JoinConfig& config, sigset_t stop_signals) {
   return j.run(stop_signals);
 }
 
-}  // namespace essaim::cli
+}  // namespace essaim::worker
