@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (auto a = parse_coverage_answer(body)) require(a->heartbeat_s >= 0.05 && a->heartbeat_s <= 3600);
       break;
     default:
-      if (auto u = parse_http_url(body)) require(!u->host.empty() && u->port != 0);
+      if (auto u = essaim::net::parse_http_url(body)) require(!u->host.empty() && u->port != 0);
       break;
   }
   return 0;

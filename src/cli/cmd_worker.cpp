@@ -58,6 +58,7 @@ struct Args {
   std::string expert_output = "any";
   // Behind NAT: dial out to a relay instead of listening (docs/relay.md).
   std::string relay, ca_file;
+  bool insecure_http = false;  // --coordinator over plain http:// to a host that is not loopback
   size_t relay_idle = 2;
   std::string token;  // this node's token: the coordinator's and the relay's
 };
@@ -92,7 +93,8 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
       ->capture_default_str();
   cmd.add_option("--coordinator", a.coordinator,
-                 "http://HOST:PORT of a coordinator: volunteer, download the assigned slices and serve them");
+                 "https://HOST[:PORT] of a coordinator (http:// on loopback): volunteer, download the assigned slices "
+                 "and serve them");
   cmd.add_option("--token", a.token, "This node's token (from POST /api/nodes), for --coordinator and --relay");
   cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold (fractions allowed)")
       ->check(CLI::Range(0.001, double(1 << 30)));
@@ -104,8 +106,11 @@ void add_options(CLI::App& cmd, Args& a) {
       ->check(CLI::IsMember({"any", "f32", "bf16"}))
       ->capture_default_str();
   cmd.add_option("--relay", a.relay, "ws[s]://HOST:PORT of a relay to serve through (no port opened here; needs --token)");
-  cmd.add_option("--ca-file", a.ca_file, "Extra PEM CA certificate to trust for a wss:// relay (besides the system store)")
+  cmd.add_option("--ca-file", a.ca_file,
+                 "Extra PEM CA certificate to trust for a wss:// relay and an https:// coordinator (besides the system store)")
       ->check(CLI::ExistingFile);
+  cmd.add_flag("--insecure-http", a.insecure_http,
+               "Allow a plain http:// --coordinator that is not on loopback (the token in clear text)");
   cmd.add_option("--relay-idle", a.relay_idle, "Idle connections kept registered at the relay (backbones take one each)")
       ->check(CLI::Range(size_t(1), size_t(64)))
       ->capture_default_str();
@@ -143,7 +148,8 @@ Args resolve(Args a) {
   if (!a.relay.empty() && !a.coordinator.empty())
     throw UsageError("--relay and --coordinator together are not supported yet: a self-joining worker listens on --listen");
   if (a.relay.empty() && a.coordinator.empty() && (!a.token.empty() || !a.ca_file.empty()))
-    throw UsageError("--token goes with --relay or --coordinator, --ca-file with --relay");
+    throw UsageError("--token and --ca-file go with --relay or --coordinator");
+  if (a.insecure_http && a.coordinator.empty()) throw UsageError("--insecure-http goes with --coordinator");
   if (a.slices.empty() && a.slices_dir.empty() && a.coordinator.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
   if (!a.host.empty() || a.port >= 0) {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
@@ -164,7 +170,8 @@ int run(Args a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   if (!a.coordinator.empty()) {
-    worker::JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
+    worker::JoinConfig join{.coordinator = a.coordinator, .access = {.ca_file = a.ca_file, .insecure_http = a.insecure_http},
+                            .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
                     .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,

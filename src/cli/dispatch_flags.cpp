@@ -37,7 +37,8 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                                         "preferred for shared experts)");
   cmd.add_option("--token", f.token,
                  "This node's token: presented to relays (workers at ws[s]:// addresses) and to the --coordinator");
-  cmd.add_option("--ca-file", f.ca_file, "Extra PEM CA certificate to trust for wss:// relays (besides the system store)")
+  cmd.add_option("--ca-file", f.ca_file,
+                 "Extra PEM CA certificate to trust for wss:// relays and an https:// --coordinator (besides the system store)")
       ->check(CLI::ExistingFile);
   cmd.add_option("--expert-map", f.expert_map, "JSON expert map: workers and, optionally, what to route to each")
       ->check(CLI::ExistingFile);
@@ -48,9 +49,12 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                  "Recompute every Nth worker answer locally and drop a worker that disagrees (0 = off)");
   cmd.add_flag("--worker-log", f.verbose, "Log worker connections and failures to stderr");
   cmd.add_option("--coordinator", f.coordinator,
-                 "http://HOST:PORT of a coordinator: dispatch to its live expert map, report usage and work")
+                 "https://HOST[:PORT] of a coordinator (http:// on loopback): dispatch to its live expert map, report "
+                 "usage and work")
       ->excludes("--worker")
       ->excludes("--expert-map");
+  cmd.add_flag("--insecure-http", f.insecure_http,
+               "Allow a plain http:// --coordinator that is not on loopback (its token in clear text)");
   cmd.add_option("--map-refresh-ms", f.map_refresh_ms, "With --coordinator: how often the expert map is fetched")
       ->check(CLI::Range(int64_t(50), int64_t(3'600'000)))
       ->capture_default_str();
@@ -151,7 +155,7 @@ Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& mo
   for (const node::SliceOffer& o : cat.slices)
     slices.push_back({.layer = o.range.layer, .expert_first = o.range.expert_first,
                       .expert_count = o.range.expert_count, .target = o.url, .bytes = o.bytes});
-  const node::HttpUrl url = client.url();
+  const net::HttpUrl url = client.url();
   const std::string token = client.token();
   auto source = std::make_unique<backbone::SliceServerSource>(
       id, std::move(slices), [url, token](const std::string& target, uint64_t offset, uint64_t length) {
@@ -193,7 +197,8 @@ Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& mo
 Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who, ExpertOutput output) {
   if (f.token.empty()) return Status::error("--coordinator needs --token");
-  ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(f.coordinator, f.token));
+  const node::CoordinatorAccess access{.ca_file = f.ca_file, .insecure_http = f.insecure_http};
+  ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(f.coordinator, f.token, access));
   ESSAIM_ASSIGN_OR_RETURN(node::Catalogue cat, client.model());
   auto shared = std::make_shared<node::MarketClient>(std::move(client));
   const std::string prefix = std::string(who) + ": ";

@@ -50,7 +50,7 @@ class Joiner {
 
   // GET /api/whoami + /api/model, retried for a while: the coordinator may still be starting.
   Status introduce() {
-    ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(c_.coordinator, c_.token));
+    ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(c_.coordinator, c_.token, c_.access));
     client_.emplace(std::move(client));
     Status last = Status::ok();
     for (int attempt = 0; attempt < 30; ++attempt) {
@@ -175,7 +175,7 @@ class Joiner {
       for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
     }
     // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
-    Result<node::MarketClient> quick = leaving ? node::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
+    Result<node::MarketClient> quick = leaving ? node::MarketClient::connect(c_.coordinator, c_.token, c_.access, kLeavingDeadline)
                                                  : Result<node::MarketClient>(Status::error("not leaving"));
     Result<node::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
     if (!a) {

@@ -23,12 +23,14 @@
 #include <cstdint>
 #include <string>
 
+#include "node/market_client.h"
 #include "worker/worker.h"
 
 namespace essaim::worker {
 
 struct JoinConfig {
   std::string coordinator;
+  node::CoordinatorAccess access;  // --ca-file, --insecure-http
   std::string token;
   uint64_t budget_bytes = 0;
   std::string data_dir;

@@ -44,7 +44,7 @@ struct SliceServer {
     EXPECT_TRUE(s) << s.status().message();
     server = std::move(*s);
   }
-  HttpUrl url() const { return {.host = "127.0.0.1", .port = server->port(), .base_path = ""}; }
+  net::HttpUrl url() const { return {.host = "127.0.0.1", .port = server->port(), .base_path = ""}; }
   SliceOffer offer() const {
     return {.range = {3, 32, 32}, .name = name, .bytes = bytes.size(), .sha256 = sha, .url = "/slices/" + name};
   }

@@ -204,7 +204,7 @@ TEST(RelayTokens, CoordinatorWhoamiAcceptsRefusesAndFailsClosed) {
   });
   ASSERT_TRUE(coord) << coord.status().message();
   const std::string url = "http://127.0.0.1:" + std::to_string((*coord)->port());
-  auto c = CoordinatorTokenChecker::create(url, 0ms);
+  auto c = CoordinatorTokenChecker::create(url, {.cache_ttl = 0ms});
   ASSERT_TRUE(c) << c.status().message();
   TokenVerdict good = (*c)->check("good-token");
   EXPECT_TRUE(good.ok()) << good.reason;
@@ -213,9 +213,13 @@ TEST(RelayTokens, CoordinatorWhoamiAcceptsRefusesAndFailsClosed) {
   const uint16_t port = (*coord)->port();
   (*coord)->stop();
   // Unreachable: refused as unavailable, never accepted.
-  auto gone = CoordinatorTokenChecker::create("http://127.0.0.1:" + std::to_string(port), 0ms, 500ms);
+  auto gone = CoordinatorTokenChecker::create("http://127.0.0.1:" + std::to_string(port), {.cache_ttl = 0ms, .timeout = 500ms});
   EXPECT_EQ((*gone)->check("good-token").kind, TokenVerdict::Kind::UNAVAILABLE);
-  EXPECT_FALSE(CoordinatorTokenChecker::create("https://x:1"));
+  EXPECT_FALSE(CoordinatorTokenChecker::create("ftp://x:1", {}));
+  // Plain http:// to a host that is not loopback carries tokens in clear text: refused unless insecure_http.
+  EXPECT_FALSE(CoordinatorTokenChecker::create("http://10.0.0.1:8080", {}));
+  EXPECT_TRUE(CoordinatorTokenChecker::create("http://10.0.0.1:8080", {.insecure_http = true}));
+  EXPECT_TRUE(CoordinatorTokenChecker::create("https://coord.example.org", {}));
 }
 
 TEST(RelayMetrics, ServedOnTheSamePort) {
