@@ -12,7 +12,7 @@
 #include <cctype>
 #include <limits>
 
-#include "net/tls_client.h"
+#include "net/tls.h"
 
 namespace essaim::net {
 namespace {

@@ -1,6 +1,6 @@
 // The one blocking HTTP/1.1 client of essaim, on Boost.Beast: the node's market calls and slice downloads,
 // the backbone's map and hot-expert fetches, the relay's token check. http:// or https:// (TLS through
-// net/tls_client.h: the system trust store plus `ca_file`, the host name checked), one connection per call,
+// net/tls.h: the system trust store plus `ca_file`, the host name checked), one connection per call,
 // a deadline on every call and on every read, and a bound on the response it accepts. Whatever comes back
 // is untrusted: callers validate it.
 //

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "net/tls_client.h"
+#include "net/tls.h"
 #include "net/ws_error.h"
 
 namespace essaim::net {

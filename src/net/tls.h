@@ -1,5 +1,6 @@
-// Client-side TLS as every essaim client does it (the wss:// relay client, the https:// HTTP client): the
-// peer's certificate is verified against the system trust store (OpenSSL's default paths, so SSL_CERT_FILE
+// TLS as every essaim listener and client does it (OpenSSL through Asio). Listeners (the relay's wss://, the
+// coordinator's https://) load a PEM chain and key into a server context. Clients (the wss:// relay client,
+// the https:// HTTP client) verify the peer: its certificate is verified against the system trust store (OpenSSL's default paths, so SSL_CERT_FILE
 // and SSL_CERT_DIR are honoured) plus an optional PEM file (`--ca-file`), the host name is checked against
 // the certificate and sent as SNI, and a failed handshake is explained with the host and OpenSSL's reason.
 //
@@ -23,6 +24,13 @@
 namespace essaim::net {
 
 namespace ssl = boost::asio::ssl;
+
+struct ServerTls {
+  std::string cert_file;  // PEM chain
+  std::string key_file;   // PEM private key
+};
+// A server context with that chain and key; errors name the file.
+NetResult<std::unique_ptr<ssl::context>> tls_server_context(const ServerTls& files);
 
 // A client context trusting the system store plus `ca_file` (PEM; empty: none). Errors name the file.
 NetResult<std::shared_ptr<ssl::context>> tls_client_context(const std::string& ca_file);

@@ -1,4 +1,4 @@
-#include "net/tls_client.h"
+#include "net/tls.h"
 
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
@@ -7,6 +7,16 @@
 #include <boost/asio/ssl/host_name_verification.hpp>
 
 namespace essaim::net {
+
+NetResult<std::unique_ptr<ssl::context>> tls_server_context(const ServerTls& files) {
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+  boost::system::error_code ec;
+  ctx->use_certificate_chain_file(files.cert_file, ec);
+  if (ec) return net_error(NetErrorKind::IO, "cannot load certificate " + files.cert_file + ": " + ec.message());
+  ctx->use_private_key_file(files.key_file, ssl::context::pem, ec);
+  if (ec) return net_error(NetErrorKind::IO, "cannot load private key " + files.key_file + ": " + ec.message());
+  return ctx;
+}
 
 NetResult<std::shared_ptr<ssl::context>> tls_client_context(const std::string& ca_file) {
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
