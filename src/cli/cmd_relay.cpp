@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -83,6 +85,8 @@ int run_relay(const RelayArgs& a) {
   o.max_connections = size_t(a.max_connections);
   o.max_per_address = a.max_per_address;
   o.threads = a.threads;
+  // Registered workers whose token the coordinator revoked stop being paired within about the cache bound.
+  if (!a.coordinator.empty()) o.token_recheck = std::chrono::milliseconds(std::max<int64_t>(int64_t(a.token_cache_s * 1000), 200));
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "essaim relay: %s\n", line.c_str()); };
   Result<std::unique_ptr<relay::RelayServer>> server = relay::RelayServer::start(where->first, where->second, o, std::move(tokens));
   if (!server) {

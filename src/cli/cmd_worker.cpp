@@ -7,6 +7,7 @@
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
 //   essaim worker --coordinator http://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
 //   essaim worker --slice m.L03.E00-15.gguf --relay wss://relay.example.org:443 --token T  # behind NAT (docs/relay.md)
+//   essaim worker --coordinator https://c.example.org --relay wss://relay.example.org --token T --budget-mb 512 --data-dir d
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
 // error (docs/cli.md).
@@ -145,8 +146,7 @@ Args resolve(Args a) {
     throw UsageError("--experts and --layers choose slices of a --slices folder");
   }
   if (!a.relay.empty() && a.token.empty()) throw UsageError("--relay needs --token (this node's token)");
-  if (!a.relay.empty() && !a.coordinator.empty())
-    throw UsageError("--relay and --coordinator together are not supported yet: a self-joining worker listens on --listen");
+  if (!a.relay.empty() && !a.advertise.empty()) throw UsageError("--advertise goes with --listen: behind --relay the address is the relay's");
   if (a.relay.empty() && a.coordinator.empty() && (!a.token.empty() || !a.ca_file.empty()))
     throw UsageError("--token and --ca-file go with --relay or --coordinator");
   if (a.insecure_http && a.coordinator.empty()) throw UsageError("--insecure-http goes with --coordinator");
@@ -172,7 +172,8 @@ int run(Args a) {
   if (!a.coordinator.empty()) {
     worker::JoinConfig join{.coordinator = a.coordinator, .access = {.ca_file = a.ca_file, .insecure_http = a.insecure_http},
                             .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
-                    .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
+                            .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .relay = a.relay,
+                            .relay_ca_file = a.ca_file, .relay_idle = a.relay_idle, .worker = {}, .quiet = a.quiet};
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,
                    .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};

@@ -1,6 +1,8 @@
 #include "worker/joined_worker.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +20,8 @@
 #include "node/slice_download.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
+#include "net/websocket.h"
+#include "relay/relay_client.h"
 #include "worker/worker_state.h"
 
 namespace essaim::worker {
@@ -59,6 +63,7 @@ class Joiner {
       if (!id) {
         last = id.status();
         if (last.message().find("answered 4") != std::string::npos) return last;  // a wrong token stays wrong
+        if (last.message().find("TLS handshake with") != std::string::npos) return last;  // so does a certificate
         continue;
       }
       Result<node::Catalogue> cat = client_->model();
@@ -284,6 +289,95 @@ class Joiner {
     return changed;
   }
 
+  // The port backbones dial, or the relay they reach this node through; sets address_ (what heartbeats
+  // say) and prints "listening on ..." (tests and scripts wait for it). Null: the reason was printed.
+  std::unique_ptr<net::Acceptor> open_acceptor() {
+    if (!c_.relay.empty()) return open_relay();
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(c_.listen);
+    if (!where) {
+      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", c_.listen.c_str(), where.error().message.c_str());
+      return nullptr;
+    }
+    auto listener = net::TcpListener::listen(where->first, where->second);
+    if (!listener) {
+      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", c_.listen.c_str(), listener.error().message.c_str());
+      return nullptr;
+    }
+    const uint16_t port = (*listener)->port();
+    address_ = !c_.advertise.empty() ? c_.advertise
+                                     : (where->first.find(':') != std::string::npos ? "[" + where->first + "]" : where->first) +
+                                           ":" + std::to_string(port);
+    std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
+    std::fflush(stdout);
+    return std::move(*listener);
+  }
+
+  // Registered at the relay under this node's token; the build it announces is the catalogue's model with
+  // this build's protocol and kernels (what backbones of the same model present). A refused token stops
+  // the worker (exit 1): no retry mends it.
+  std::unique_ptr<net::Acceptor> open_relay() {
+    net::NetResult<net::WsUrl> url = net::parse_ws_url(c_.relay);
+    std::optional<Sha256Digest> model = digest_from_hex(catalogue_.fingerprint.model_identity);
+    if (!url || !model) {
+      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", c_.relay.c_str(),
+                   url ? "the catalogue's model identity is not 64 hex digits" : url.error().message.c_str());
+      return nullptr;
+    }
+    relay::RelayAcceptor::Options o{.relay = *url, .token = c_.token,
+                                    .build = {.model = *model, .protocol_version = proto::kProtocolVersion,
+                                              .kernel_abi = build_fingerprint().kernel_abi},
+                                    .ws = {.limits = {}, .ca_file = c_.relay_ca_file}, .idle_connections = c_.relay_idle};
+    o.log = [this](const std::string& line) { log(line); };
+    o.on_refused = [this](const std::string& why) {
+      {
+        std::lock_guard lock(refused_mu_);
+        refused_ = why;
+      }
+      ::kill(::getpid(), SIGTERM);
+    };
+    auto acceptor = std::make_unique<relay::RelayAcceptor>(std::move(o));
+    relay_ = acceptor.get();
+    net::WsUrl node = *url;
+    node.path = "/node/" + node_id_;
+    address_ = node.text();
+    std::string where = url->text();
+    where.resize(where.size() - url->path.size());  // "wss://host:port": the port is the relay's
+    std::printf("listening on %s\n", where.c_str());
+    std::fflush(stdout);
+    return acceptor;
+  }
+
+  // Behind a relay that cannot be reached, this node is away: its heartbeat holds nothing (as a leaving
+  // one), so its ranges go scarce at once and backbones stop dialling it, until it is registered again.
+  bool away() const { return relay_ != nullptr && !relay_->reachable(); }
+
+  // Heartbeats, and volunteers when there is something to gain, until `stop`.
+  void market_loop(const std::atomic<bool>& stop, std::mutex& mu, std::condition_variable& cv) {
+    int rounds = 0;
+    bool volunteer_now = true, was_away = false;
+    while (!stop) {
+      const bool now_away = away();
+      if (now_away != was_away) log(now_away ? "the relay is unreachable: marked away at the coordinator" : "registered at the relay again");
+      was_away = now_away;
+      const bool told = heartbeat(/*leaving=*/now_away);
+      if (!now_away && (volunteer_now || told || has_room() || rounds % 5 == 4)) {
+        // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
+        // replaces this node's pending reservation (which counts as a holder for other volunteers).
+        for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
+          if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
+          log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
+          heartbeat();
+        }
+        volunteer_now = false;
+      }
+      ++rounds;
+      std::unique_lock lock(mu);
+      // Away, the relay is watched more often than the coordinator's interval: the way back is quick.
+      const double wait_s = now_away ? std::min(heartbeat_s_, 0.5) : heartbeat_s_;
+      cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return stop.load(); });
+    }
+  }
+
   int run(sigset_t stop_signals) {
     if (Status st = introduce(); !st) {
       std::fprintf(stderr, "essaim worker: --coordinator %s: %s\n", c_.coordinator.c_str(), st.message().c_str());
@@ -296,51 +390,22 @@ class Joiner {
       std::fprintf(stderr, "essaim worker: %s\n", st.message().c_str());
       return 1;
     }
-    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(c_.listen);
-    if (!where) {
-      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", c_.listen.c_str(), where.error().message.c_str());
-      return 2;
-    }
-    auto listener = net::TcpListener::listen(where->first, where->second);
-    if (!listener) {
-      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", c_.listen.c_str(), listener.error().message.c_str());
-      return 1;
-    }
-    const uint16_t port = (*listener)->port();
-    address_ = !c_.advertise.empty() ? c_.advertise
-                                     : (where->first.find(':') != std::string::npos ? "[" + where->first + "]" : where->first) +
-                                           ":" + std::to_string(port);
-    net::StreamServer server(std::move(*listener), [this](net::ByteStream& s) { serve(s); },
+    std::unique_ptr<net::Acceptor> acceptor = open_acceptor();
+    if (!acceptor) return 1;
+    net::StreamServer server(std::move(acceptor), [this](net::ByteStream& s) { serve(s); },
                              {.on_refused = [this](net::ByteStream& s) { refuse(s); }});
-    std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
-    std::fflush(stdout);
-
     std::atomic<bool> stop{false};
     std::mutex mu;
     std::condition_variable cv;
-    std::thread market_thread([&] {
-      int rounds = 0;
-      bool volunteer_now = true;
-      while (!stop) {
-        const bool told = heartbeat();
-        if (volunteer_now || told || has_room() || rounds % 5 == 4) {
-          // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
-          // replaces this node's pending reservation (which counts as a holder for other volunteers).
-          for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
-            if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
-            log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
-            heartbeat();
-          }
-          volunteer_now = false;
-        }
-        ++rounds;
-        std::unique_lock lock(mu);
-        cv.wait_for(lock, std::chrono::duration<double>(heartbeat_s_), [&] { return stop.load(); });
-      }
-    });
+    std::thread market_thread([&] { market_loop(stop, mu, cv); });
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    std::string refused;
+    {
+      std::lock_guard lock(refused_mu_);
+      refused = refused_;
+    }
+    if (refused.empty()) std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
     {
       std::lock_guard lock(mu);
       stop = true;
@@ -352,6 +417,10 @@ class Joiner {
     heartbeat(/*leaving=*/true);
     log("told the coordinator this node is leaving");
     server.stop();
+    if (!refused.empty()) {
+      std::fprintf(stderr, "essaim worker: %s; stopping\n", refused.c_str());
+      return 1;
+    }
     if (std::shared_ptr<ServedSet> set = current()) {
       std::fprintf(stderr, "essaim worker: stats %s\n", set->worker->stats().to_json().c_str());
     }
@@ -369,6 +438,9 @@ class Joiner {
   bool warned_fingerprint_ = false;
   mutable std::mutex served_mu_;
   std::shared_ptr<ServedSet> served_;
+  relay::RelayAcceptor* relay_ = nullptr;  // behind a relay: the server's acceptor (it outlives the market thread)
+  std::mutex refused_mu_;
+  std::string refused_;  // the relay's reason once it refused our token
   const ServedSet* load_set_ = nullptr;
   uint64_t load_ns_ = 0;
   Clock::time_point load_at_{};

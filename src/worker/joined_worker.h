@@ -1,5 +1,6 @@
 // A worker that joins the coverage market by itself (docs/market.md, "The worker's side"; the CLI is
-// `essaim worker --coordinator URL --token T --budget-mb N --data-dir DIR --listen HOST:PORT`):
+// `essaim worker --coordinator URL --token T --budget-mb N --data-dir DIR --listen HOST:PORT`, or
+// `... --relay wss://R` behind NAT):
 //   1. asks who it is (GET /api/whoami) and what the model is (GET /api/model);
 //   2. re-verifies every catalogue slice already in DIR (file SHA-256 against the catalogue, then the
 //      slice's own per-expert digests); a bad one is deleted;
@@ -36,11 +37,18 @@ struct JoinConfig {
   std::string data_dir;
   std::string listen = "127.0.0.1:0";
   std::string advertise;          // host:port backbones should dial; default: the listen host and bound port
+  // Behind NAT: no port opened here. Registered at this relay (ws[s]://HOST:PORT) with `token`, re-registered
+  // with backoff when it is lost (and marked away at the coordinator meanwhile); the address heartbeaten is
+  // the relay path, ws[s]://HOST:PORT/node/NODE_ID, which backbones dial with their own token.
+  std::string relay;
+  std::string relay_ca_file;      // trusted for a wss:// relay besides the system store
+  size_t relay_idle = 2;          // idle connections kept registered at the relay
   WorkerOptions worker;     // everything but the served set
   bool quiet = false;
 };
 
-// Exit codes as `essaim worker`: 0 after a stop signal, 1 when the market or the port cannot be used.
+// Exit codes as `essaim worker`: 0 after a stop signal, 1 when the market, the port or the relay cannot be
+// used (a token the relay refuses included).
 int run_joined_worker(const JoinConfig& config, sigset_t stop_signals);
 
 }  // namespace essaim::worker
