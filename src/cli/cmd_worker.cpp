@@ -5,7 +5,7 @@
 //   essaim worker --slice m.L03.E00-15.gguf --slice m.L04.E00-15.gguf --listen 0.0.0.0:9000 --threads 4
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
-//   essaim worker --coordinator http://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
+//   essaim worker --coordinator https://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
 //   essaim worker --slice m.L03.E00-15.gguf --relay wss://relay.example.org:443 --token T  # behind NAT (docs/relay.md)
 //   essaim worker --coordinator https://c.example.org --relay wss://relay.example.org --token T --budget-mb 512 --data-dir d
 //
