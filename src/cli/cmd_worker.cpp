@@ -13,11 +13,9 @@
 // error (docs/cli.md).
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,9 +27,9 @@
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
-#include "relay/relay_client.h"
 #include "worker/compute_device.h"
 #include "worker/joined_worker.h"
+#include "worker/relay_serving.h"
 #include "worker/worker.h"
 
 namespace essaim::cli {
@@ -222,34 +220,20 @@ int run(Args a) {
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
   std::unique_ptr<net::Acceptor> acceptor;
   std::string where_text;
-  struct Refused {
-    std::mutex mu;
-    std::string why;
-  };
-  auto refused = std::make_shared<Refused>();
+  auto refusal = std::make_shared<worker::RelayRefusal>();
   if (!a.relay.empty()) {
-    net::NetResult<net::WsUrl> url = net::parse_ws_url(a.relay);
-    if (!url) {
-      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", a.relay.c_str(), url.error().message.c_str());
+    worker::RelayConfig rc{.relay = a.relay, .token = a.token,
+                           .build = {.model = w.hello().model, .protocol_version = w.hello().version,
+                                     .kernel_abi = w.hello().fingerprint.kernel_abi},
+                           .ca_file = a.ca_file, .idle_connections = a.relay_idle, .log = nullptr};
+    if (!a.quiet) rc.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    Result<worker::RelayServing> serving = worker::serve_through_relay(rc, refusal);
+    if (!serving) {
+      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
       return kExitUsage;
     }
-    relay::RelayAcceptor::Options ro{.relay = *url, .token = a.token, .build = {}, .ws = {.ca_file = a.ca_file},
-                                     .idle_connections = a.relay_idle};
-    ro.build.model = w.hello().model;
-    ro.build.protocol_version = w.hello().version;
-    ro.build.kernel_abi = w.hello().fingerprint.kernel_abi;
-    if (!a.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    // No retry mends a refused token: stop with the relay's reason (exit 1).
-    ro.on_refused = [refused](const std::string& why) {
-      {
-        std::lock_guard lock(refused->mu);
-        refused->why = why;
-      }
-      ::kill(::getpid(), SIGTERM);
-    };
-    acceptor = std::make_unique<relay::RelayAcceptor>(std::move(ro));
-    where_text = url->text();
-    where_text.resize(where_text.size() - url->path.size());  // "ws://host:port": the port is the relay's
+    acceptor = std::move(serving->acceptor);
+    where_text = serving->where;
   } else {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
     if (!where) {
@@ -273,11 +257,7 @@ int run(Args a) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  std::string refused_why;
-  {
-    std::lock_guard lock(refused->mu);
-    refused_why = refused->why;
-  }
+  const std::string refused_why = refusal->why();
   if (!refused_why.empty()) {
     std::fprintf(stderr, "essaim worker: %s; stopping\n", refused_why.c_str());
     server.stop();

@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,8 +19,8 @@
 #include "node/slice_download.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
-#include "net/websocket.h"
 #include "relay/relay_client.h"
+#include "worker/relay_serving.h"
 #include "worker/worker_state.h"
 
 namespace essaim::worker {
@@ -313,38 +312,28 @@ class Joiner {
   }
 
   // Registered at the relay under this node's token; the build it announces is the catalogue's model with
-  // this build's protocol and kernels (what backbones of the same model present). A refused token stops
-  // the worker (exit 1): no retry mends it.
+  // this build's protocol and kernels (what backbones of the same model present).
   std::unique_ptr<net::Acceptor> open_relay() {
-    net::NetResult<net::WsUrl> url = net::parse_ws_url(c_.relay);
     std::optional<Sha256Digest> model = digest_from_hex(catalogue_.fingerprint.model_identity);
-    if (!url || !model) {
-      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", c_.relay.c_str(),
-                   url ? "the catalogue's model identity is not 64 hex digits" : url.error().message.c_str());
+    if (!model) {
+      std::fprintf(stderr, "essaim worker: the catalogue's model identity is not 64 hex digits\n");
       return nullptr;
     }
-    relay::RelayAcceptor::Options o{.relay = *url, .token = c_.token,
-                                    .build = {.model = *model, .protocol_version = proto::kProtocolVersion,
-                                              .kernel_abi = build_fingerprint().kernel_abi},
-                                    .ws = {.limits = {}, .ca_file = c_.relay_ca_file}, .idle_connections = c_.relay_idle};
-    o.log = [this](const std::string& line) { log(line); };
-    o.on_refused = [this](const std::string& why) {
-      {
-        std::lock_guard lock(refused_mu_);
-        refused_ = why;
-      }
-      ::kill(::getpid(), SIGTERM);
-    };
-    auto acceptor = std::make_unique<relay::RelayAcceptor>(std::move(o));
-    relay_ = acceptor.get();
-    net::WsUrl node = *url;
-    node.path = "/node/" + node_id_;
-    address_ = node.text();
-    std::string where = url->text();
-    where.resize(where.size() - url->path.size());  // "wss://host:port": the port is the relay's
-    std::printf("listening on %s\n", where.c_str());
+    RelayConfig rc{.relay = c_.relay, .token = c_.token,
+                   .build = {.model = *model, .protocol_version = proto::kProtocolVersion,
+                             .kernel_abi = build_fingerprint().kernel_abi},
+                   .ca_file = c_.relay_ca_file, .idle_connections = c_.relay_idle,
+                   .log = [this](const std::string& line) { log(line); }};
+    Result<RelayServing> serving = serve_through_relay(rc, refusal_);
+    if (!serving) {
+      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
+      return nullptr;
+    }
+    relay_ = serving->acceptor.get();
+    address_ = serving->where + "/node/" + node_id_;
+    std::printf("listening on %s\n", serving->where.c_str());
     std::fflush(stdout);
-    return acceptor;
+    return std::move(serving->acceptor);
   }
 
   // Behind a relay that cannot be reached, this node is away: its heartbeat holds nothing (as a leaving
@@ -400,11 +389,7 @@ class Joiner {
     std::thread market_thread([&] { market_loop(stop, mu, cv); });
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    std::string refused;
-    {
-      std::lock_guard lock(refused_mu_);
-      refused = refused_;
-    }
+    const std::string refused = refusal_->why();
     if (refused.empty()) std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
     {
       std::lock_guard lock(mu);
@@ -439,8 +424,7 @@ class Joiner {
   mutable std::mutex served_mu_;
   std::shared_ptr<ServedSet> served_;
   relay::RelayAcceptor* relay_ = nullptr;  // behind a relay: the server's acceptor (it outlives the market thread)
-  std::mutex refused_mu_;
-  std::string refused_;  // the relay's reason once it refused our token
+  std::shared_ptr<RelayRefusal> refusal_ = std::make_shared<RelayRefusal>();  // set if the relay refused our token
   const ServedSet* load_set_ = nullptr;
   uint64_t load_ns_ = 0;
   Clock::time_point load_at_{};
