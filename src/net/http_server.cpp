@@ -420,25 +420,27 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     stream_.expires_after(server_.limits.write_deadline);
-    with_layer([&](auto& layer) { asio::async_write(layer, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->writing_ = false;
-      if (self->closed_) {  // closed while this write was in flight (its completion was already queued)
-        self->out_.clear();
-        return;
-      }
-      if (ec) return self->client_gone();
-      std::function<void()> written = std::move(self->out_.front().written);
-      self->out_.pop_front();
-      if (written) {
-        try {
-          written();
-        } catch (const std::exception& e) {
-          self->note_exception("a stream's write callback", e);
-          return self->close();
+    with_layer([&](auto& layer) {
+      asio::async_write(layer, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->writing_ = false;
+        if (self->closed_) {  // closed while this write was in flight (its completion was already queued)
+          self->out_.clear();
+          return;
         }
-      }
-      self->write_next();
-    }); });
+        if (ec) return self->client_gone();
+        std::function<void()> written = std::move(self->out_.front().written);
+        self->out_.pop_front();
+        if (written) {
+          try {
+            written();
+          } catch (const std::exception& e) {
+            self->note_exception("a stream's write callback", e);
+            return self->close();
+          }
+        }
+        self->write_next();
+      });
+    });
   }
 
   void finish_response() {
