@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "market/market_client.h"
+#include "node/market_client.h"
 
 namespace {
 
@@ -14,9 +14,9 @@ void require(bool ok) {
   if (!ok) std::abort();
 }
 
-void check_offer(const essaim::market::SliceOffer& o) {
-  require(essaim::market::is_plain_slice_name(o.name));
-  require(essaim::market::is_hex64(o.sha256));
+void check_offer(const essaim::node::SliceOffer& o) {
+  require(essaim::node::is_plain_slice_name(o.name));
+  require(essaim::node::is_hex64(o.sha256));
   require(!o.url.empty() && o.url.front() == '/' && o.url.find("..") == std::string::npos);
   require(o.range.expert_count >= 1);
 }
@@ -24,7 +24,7 @@ void check_offer(const essaim::market::SliceOffer& o) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace essaim::market;
+  using namespace essaim::node;
   if (size == 0) return 0;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (data[0] % 4) {
@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (auto a = parse_coverage_answer(body)) require(a->heartbeat_s >= 0.05 && a->heartbeat_s <= 3600);
       break;
     default:
-      if (auto u = parse_http_url(body)) require(!u->host.empty() && u->port != 0);
+      if (auto u = essaim::net::parse_http_url(body)) require(!u->host.empty() && u->port != 0);
       break;
   }
   return 0;

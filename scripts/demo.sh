@@ -2,8 +2,9 @@
 # The main job, from a fresh machine: install dependencies, build, then run essaim on its embedded default —
 # kjv-moe, the qwen35moe model trained in this repository (models/README.md: Gated DeltaNet + gated attention,
 # 32 experts top-8 per layer, an MTP block; trained on the King James Bible) — as a local swarm: the model cut
-# into expert slices, served by `essaim coordinator`, three `essaim worker` processes that join the coverage
-# market by themselves (each volunteers, downloads and serves its slices), a backbone that maps only the
+# into expert slices, served by `essaim coordinator`, four `essaim worker` processes that join the coverage
+# market by themselves (each volunteers, downloads and serves its slices; one has no listening port and serves
+# through `essaim relay`, the phone's path), a backbone that maps only the
 # backbone file (the dense path, no expert bytes) writing text through the coordinator's live expert map, its
 # logits compared with the monolithic full-model ones (max |Δ| must be 0; docs/dispatch.md), and `essaim serve`
 # from the same backbone file on the same swarm answering one OpenAI-style chat request (docs/serve.md); then
@@ -44,11 +45,40 @@ coordinator="http://$(sed -n 's/^listening on //p' "$out/market/coord.out")"
 [ "$coordinator" != "http://" ] || { echo "the coordinator did not start:" >&2; cat "$out/market/coord.err" >&2; exit 1; }
 echo "coordinator on $coordinator"
 
-echo "== essaim worker x3: each joins by itself with a 2 MiB budget (a third of the slices): volunteers, downloads, serves"
+# register NAME [ROLE]: a node at the coordinator; prints its token.
+register() {
+  curl -sf -X POST "$coordinator/api/nodes" -H "Authorization: Bearer $admin" -d "{\"name\":\"$1\",\"role\":\"${2:-worker}\"}" \
+    | sed -n 's/.*"token":"\([0-9a-f]*\)".*/\1/p'
+}
+
+echo "== essaim relay: workers behind NAT dial out to it; it checks every token with the coordinator (plain ws:// on loopback)"
+"$bin" relay --listen 127.0.0.1:0 --coordinator "$coordinator" --quiet > "$out/market/relay.out" 2> "$out/market/relay.err" &
+pids+=($!)
+for _ in $(seq 100); do grep -q '^listening on ' "$out/market/relay.out" && break; sleep 0.1; done
+relay="ws://$(sed -n 's/^listening on //p' "$out/market/relay.out")"
+[ "$relay" != "ws://" ] || { echo "the relay did not start:" >&2; cat "$out/market/relay.err" >&2; exit 1; }
+echo "relay on $relay"
+
+echo "== the phone's path: a worker with no listening port joins the market and serves through the relay"
 start=$(date +%s.%N)
+token=$(register demo-phone)
+[ -n "$token" ] || { echo "could not register the phone" >&2; exit 1; }
+"$bin" worker --coordinator "$coordinator" --relay "$relay" --token "$token" --budget-mb 2 \
+  --data-dir "$out/market/phone" --threads 1 --quiet > "$out/market/phone.out" 2> "$out/market/phone.err" &
+pids+=($!)
+phone=""
+for _ in $(seq 300); do
+  # (first, so that it takes a third of the slices before the others join: its address is its relay path)
+  phone=$({ curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin" || true; } | { grep -o "\"$relay/node/[^\"]*\"" || true; })
+  [ -n "$phone" ] && break
+  sleep 0.1
+done
+[ -n "$phone" ] || { echo "the phone did not join:" >&2; cat "$out/market/phone.err" >&2; exit 1; }
+echo "the phone serves at $phone"
+
+echo "== essaim worker x3: each joins by itself with a 2 MiB budget (a third of the slices): volunteers, downloads, serves"
 for i in 1 2 3; do
-  token=$(curl -sf -X POST "$coordinator/api/nodes" -H "Authorization: Bearer $admin" -d "{\"name\":\"demo-$i\"}" \
-    | sed -n 's/.*"token":"\([0-9a-f]*\)".*/\1/p')
+  token=$(register "demo-$i")
   [ -n "$token" ] || { echo "could not register worker $i" >&2; exit 1; }
   "$bin" worker --coordinator "$coordinator" --token "$token" --budget-mb 2 --data-dir "$out/market/worker$i" \
     --listen 127.0.0.1:0 --threads 1 --quiet > "$out/market/worker$i.out" 2> "$out/market/worker$i.err" &
@@ -62,9 +92,12 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [ "$held" -ge "$n_slices" ] || { echo "the swarm did not cover the model:" >&2; cat "$out"/market/worker*.err >&2; exit 1; }
-echo "full coverage ($n_slices slices on 3 workers) in $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s:"
+echo "full coverage ($n_slices slices on 4 workers, one behind the relay) in $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s:"
 curl -sf "$coordinator/api/expert-map" -H "Authorization: Bearer $admin"; echo
-workers=(--coordinator "$coordinator" --token "$admin")
+# The backbone's own node token: the coordinator's map and reports, and the relay's check when it dials the phone.
+backbone_token=$(register demo-backbone backbone)
+[ -n "$backbone_token" ] || { echo "could not register the backbone" >&2; exit 1; }
+workers=(--coordinator "$coordinator" --token "$backbone_token")
 
 echo "== essaim run: the backbone file (dense path only) writes through the swarm (greedy: the same text as on one machine)"
 "$bin" run --backbone-file "$backbone" -p "In the beginning" -n 48 --temp 0 "${workers[@]}"

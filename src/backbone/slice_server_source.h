@@ -7,11 +7,11 @@
 //   std::vector<SliceRef> slices = ...;              // from the coordinator's catalogue
 //   auto source = std::make_unique<SliceServerSource>(model_identity, slices,
 //       [&](const std::string& target, uint64_t offset, uint64_t length) {
-//         return market::fetch_byte_range(url, token, target, offset, length); });
+//         return node::fetch_byte_range(url, token, target, offset, length); });
 //   HotExpertCache cache(std::move(source), options);
 //
 // The fetch function is injected so that the backbone library links no HTTP client (the CLI passes
-// market::fetch_byte_range).
+// node::fetch_byte_range).
 #pragma once
 
 #include <cstdint>

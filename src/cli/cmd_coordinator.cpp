@@ -25,6 +25,7 @@ namespace {
 
 struct Args {
   std::string model, slices, db, listen = "127.0.0.1:8700", admin_token;
+  std::string tls_cert, tls_key;  // https:// when given
   int64_t replicas = 2, heartbeat_s = 10, usage_half_life_s = coord::CoordinatorConfig{}.usage_half_life_s;
   uint32_t slice_experts = 32;
   int32_t max_connections = net::HttpLimits{}.max_connections;
@@ -38,6 +39,10 @@ int run(const Args& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts: every thread inherits it
 
+  if (a.tls_cert.empty() != a.tls_key.empty()) {
+    std::fprintf(stderr, "essaim coordinator: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
   if (a.admin_token.size() < 16) {
     std::fprintf(stderr, "essaim coordinator: --admin-token must be at least 16 characters\n");
     return 2;
@@ -69,14 +74,16 @@ int run(const Args& a) {
   net::HttpLimits limits = c.http_limits();
   limits.max_connections = a.max_connections;
   limits.max_per_address = a.max_per_address;
-  Result<std::unique_ptr<net::HttpServer>> server = c.listen(where->first, where->second, std::move(limits));
+  std::optional<net::ServerTls> tls;
+  if (!a.tls_cert.empty()) tls = net::ServerTls{a.tls_cert, a.tls_key};
+  Result<std::unique_ptr<net::HttpServer>> server = c.listen(where->first, where->second, std::move(limits), tls);
   if (!server) {
     std::fprintf(stderr, "essaim coordinator: %s\n", server.status().message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "essaim coordinator: model %s (%s), %zu slices, %s store, %lld replicas wanted, heartbeat %llds\n",
+  std::fprintf(stderr, "essaim coordinator: model %s (%s), %zu slices, %s store, %lld replicas wanted, heartbeat %llds, %s\n",
                c.catalogue().model_identity.c_str(), c.catalogue().architecture.c_str(), n_slices, kind.c_str(),
-               (long long)a.replicas, (long long)a.heartbeat_s);
+               (long long)a.replicas, (long long)a.heartbeat_s, tls ? "https:// (TLS)" : "plain http://");
   // Tests and scripts wait for this line and read the port from it.
   std::printf("listening on %s:%u\n", where->first.c_str(), unsigned((*server)->port()));
   std::fflush(stdout);
@@ -97,6 +104,9 @@ void register_coordinator(CLI::App& app, int& exit_code) {
   cmd->add_option("--slices", a->slices, "Directory of the slices and manifest.json (cut there when it has no manifest)")->required();
   cmd->add_option("--db", a->db, "SQLite file path, or a postgresql:// URL")->required();
   cmd->add_option("--listen", a->listen, "HOST:PORT to serve HTTP on (port 0: the OS chooses)")->capture_default_str();
+  cmd->add_option("--tls-cert", a->tls_cert, "PEM certificate chain: serve https:// (without it, plain http:// for loopback)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
   // Also from the environment, so the token need not appear in `ps` output.
   cmd->add_option("--admin-token", a->admin_token, "The admin token (registers and revokes nodes), 16+ characters")
       ->required()->envname("ESSAIM_ADMIN_TOKEN");

@@ -2,12 +2,14 @@
 //
 //   essaim relay --listen 0.0.0.0:443 --tls-cert cert.pem --tls-key key.pem --tokens tokens.txt
 //   essaim relay --listen 127.0.0.1:0 --tokens tokens.txt        # plain ws://, prints "listening on 127.0.0.1:PORT"
-//   essaim relay --listen 0.0.0.0:443 --tls-cert c --tls-key k --coordinator http://10.0.0.1:8080
+//   essaim relay --listen 0.0.0.0:443 --tls-cert c --tls-key k --coordinator https://coord.example.org
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when the port cannot be bound or a file not read, 2 for a usage error.
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -23,7 +25,9 @@ namespace {
 struct RelayArgs {
   std::string listen = "127.0.0.1:8443";
   std::string tls_cert, tls_key;
-  std::string tokens, coordinator;
+  std::string tokens, coordinator, ca_file;
+  bool insecure_http = false;
+  double token_cache_s = 5;
   uint64_t max_message = proto::kDefaultMaxPayloadBytes + proto::kFrameHeaderBytes;
   size_t per_node = 32;
   int32_t max_connections = int32_t(relay::RelayOptions{}.max_connections);
@@ -63,7 +67,9 @@ int run_relay(const RelayArgs& a) {
     }
     tokens = std::move(*t);
   } else {
-    Result<std::unique_ptr<relay::CoordinatorTokenChecker>> c = relay::CoordinatorTokenChecker::create(a.coordinator);
+    Result<std::unique_ptr<relay::CoordinatorTokenChecker>> c = relay::CoordinatorTokenChecker::create(
+        a.coordinator, {.ca_file = a.ca_file, .insecure_http = a.insecure_http,
+                        .cache_ttl = std::chrono::milliseconds(int64_t(a.token_cache_s * 1000))});
     if (!c) {
       std::fprintf(stderr, "essaim relay: %s\n", c.status().message().c_str());
       return kExitUsage;
@@ -79,6 +85,8 @@ int run_relay(const RelayArgs& a) {
   o.max_connections = size_t(a.max_connections);
   o.max_per_address = a.max_per_address;
   o.threads = a.threads;
+  // Registered workers whose token the coordinator revoked stop being paired within about the cache bound.
+  if (!a.coordinator.empty()) o.token_recheck = std::chrono::milliseconds(std::max<int64_t>(int64_t(a.token_cache_s * 1000), 200));
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "essaim relay: %s\n", line.c_str()); };
   Result<std::unique_ptr<relay::RelayServer>> server = relay::RelayServer::start(where->first, where->second, o, std::move(tokens));
   if (!server) {
@@ -105,7 +113,16 @@ void register_relay(CLI::App& app, int& exit_code) {
   cmd->add_option("--tls-cert", a->tls_cert, "PEM certificate chain: serve wss:// (without it, plain ws:// for tests)")->check(CLI::ExistingFile);
   cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
   cmd->add_option("--tokens", a->tokens, "Token file: lines 'NODE_ID TOKEN'")->check(CLI::ExistingFile);
-  cmd->add_option("--coordinator", a->coordinator, "http://HOST:PORT of the market coordinator (checks tokens with GET /api/whoami)");
+  cmd->add_option("--coordinator", a->coordinator,
+                  "https://HOST[:PORT] of the market coordinator (checks tokens with GET /api/whoami; http:// on loopback)");
+  cmd->add_option("--ca-file", a->ca_file, "Extra PEM CA certificate to trust for an https:// coordinator (besides the system store)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--insecure-http", a->insecure_http, "Allow a plain http:// coordinator that is not on loopback (tokens in clear text)");
+  cmd->add_option("--token-cache", a->token_cache_s,
+                  "Seconds a coordinator's answer on a token is kept: a revoked token is refused at most this long after, "
+                  "and a coordinator down longer than this fails closed")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--max-message", a->max_message, "Largest message forwarded, in bytes (the expert protocol's frame limit + 9)")
       ->check(CLI::Range(uint64_t(1) << 16, uint64_t(1) << 34))
       ->capture_default_str();

@@ -5,18 +5,17 @@
 //   essaim worker --slice m.L03.E00-15.gguf --slice m.L04.E00-15.gguf --listen 0.0.0.0:9000 --threads 4
 //   essaim-worker --slice m.L03.E00-15.gguf --listen 127.0.0.1:0     # prints "listening on 127.0.0.1:PORT"
 //   essaim worker --slices slices/ --experts 0-31 --host 0.0.0.0 --port 9001   # experts 0-31 of every layer
-//   essaim worker --coordinator http://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
+//   essaim worker --coordinator https://10.0.0.1:8080 --token T --budget-mb 512 --data-dir d --listen 0.0.0.0:9000
 //   essaim worker --slice m.L03.E00-15.gguf --relay wss://relay.example.org:443 --token T  # behind NAT (docs/relay.md)
+//   essaim worker --coordinator https://c.example.org --relay wss://relay.example.org --token T --budget-mb 512 --data-dir d
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when a slice cannot be served or the port not bound, 2 for a usage
 // error (docs/cli.md).
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,12 +24,12 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/slice_selection.h"
-#include "cli/worker_join.h"
 #include "gguf/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
-#include "relay/relay_client.h"
 #include "worker/compute_device.h"
+#include "worker/joined_worker.h"
+#include "worker/relay_serving.h"
 #include "worker/worker.h"
 
 namespace essaim::cli {
@@ -52,12 +51,13 @@ struct Args {
   std::string label;
   bool quiet = false;
   std::string device = "cpu";
-  // Joining the coverage market by itself (cli/worker_join.h) instead of --slice/--slices.
+  // Joining the coverage market by itself (worker/joined_worker.h) instead of --slice/--slices.
   std::string coordinator, data_dir, advertise;
   double budget_mb = 0;  // MiB, fractions allowed (tests use slices of a few hundred KiB)
   std::string expert_output = "any";
   // Behind NAT: dial out to a relay instead of listening (docs/relay.md).
   std::string relay, ca_file;
+  bool insecure_http = false;  // --coordinator over plain http:// to a host that is not loopback
   size_t relay_idle = 2;
   std::string token;  // this node's token: the coordinator's and the relay's
 };
@@ -92,7 +92,8 @@ void add_options(CLI::App& cmd, Args& a) {
   cmd.add_option("--device", a.device, "Where experts are computed: cpu, cuda or cuda:N (a CUDA build; same bits)")
       ->capture_default_str();
   cmd.add_option("--coordinator", a.coordinator,
-                 "http://HOST:PORT of a coordinator: volunteer, download the assigned slices and serve them");
+                 "https://HOST[:PORT] of a coordinator (http:// on loopback): volunteer, download the assigned slices "
+                 "and serve them");
   cmd.add_option("--token", a.token, "This node's token (from POST /api/nodes), for --coordinator and --relay");
   cmd.add_option("--budget-mb", a.budget_mb, "With --coordinator: MiB of slices this worker may hold (fractions allowed)")
       ->check(CLI::Range(0.001, double(1 << 30)));
@@ -104,8 +105,11 @@ void add_options(CLI::App& cmd, Args& a) {
       ->check(CLI::IsMember({"any", "f32", "bf16"}))
       ->capture_default_str();
   cmd.add_option("--relay", a.relay, "ws[s]://HOST:PORT of a relay to serve through (no port opened here; needs --token)");
-  cmd.add_option("--ca-file", a.ca_file, "Extra PEM CA certificate to trust for a wss:// relay (besides the system store)")
+  cmd.add_option("--ca-file", a.ca_file,
+                 "Extra PEM CA certificate to trust for a wss:// relay and an https:// coordinator (besides the system store)")
       ->check(CLI::ExistingFile);
+  cmd.add_flag("--insecure-http", a.insecure_http,
+               "Allow a plain http:// --coordinator that is not on loopback (the token in clear text)");
   cmd.add_option("--relay-idle", a.relay_idle, "Idle connections kept registered at the relay (backbones take one each)")
       ->check(CLI::Range(size_t(1), size_t(64)))
       ->capture_default_str();
@@ -140,10 +144,10 @@ Args resolve(Args a) {
     throw UsageError("--experts and --layers choose slices of a --slices folder");
   }
   if (!a.relay.empty() && a.token.empty()) throw UsageError("--relay needs --token (this node's token)");
-  if (!a.relay.empty() && !a.coordinator.empty())
-    throw UsageError("--relay and --coordinator together are not supported yet: a self-joining worker listens on --listen");
+  if (!a.relay.empty() && !a.advertise.empty()) throw UsageError("--advertise goes with --listen: behind --relay the address is the relay's");
   if (a.relay.empty() && a.coordinator.empty() && (!a.token.empty() || !a.ca_file.empty()))
-    throw UsageError("--token goes with --relay or --coordinator, --ca-file with --relay");
+    throw UsageError("--token and --ca-file go with --relay or --coordinator");
+  if (a.insecure_http && a.coordinator.empty()) throw UsageError("--insecure-http goes with --coordinator");
   if (a.slices.empty() && a.slices_dir.empty() && a.coordinator.empty()) throw UsageError("give --slice FILE (repeatable) or --slices DIR --experts A-B");
   if (!a.host.empty() || a.port >= 0) {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
@@ -164,14 +168,16 @@ int run(Args a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   if (!a.coordinator.empty()) {
-    JoinConfig join{.coordinator = a.coordinator, .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
-                    .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .worker = {}, .quiet = a.quiet};
+    worker::JoinConfig join{.coordinator = a.coordinator, .access = {.ca_file = a.ca_file, .insecure_http = a.insecure_http},
+                            .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
+                            .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .relay = a.relay,
+                            .relay_ca_file = a.ca_file, .relay_idle = a.relay_idle, .worker = {}, .quiet = a.quiet};
     join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
                    .max_in_flight = a.max_in_flight,
                    .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
     if (a.expert_output != "any") join.worker.only_output = expert_output_from_name(a.expert_output);
     if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    return run_joined_worker(join, stop_signals);
+    return worker::run_joined_worker(join, stop_signals);
   }
 
   if (!a.slices_dir.empty()) {
@@ -214,34 +220,20 @@ int run(Args a) {
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
   std::unique_ptr<net::Acceptor> acceptor;
   std::string where_text;
-  struct Refused {
-    std::mutex mu;
-    std::string why;
-  };
-  auto refused = std::make_shared<Refused>();
+  auto refusal = std::make_shared<worker::RelayRefusal>();
   if (!a.relay.empty()) {
-    net::NetResult<net::WsUrl> url = net::parse_ws_url(a.relay);
-    if (!url) {
-      std::fprintf(stderr, "essaim worker: --relay %s: %s\n", a.relay.c_str(), url.error().message.c_str());
+    worker::RelayConfig rc{.relay = a.relay, .token = a.token,
+                           .build = {.model = w.hello().model, .protocol_version = w.hello().version,
+                                     .kernel_abi = w.hello().fingerprint.kernel_abi},
+                           .ca_file = a.ca_file, .idle_connections = a.relay_idle, .log = nullptr};
+    if (!a.quiet) rc.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    Result<worker::RelayServing> serving = worker::serve_through_relay(rc, refusal);
+    if (!serving) {
+      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
       return kExitUsage;
     }
-    relay::RelayAcceptor::Options ro{.relay = *url, .token = a.token, .build = {}, .ws = {.ca_file = a.ca_file},
-                                     .idle_connections = a.relay_idle};
-    ro.build.model = w.hello().model;
-    ro.build.protocol_version = w.hello().version;
-    ro.build.kernel_abi = w.hello().fingerprint.kernel_abi;
-    if (!a.quiet) ro.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    // No retry mends a refused token: stop with the relay's reason (exit 1).
-    ro.on_refused = [refused](const std::string& why) {
-      {
-        std::lock_guard lock(refused->mu);
-        refused->why = why;
-      }
-      ::kill(::getpid(), SIGTERM);
-    };
-    acceptor = std::make_unique<relay::RelayAcceptor>(std::move(ro));
-    where_text = url->text();
-    where_text.resize(where_text.size() - url->path.size());  // "ws://host:port": the port is the relay's
+    acceptor = std::move(serving->acceptor);
+    where_text = serving->where;
   } else {
     net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
     if (!where) {
@@ -265,11 +257,7 @@ int run(Args a) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  std::string refused_why;
-  {
-    std::lock_guard lock(refused->mu);
-    refused_why = refused->why;
-  }
+  const std::string refused_why = refusal->why();
   if (!refused_why.empty()) {
     std::fprintf(stderr, "essaim worker: %s; stopping\n", refused_why.c_str());
     server.stop();

@@ -10,8 +10,8 @@
 #include "gguf/backbone_experts.h"
 #include "gguf/expert_digest.h"
 #include "gguf/gguf_slice.h"
-#include "market/market_client.h"
-#include "market/slice_download.h"
+#include "node/market_client.h"
+#include "node/slice_download.h"
 
 namespace essaim::cli {
 namespace {
@@ -37,7 +37,8 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                                         "preferred for shared experts)");
   cmd.add_option("--token", f.token,
                  "This node's token: presented to relays (workers at ws[s]:// addresses) and to the --coordinator");
-  cmd.add_option("--ca-file", f.ca_file, "Extra PEM CA certificate to trust for wss:// relays (besides the system store)")
+  cmd.add_option("--ca-file", f.ca_file,
+                 "Extra PEM CA certificate to trust for wss:// relays and an https:// --coordinator (besides the system store)")
       ->check(CLI::ExistingFile);
   cmd.add_option("--expert-map", f.expert_map, "JSON expert map: workers and, optionally, what to route to each")
       ->check(CLI::ExistingFile);
@@ -48,9 +49,12 @@ void add_dispatch_flags(CLI::App& cmd, DispatchFlags& f) {
                  "Recompute every Nth worker answer locally and drop a worker that disagrees (0 = off)");
   cmd.add_flag("--worker-log", f.verbose, "Log worker connections and failures to stderr");
   cmd.add_option("--coordinator", f.coordinator,
-                 "http://HOST:PORT of a coordinator: dispatch to its live expert map, report usage and work")
+                 "https://HOST[:PORT] of a coordinator (http:// on loopback): dispatch to its live expert map, report "
+                 "usage and work")
       ->excludes("--worker")
       ->excludes("--expert-map");
+  cmd.add_flag("--insecure-http", f.insecure_http,
+               "Allow a plain http:// --coordinator that is not on loopback (its token in clear text)");
   cmd.add_option("--map-refresh-ms", f.map_refresh_ms, "With --coordinator: how often the expert map is fetched")
       ->check(CLI::Range(int64_t(50), int64_t(3'600'000)))
       ->capture_default_str();
@@ -143,19 +147,19 @@ void apply_replica_flags(const DispatchFlags& f, backbone::DispatchOptions& opti
 
 // The hot-expert cache on the coordinator's slice server: the catalogue's slices by Range, each expert
 // checked against the digest of the same expert in the backbone's own file and against its format.
-Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& model, const market::MarketClient& client,
-                                                                  const market::Catalogue& cat, const DispatchFlags& f,
+Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& model, const node::MarketClient& client,
+                                                                  const node::Catalogue& cat, const DispatchFlags& f,
                                                                   const std::string& prefix) {
   ESSAIM_ASSIGN_OR_RETURN(ModelIdentity id, source_model_identity(model.file()));
   std::vector<backbone::SliceRef> slices;
-  for (const market::SliceOffer& o : cat.slices)
+  for (const node::SliceOffer& o : cat.slices)
     slices.push_back({.layer = o.range.layer, .expert_first = o.range.expert_first,
                       .expert_count = o.range.expert_count, .target = o.url, .bytes = o.bytes});
-  const market::HttpUrl url = client.url();
+  const net::HttpUrl url = client.url();
   const std::string token = client.token();
   auto source = std::make_unique<backbone::SliceServerSource>(
       id, std::move(slices), [url, token](const std::string& target, uint64_t offset, uint64_t length) {
-        return market::fetch_byte_range(url, token, target, offset, length);
+        return node::fetch_byte_range(url, token, target, offset, length);
       });
   backbone::HotCacheOptions o;
   o.budget_bytes = uint64_t(f.expert_cache_mb * 1048576.0);
@@ -193,19 +197,20 @@ Result<std::shared_ptr<backbone::HotExpertCache>> make_hot_cache(const Model& mo
 Result<ExecutorChoice> make_market_executor(const Model& model, ThreadPool* pool, const DispatchFlags& f,
                                             const char* who, ExpertOutput output) {
   if (f.token.empty()) return Status::error("--coordinator needs --token");
-  ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(f.coordinator, f.token));
-  ESSAIM_ASSIGN_OR_RETURN(market::Catalogue cat, client.model());
-  auto shared = std::make_shared<market::MarketClient>(std::move(client));
+  const node::CoordinatorAccess access{.ca_file = f.ca_file, .insecure_http = f.insecure_http};
+  ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(f.coordinator, f.token, access));
+  ESSAIM_ASSIGN_OR_RETURN(node::Catalogue cat, client.model());
+  auto shared = std::make_shared<node::MarketClient>(std::move(client));
   const std::string prefix = std::string(who) + ": ";
   backbone::MarketHooks hooks;
   hooks.fetch_map = [shared] { return shared->expert_map(); };
   hooks.report_usage = [shared](const std::vector<backbone::UsageReport>& u) {
-    std::vector<market::LayerUsage> layers;
+    std::vector<node::LayerUsage> layers;
     for (const backbone::UsageReport& r : u) layers.push_back({r.layer, r.counts});
     return shared->report_usage(layers);
   };
   hooks.report_work = [shared](const std::vector<backbone::WorkDelta>& w) {
-    std::vector<market::WorkReport> reports;
+    std::vector<node::WorkReport> reports;
     for (const backbone::WorkDelta& d : w) reports.push_back({d.address, d.pairs_accepted, d.audits, d.audits_failed});
     return shared->report_work(reports);
   };

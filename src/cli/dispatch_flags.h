@@ -32,14 +32,15 @@ struct DispatchFlags {
   uint32_t audit_every = 0;
   bool require_workers = false;      // a worker down or a layer uncovered at start is an error
   // The coverage market (docs/market.md): the expert map comes from the coordinator and is refreshed.
-  std::string coordinator;           // http://HOST:PORT
+  std::string coordinator;           // https://HOST[:PORT] (http:// on loopback, or with insecure_http)
+  bool insecure_http = false;        // --insecure-http
   std::string token;                 // this node's token: the market's, and the relay's for ws[s]:// workers
   int64_t map_refresh_ms = 1000;
   bool no_audit = false;             // with --coordinator: no adaptive audits (to measure their cost)
   std::string expert_output = "f32";  // f32 | bf16: the lean wire (docs/dispatch.md), local and remote alike
   std::string replica_choice = "nearest";  // nearest | first (map order)
   double hedge_factor = 3.0;               // hedge a request late by this × its worker's mean round trip; 0 = off
-  std::string ca_file;               // an extra CA to trust for wss:// relays
+  std::string ca_file;               // an extra CA to trust for wss:// relays and an https:// coordinator
   // Any source of workers: the experts can be dispatched (what --backbone-file needs).
   bool has_swarm() const { return !workers.empty() || !expert_map.empty() || !coordinator.empty(); }
   // With --coordinator: the hot-expert cache's budget in MiB (0 = off), fetched from its slice server.

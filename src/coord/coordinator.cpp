@@ -103,13 +103,16 @@ net::HttpLimits Coordinator::http_limits() const {
   return l;
 }
 
-Result<std::unique_ptr<net::HttpServer>> Coordinator::listen(const std::string& host, uint16_t port, net::HttpLimits limits) {
+Result<std::unique_ptr<net::HttpServer>> Coordinator::listen(const std::string& host, uint16_t port, net::HttpLimits limits,
+                                                              std::optional<net::ServerTls> tls) {
   return net::HttpServer::listen(
       host, port, std::move(limits),
       [this](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) { handle(req, std::move(out)); },
-      2, [this](const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done) {
+      2,
+      [this](const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done) {
         authorize(head, std::move(done));
-      });
+      },
+      std::move(tls));
 }
 
 void Coordinator::authorize(const net::HttpRequestHead& head, std::function<void(net::HttpCredentials)> done) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "coord/market.h"
@@ -45,7 +46,9 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   // An HTTP listener on host:port serving this coordinator (port 0: the OS chooses).
-  Result<std::unique_ptr<net::HttpServer>> listen(const std::string& host, uint16_t port, net::HttpLimits limits);
+  // With `tls`: https:// (the relay's TLS listener setup, net/tls.h).
+  Result<std::unique_ptr<net::HttpServer>> listen(const std::string& host, uint16_t port, net::HttpLimits limits,
+                                                  std::optional<net::ServerTls> tls = {});
   Result<std::unique_ptr<net::HttpServer>> listen(const std::string& host, uint16_t port) {
     return listen(host, port, http_limits());
   }

@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/ssl.hpp>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/http_feed.h"
+#include "net/tls.h"
 
 namespace essaim::net {
 
@@ -24,6 +26,8 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+// TLS over the session's own TCP stream: its timeouts and raw socket operations stay where they are.
+using TlsLayer = asio::ssl::stream<beast::tcp_stream&>;
 
 namespace {
 
@@ -90,6 +94,7 @@ struct HttpServer::Impl {
   HttpLimits limits;
   HttpHandler handler;
   HttpAuthorizer authorize;
+  std::unique_ptr<asio::ssl::context> tls;  // https: every connection's TLS layer is made from it
   std::vector<std::thread> threads;
   std::atomic<int32_t> connections{0};
   std::atomic<uint64_t> connections_total{0}, refused_connections{0}, refused_requests{0}, disconnects{0};
@@ -142,6 +147,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
       : stream_(std::move(socket)), server_(server), buffer_(server.limits.max_header_bytes) {
+    if (server_.tls) tls_ = std::make_unique<TlsLayer>(stream_, *server_.tls);
     ++server_.connections;
     ++server_.connections_total;
   }
@@ -170,7 +176,14 @@ class Session : public std::enable_shared_from_this<Session> {
                                            if (auto s = weak.lock()) s->evict(why);
                                          });
                                        });
-    read_request();
+    if (!tls_) return read_request();
+    // The handshake is read under the first request's deadline: a peer that never finishes it is dropped.
+    stream_.expires_after(server_.limits.read_deadline);
+    tls_->async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+      if (self->closed_) return;
+      if (ec) return self->close();
+      self->read_request();
+    });
   }
 
   // Everything below runs on the session's strand.
@@ -198,11 +211,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // waiting (it fits any socket buffer), then closed. An authenticated connection is never evicted.
   void evict(const std::string& why) {
     if (closed_ || authenticated_) return;
-    const std::string bytes =
-        serialize(error_reply(503, "connection closed to admit others: " + why, "too_many_connections"), false, false);
-    beast::error_code ignored;
-    stream_.socket().non_blocking(true, ignored);
-    stream_.socket().write_some(asio::buffer(bytes), ignored);
+    if (!tls_) {  // (over TLS the answer would need a handshake first: the connection is just closed)
+      const std::string bytes =
+          serialize(error_reply(503, "connection closed to admit others: " + why, "too_many_connections"), false, false);
+      beast::error_code ignored;
+      stream_.socket().non_blocking(true, ignored);
+      stream_.socket().write_some(asio::buffer(bytes), ignored);
+    }
     close();
   }
   bool keep_alive() const { return keep_alive_; }
@@ -233,13 +248,15 @@ class Session : public std::enable_shared_from_this<Session> {
                                 "headers_too_large"));
     }
     const size_t room = buffer_.max_size() - buffer_.size();
-    stream_.async_read_some(buffer_.prepare(std::min<size_t>(room, 64 << 10)),
+    with_layer([&](auto& layer) {
+      layer.async_read_some(buffer_.prepare(std::min<size_t>(room, 64 << 10)),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               self->buffer_.commit(n);
                               if (self->closed_) return;
                               if (ec) return self->close();  // timeout, reset, end of stream: no answer
                               self->parse_buffered();
                             });
+    });
   }
 
   void parse_buffered() {
@@ -311,10 +328,12 @@ class Session : public std::enable_shared_from_this<Session> {
     // before sending the body.
     if (!parser_->is_done() && beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       auto go_ahead = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      asio::async_write(stream_, asio::buffer(*go_ahead), [self = shared_from_this(), go_ahead](beast::error_code ec, size_t) {
-        if (self->closed_) return;
-        if (ec) return self->close();
-        self->parse_buffered();
+      with_layer([&](auto& layer) {
+        asio::async_write(layer, asio::buffer(*go_ahead), [self = shared_from_this(), go_ahead](beast::error_code ec, size_t) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          self->parse_buffered();
+        });
       });
       return;
     }
@@ -401,24 +420,26 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     stream_.expires_after(server_.limits.write_deadline);
-    asio::async_write(stream_, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->writing_ = false;
-      if (self->closed_) {  // closed while this write was in flight (its completion was already queued)
-        self->out_.clear();
-        return;
-      }
-      if (ec) return self->client_gone();
-      std::function<void()> written = std::move(self->out_.front().written);
-      self->out_.pop_front();
-      if (written) {
-        try {
-          written();
-        } catch (const std::exception& e) {
-          self->note_exception("a stream's write callback", e);
-          return self->close();
+    with_layer([&](auto& layer) {
+      asio::async_write(layer, asio::buffer(out_.front().bytes), [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->writing_ = false;
+        if (self->closed_) {  // closed while this write was in flight (its completion was already queued)
+          self->out_.clear();
+          return;
         }
-      }
-      self->write_next();
+        if (ec) return self->client_gone();
+        std::function<void()> written = std::move(self->out_.front().written);
+        self->out_.pop_front();
+        if (written) {
+          try {
+            written();
+          } catch (const std::exception& e) {
+            self->note_exception("a stream's write callback", e);
+            return self->close();
+          }
+        }
+        self->write_next();
+      });
     });
   }
 
@@ -455,7 +476,16 @@ class Session : public std::enable_shared_from_this<Session> {
     on_disconnect_ = nullptr;
   }
 
+  // Runs f on what requests are read from and answers written to: the TLS layer (https) or the TCP stream.
+  // Everything else (deadlines, the peek of watch(), shutdown, close, a refusal's drain) acts on the TCP stream.
+  template <class F>
+  void with_layer(F&& f) {
+    if (tls_) return f(*tls_);
+    f(stream_);
+  }
+
   beast::tcp_stream stream_;
+  std::unique_ptr<TlsLayer> tls_;  // https only; declared after stream_, which it refers to
   HttpServer::Impl& server_;
   std::unique_ptr<Admission::Ticket> ticket_;  // released with the session
   bool authenticated_ = false;
@@ -538,8 +568,14 @@ void HttpServer::Impl::accept() {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::listen(const std::string& host, uint16_t port, HttpLimits limits,
-                                                       HttpHandler handler, int io_threads, HttpAuthorizer authorize) {
+                                                       HttpHandler handler, int io_threads, HttpAuthorizer authorize,
+                                                       std::optional<ServerTls> tls) {
   auto impl = std::make_unique<Impl>();
+  if (tls) {
+    NetResult<std::unique_ptr<asio::ssl::context>> ctx = tls_server_context(*tls);
+    if (!ctx) return Status::error(ctx.error().message);
+    impl->tls = std::move(*ctx);
+  }
   if (limits.max_header_bytes > kMaxHeaderBytesCeiling || limits.max_header_bytes < 1024) {
     return Status::error("the header limit must be 1 KiB to " + std::to_string(kMaxHeaderBytesCeiling) + " bytes, not " +
                          std::to_string(limits.max_header_bytes));

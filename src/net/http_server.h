@@ -4,7 +4,7 @@
 // events) that ends by closing the connection. Refusals the listener decides itself — body too large (413),
 // headers or trailers too large (431), unreadable request (400), a handler that threw (500), connection
 // cap (503) — carry the OpenAI API's error object, which every essaim HTTP service uses. Shared by
-// `essaim serve` and the coordinator; it links no model code.
+// `essaim serve` and the coordinator (http://, or https:// with a certificate: net/tls.h); it links no model code.
 //
 //   auto server = HttpServer::listen("127.0.0.1", 0, limits,
 //       [](const HttpRequestView& req, std::shared_ptr<HttpResponder> out) {
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "core/status.h"
 #include "net/admission.h"
 #include "net/http_limits.h"
+#include "net/tls.h"
 
 namespace essaim::net {
 
@@ -104,10 +106,12 @@ struct HttpServerStats {
 class HttpServer {
  public:
   // Binds host:port (port 0: the OS chooses) and starts accepting on `io_threads` threads. `authorize`
-  // checks each request's credentials from its head (empty: api_key_authorizer(limits.api_key)).
+  // checks each request's credentials from its head (empty: api_key_authorizer(limits.api_key)). With `tls`
+  // every connection is https (the handshake under limits.read_deadline); a connection evicted by the
+  // admission layer is then closed without the plaintext 503.
   static Result<std::unique_ptr<HttpServer>> listen(const std::string& host, uint16_t port, HttpLimits limits,
                                                     HttpHandler handler, int io_threads = 2,
-                                                    HttpAuthorizer authorize = {});
+                                                    HttpAuthorizer authorize = {}, std::optional<ServerTls> tls = {});
   ~HttpServer();  // stop()
   uint16_t port() const;
   // Stops accepting and stops the I/O threads; pending responses are dropped.

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "net/tls.h"
 #include "net/ws_error.h"
 
 namespace essaim::net {
@@ -418,13 +419,10 @@ NetResult<std::unique_ptr<WsStream>> connect_as(std::unique_ptr<Impl> s, const W
   lowest.socket().set_option(tcp::no_delay(true), ignored);
   if constexpr (std::is_same_v<typename std::remove_reference_t<decltype(s->ws())>, TlsWs>) {
     auto& tls = s->ws().next_layer();
-    if (!SSL_set_tlsext_host_name(tls.native_handle(), url.host.c_str())) {
-      return net_error(NetErrorKind::IO, url.text() + ": cannot set the TLS server name");
-    }
-    tls.set_verify_mode(ssl::verify_peer);
-    tls.set_verify_callback(ssl::host_name_verification(url.host));
+    auto check = std::make_shared<TlsPeerCheck>();
+    if (NetStatus set = tls_client_setup(tls, url.host, check); !set) return set.error();
     ec = s->run_blocking([&](auto done) { tls.async_handshake(ssl::stream_base::client, done); });
-    if (ec) return net_error(NetErrorKind::IO, url.text() + ": TLS handshake: " + ec.message());
+    if (ec) return tls_handshake_error(url.text(), ec, *check);
   }
   ec = s->run_blocking([&](auto done) { s->ws().async_handshake(url.host + ":" + std::to_string(url.port), url.path, done); });
   if (ec) return ws_error(ec, url.text(), "WebSocket upgrade");
@@ -445,15 +443,9 @@ NetResult<std::unique_ptr<WsStream>> ws_connect(const WsUrl& url, const WsClient
     if (ec) return net_error(NetErrorKind::IO, "cannot resolve " + url.host + ": " + ec.message());
   }
   if (!url.tls) return connect_as(std::make_unique<WsImpl<PlainWs>>(std::make_unique<Runner>(), nullptr, options.limits), url, eps, deadline);
-  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
-  beast::error_code ec;
-  ctx->set_default_verify_paths(ec);  // OpenSSL's defaults, which read SSL_CERT_FILE / SSL_CERT_DIR
-  if (ec) return net_error(NetErrorKind::IO, "cannot load the system trust store: " + ec.message());
-  if (!options.ca_file.empty()) {
-    ctx->load_verify_file(options.ca_file, ec);
-    if (ec) return net_error(NetErrorKind::IO, "cannot load CA file " + options.ca_file + ": " + ec.message());
-  }
-  return connect_as(std::make_unique<WsImpl<TlsWs>>(std::make_unique<Runner>(), ctx, options.limits), url, eps, deadline);
+  NetResult<std::shared_ptr<ssl::context>> ctx = tls_client_context(options.ca_file);
+  if (!ctx) return ctx.error();
+  return connect_as(std::make_unique<WsImpl<TlsWs>>(std::make_unique<Runner>(), *ctx, options.limits), url, eps, deadline);
 }
 
 }  // namespace essaim::net

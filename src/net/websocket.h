@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "net/byte_stream.h"
+#include "net/tls.h"
 
 namespace essaim::net {
 
@@ -98,9 +99,6 @@ struct WsClientOptions {
 };
 NetResult<std::unique_ptr<WsStream>> ws_connect(const WsUrl& url, const WsClientOptions& options, Deadline deadline);
 
-struct WsServerTls {
-  std::string cert_file;  // PEM chain
-  std::string key_file;   // PEM private key
-};
+using WsServerTls = ServerTls;  // the relay's wss:// listener (net/tls.h)
 
 }  // namespace essaim::net

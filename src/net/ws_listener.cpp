@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "net/http_feed.h"
+#include "net/tls.h"
 #include "net/ws_error.h"
 
 namespace essaim::net {
@@ -523,11 +524,9 @@ NetResult<std::unique_ptr<WsListener>> WsListener::listen(std::string_view host,
   impl->admission = std::make_unique<Admission>(impl->opts.admission, impl->opts.log);
   beast::error_code ec;
   if (impl->opts.tls) {
-    impl->ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
-    impl->ctx->use_certificate_chain_file(impl->opts.tls->cert_file, ec);
-    if (ec) return net_error(NetErrorKind::IO, "cannot load certificate " + impl->opts.tls->cert_file + ": " + ec.message());
-    impl->ctx->use_private_key_file(impl->opts.tls->key_file, ssl::context::pem, ec);
-    if (ec) return net_error(NetErrorKind::IO, "cannot load private key " + impl->opts.tls->key_file + ": " + ec.message());
+    NetResult<std::unique_ptr<ssl::context>> ctx = tls_server_context(*impl->opts.tls);
+    if (!ctx) return ctx.error();
+    impl->ctx = std::move(*ctx);
   }
   auto addr = asio::ip::make_address(std::string(host), ec);
   if (ec) return net_error(NetErrorKind::IO, "'" + std::string(host) + "' is not an IP address: " + ec.message());

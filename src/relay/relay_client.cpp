@@ -68,6 +68,11 @@ size_t RelayAcceptor::pairs() const {
   return pairs_;
 }
 
+bool RelayAcceptor::reachable() const {
+  std::lock_guard lk(mu_);
+  return reachable_;
+}
+
 net::NetResult<std::unique_ptr<net::ByteStream>> RelayAcceptor::accept(net::Deadline deadline) {
   std::unique_lock lk(mu_);
   if (!cv_.wait_until(lk, deadline, [&] { return closed_ || !ready_.empty(); })) {
@@ -115,6 +120,7 @@ void RelayAcceptor::dial_loop() {
         std::lock_guard lk(mu_);
         if (closed_) return;
         waiting_.push_back(s->get());
+        reachable_ = true;
       }
       if (opts_.log) opts_.log("registered at relay " + opts_.relay.text());
       result = await_paired(**s, net::kNoDeadline);  // idle until a backbone comes (keep-alive pings run)
@@ -132,6 +138,7 @@ void RelayAcceptor::dial_loop() {
     }
     if (opts_.log) opts_.log("relay " + opts_.relay.text() + ": " + result.error().message + "; retrying in " + std::to_string(backoff.count()) + " ms");
     std::unique_lock lk(mu_);
+    reachable_ = false;
     cv_.wait_for(lk, backoff, [&] { return closed_; });
     backoff = std::min(backoff * 2, opts_.backoff_max);
   }

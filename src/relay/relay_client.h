@@ -55,6 +55,9 @@ class RelayAcceptor : public net::Acceptor {
   net::NetResult<std::unique_ptr<net::ByteStream>> accept(net::Deadline deadline) override;
   void close() override;
   size_t pairs() const;  // connections handed out so far
+  // False from a failed dial (relay down, unreachable, refusing) until the next registration succeeds: the
+  // worker is unreachable meanwhile (a self-joining worker says so to the coordinator).
+  bool reachable() const;
 
  private:
   void dial_loop();
@@ -68,6 +71,7 @@ class RelayAcceptor : public net::Acceptor {
   std::deque<std::unique_ptr<net::ByteStream>> ready_;  // paired, not yet accepted
   std::vector<net::WsStream*> waiting_;                  // idle at the relay now (to close on close())
   size_t pairs_ = 0;
+  bool reachable_ = true;  // no dial has failed since the last registration
   std::vector<std::thread> threads_;
 };
 

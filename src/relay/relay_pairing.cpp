@@ -1,5 +1,6 @@
 #include "relay/relay_pairing.h"
 
+#include <algorithm>
 #include <tuple>
 
 namespace essaim::relay {
@@ -218,6 +219,23 @@ void Pairing::ended(RelayConnection& c, const net::NetError& why) {
     // A protocol error, a peer silent past the idle timeout, a reset: the partner learns at once.
     fail_pair(*p, me, "the peer failed: " + why.message);
   }
+}
+
+std::vector<std::shared_ptr<RelayConnection>> Pairing::idle_workers() {
+  std::lock_guard lk(mu_);
+  std::vector<std::shared_ptr<RelayConnection>> out;
+  for (const auto& [node, list] : idle_) out.insert(out.end(), list.begin(), list.end());
+  return out;
+}
+
+void Pairing::refuse_idle(const std::shared_ptr<RelayConnection>& c, const std::string& reason) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = idle_.find(c->node);
+    if (it == idle_.end() || std::find(it->second.begin(), it->second.end(), c) == it->second.end()) return;
+    leave_idle_locked(*c);
+  }
+  refuse(*c, RefusalReason::BAD_TOKEN, WsCloseCode::POLICY, reason);
 }
 
 void Pairing::leave_idle_locked(RelayConnection& c) {

@@ -91,6 +91,11 @@ class Pairing {
   void ended(RelayConnection& c, const net::NetError& why);
   // Drops every idle worker and waiting backbone (the listener has stopped).
   void clear();
+  // The worker connections idle now (for the periodic re-check of their tokens).
+  std::vector<std::shared_ptr<RelayConnection>> idle_workers();
+  // An idle worker whose token is no longer accepted: out of the idle list (never paired from now on) and
+  // closed with 1008 `reason`. Nothing when it was paired or went away meanwhile.
+  void refuse_idle(const std::shared_ptr<RelayConnection>& c, const std::string& reason);
 
  private:
   struct Waiting {

@@ -1,5 +1,10 @@
 #include "relay/relay_server.h"
 
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
 #include "net/metrics_text.h"
 #include "relay/preamble.h"
 #include "relay/relay_pairing.h"
@@ -41,6 +46,27 @@ struct RelayServer::Impl {
   std::unique_ptr<TokenChecker> tokens;
   RelayCounters counters;
   Pairing pairing{opts, counters};
+  // The re-check of idle workers' tokens (opts.token_recheck > 0): its own thread, since a check may block.
+  std::thread recheck;
+  std::mutex recheck_mu;
+  std::condition_variable recheck_cv;
+  bool stopping = false;  // guarded by recheck_mu
+
+  // A token the checker now refuses (revoked) closes its idle connections; an unavailable checker closes
+  // nothing here (new connections fail closed, registered ones are not dropped for a coordinator's hiccup).
+  void recheck_loop() {
+    std::unique_lock lk(recheck_mu);
+    while (!recheck_cv.wait_for(lk, opts.token_recheck, [&] { return stopping; })) {
+      lk.unlock();
+      std::map<std::string, TokenVerdict> verdicts;
+      for (const std::shared_ptr<RelayConnection>& c : pairing.idle_workers()) {
+        auto it = verdicts.find(c->preamble.token);
+        if (it == verdicts.end()) it = verdicts.emplace(c->preamble.token, tokens->check(c->preamble.token)).first;
+        if (it->second.kind == TokenVerdict::Kind::REFUSED) pairing.refuse_idle(c, "bad token: " + it->second.reason);
+      }
+      lk.lock();
+    }
+  }
 
   // An upgraded connection: its first message (under the preamble's own 1 KiB limit) within preamble_timeout.
   void on_session(const std::shared_ptr<net::WsSession>& s) {
@@ -168,6 +194,7 @@ Result<std::unique_ptr<RelayServer>> RelayServer::start(const std::string& host,
   if (!l) return Status::error(l.error().message);
   impl->listener = std::move(*l);
   impl->listening.store(impl->listener.get(), std::memory_order_release);
+  if (impl->opts.token_recheck.count() > 0) impl->recheck = std::thread([raw] { raw->recheck_loop(); });
   return std::unique_ptr<RelayServer>(new RelayServer(std::move(impl)));
 }
 
@@ -177,6 +204,12 @@ uint16_t RelayServer::port() const { return impl_->listener->port(); }
 
 // The listener first (its threads joined, every session's callbacks dropped), then what the pairing holds.
 void RelayServer::stop() {
+  {
+    std::lock_guard lk(impl_->recheck_mu);
+    impl_->stopping = true;
+  }
+  impl_->recheck_cv.notify_all();
+  if (impl_->recheck.joinable()) impl_->recheck.join();
   if (impl_->listener) impl_->listener->stop();
   impl_->pairing.clear();
 }

@@ -47,6 +47,9 @@ struct RelayOptions {
   std::chrono::milliseconds pair_wait{5000};    // a backbone waits this long for an idle worker connection
   std::chrono::milliseconds write_stall{10000}; // a peer not taking one message within this loses its pair
   int threads = 2;  // I/O threads serving every connection (--threads); token checks run on 2 more
+  // Every this long the tokens of the idle worker connections are checked again (through the checker and
+  // its cache): one no longer accepted (revoked) is closed with 1008 "bad token" and never paired. 0: never.
+  std::chrono::milliseconds token_recheck{0};
   std::function<void(const std::string&)> log;  // null: silent
 };
 

@@ -1,20 +1,12 @@
 #include "relay/token_check.h"
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "net/tcp.h"
 #include "relay/preamble.h"
 
 namespace essaim::relay {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 
 Result<std::unique_ptr<FileTokenChecker>> FileTokenChecker::load(const std::string& path) {
   std::ifstream in(path);
@@ -57,18 +49,14 @@ TokenVerdict FileTokenChecker::check(const std::string& token) {
 }
 
 Result<std::unique_ptr<CoordinatorTokenChecker>> CoordinatorTokenChecker::create(const std::string& url,
-                                                                                   std::chrono::milliseconds cache_ttl,
-                                                                                   std::chrono::milliseconds timeout) {
-  std::string_view rest = url;
-  if (!rest.starts_with("http://")) {
-    return Status::error("--coordinator " + url + ": give http://HOST:PORT (https to the coordinator is not supported yet)");
-  }
-  rest.remove_prefix(7);
-  while (rest.ends_with("/")) rest.remove_suffix(1);
-  net::NetResult<std::pair<std::string, uint16_t>> hp = net::parse_host_port(rest);
-  if (!hp) return Status::error("--coordinator " + url + ": " + hp.error().message);
+                                                                                   const Options& options) {
+  Result<net::HttpUrl> parsed = net::parse_http_url(url);
+  if (!parsed) return Status::error("--coordinator: " + parsed.status().message());
+  ESSAIM_RETURN_IF_ERROR(net::check_plain_http(*parsed, options.insecure_http, "--coordinator"));
   auto c = std::unique_ptr<CoordinatorTokenChecker>(new CoordinatorTokenChecker());
-  c->host_ = hp->first, c->port_ = hp->second, c->ttl_ = cache_ttl, c->timeout_ = timeout;
+  c->url_ = std::move(*parsed);
+  c->url_.ca_file = options.ca_file;
+  c->options_ = options;
   return c;
 }
 
@@ -77,7 +65,7 @@ TokenVerdict CoordinatorTokenChecker::check(const std::string& token) {
   {
     std::lock_guard lk(mu_);
     auto it = cache_.find(token);
-    if (it != cache_.end() && now - it->second.at < ttl_) return it->second.verdict;
+    if (it != cache_.end() && now - it->second.at < options_.cache_ttl) return it->second.verdict;
   }
   TokenVerdict v = ask(token);
   if (v.kind != TokenVerdict::Kind::UNAVAILABLE) {
@@ -89,35 +77,14 @@ TokenVerdict CoordinatorTokenChecker::check(const std::string& token) {
 }
 
 TokenVerdict CoordinatorTokenChecker::ask(const std::string& token) {
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  asio::ip::tcp::resolver resolver(ioc);
-  beast::flat_buffer buf;
-  http::request<http::empty_body> req{http::verb::get, "/api/whoami", 11};
-  req.set(http::field::host, host_ + ":" + std::to_string(port_));
-  req.set(http::field::authorization, "Bearer " + token);
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64 << 10);
-  beast::error_code result = asio::error::timed_out;
-  stream.expires_after(timeout_);
-  resolver.async_resolve(host_, std::to_string(port_), [&](beast::error_code ec, asio::ip::tcp::resolver::results_type eps) {
-    if (ec) return void(result = ec);
-    stream.async_connect(eps, [&](beast::error_code ec2, const asio::ip::tcp::endpoint&) {
-      if (ec2) return void(result = ec2);
-      http::async_write(stream, req, [&](beast::error_code ec3, size_t) {
-        if (ec3) return void(result = ec3);
-        http::async_read(stream, buf, parser, [&](beast::error_code ec4, size_t) { result = ec4; });
-      });
-    });
-  });
-  ioc.run_for(timeout_ + std::chrono::milliseconds(500));
-  const std::string where = "coordinator " + host_ + ":" + std::to_string(port_);
-  if (result) return {TokenVerdict::Kind::UNAVAILABLE, "", where + " unreachable: " + result.message()};
-  const auto& res = parser.get();
-  const int status = res.result_int();
-  if (status == 401 || status == 403) return {TokenVerdict::Kind::REFUSED, "", "token refused by the coordinator"};
-  if (status != 200) return {TokenVerdict::Kind::UNAVAILABLE, "", where + " answered HTTP " + std::to_string(status)};
-  nlohmann::json j = nlohmann::json::parse(res.body(), nullptr, false);
+  const net::HttpCall call{.method = "GET", .target = "/api/whoami", .bearer = token, .body = {}, .headers = {},
+                           .deadline = options_.timeout, .read_timeout = options_.timeout, .max_body_bytes = 64 << 10};
+  Result<net::HttpAnswer> a = net::http_call(url_, call);
+  const std::string where = "coordinator " + url_.text();
+  if (!a) return {TokenVerdict::Kind::UNAVAILABLE, "", where + " unreachable: " + a.status().message()};
+  if (a->status == 401 || a->status == 403) return {TokenVerdict::Kind::REFUSED, "", "token refused by the coordinator"};
+  if (a->status != 200) return {TokenVerdict::Kind::UNAVAILABLE, "", where + " answered HTTP " + std::to_string(a->status)};
+  nlohmann::json j = nlohmann::json::parse(a->body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("node_id") || !j["node_id"].is_string()) {
     return {TokenVerdict::Kind::UNAVAILABLE, "", where + ": /api/whoami answer has no node_id"};
   }

@@ -1,5 +1,6 @@
 // Who a relay token belongs to: behind one interface, a token file (`essaim relay --tokens FILE`, lines
-// `NODE_ID TOKEN`) or the market coordinator (`--coordinator URL`, through `GET /api/whoami`).
+// `NODE_ID TOKEN`) or the market coordinator anywhere (`--coordinator https://HOST`, through
+// `GET /api/whoami` on net's HTTP client: TLS verified against the system store plus `--ca-file`).
 //
 //   Result<std::unique_ptr<TokenChecker>> c = FileTokenChecker::load("tokens.txt");
 //   TokenVerdict v = (*c)->check(token);   // v.node_id once accepted; v.reason when not
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "net/http_client.h"
 
 namespace essaim::relay {
 
@@ -45,22 +47,27 @@ class FileTokenChecker : public TokenChecker {
   std::map<std::string, std::string> node_by_token_;
 };
 
-// http://HOST:PORT of the coordinator. GET /api/whoami with "Authorization: Bearer TOKEN": 200
-// {"node_id": ...} accepts, 401/403 refuses, anything else (unreachable, 5xx, bad JSON) is UNAVAILABLE.
-// Answers are cached for `cache_ttl` (accepted and refused alike), so a revoked token is refused at most
-// that long after revocation.
+// The coordinator's answer to GET /api/whoami with "Authorization: Bearer TOKEN": 200 {"node_id": ...}
+// accepts, 401/403 refuses, anything else (unreachable, 5xx, bad JSON, a certificate that does not verify)
+// is UNAVAILABLE. Answers are cached for `cache_ttl` (accepted and refused alike): a revoked token is refused
+// at most that long after revocation, and a coordinator down for longer than that fails closed (every
+// token refused until it answers again). https:// anywhere; plain http:// to loopback only, unless
+// `insecure_http`.
 class CoordinatorTokenChecker : public TokenChecker {
  public:
-  static Result<std::unique_ptr<CoordinatorTokenChecker>> create(const std::string& url,
-                                                                  std::chrono::milliseconds cache_ttl = std::chrono::seconds(5),
-                                                                  std::chrono::milliseconds timeout = std::chrono::seconds(3));
+  struct Options {
+    std::string ca_file;         // trusted besides the system store (https)
+    bool insecure_http = false;  // plain http:// to a host that is not loopback
+    std::chrono::milliseconds cache_ttl{5000};
+    std::chrono::milliseconds timeout{3000};
+  };
+  static Result<std::unique_ptr<CoordinatorTokenChecker>> create(const std::string& url, const Options& options);
   TokenVerdict check(const std::string& token) override;
 
  private:
   TokenVerdict ask(const std::string& token);
-  std::string host_;
-  uint16_t port_ = 0;
-  std::chrono::milliseconds ttl_{}, timeout_{};
+  net::HttpUrl url_;
+  Options options_;
   std::mutex mu_;
   struct Cached {
     TokenVerdict verdict;

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "cli_test_util.h"
-#include "market/http_client.h"
+#include "net/http_client.h"
 
 namespace essaim::cli_test {
 namespace {
@@ -68,8 +68,8 @@ class Coordinator {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(proc_.port()); }
   std::string log() const { return proc_.stderr_text(); }
   json call(const std::string& method, const std::string& target, const std::string& body = "") const {
-    market::HttpUrl u{.host = "127.0.0.1", .port = proc_.port(), .base_path = ""};
-    Result<market::HttpAnswer> a = market::http_call(u, {.method = method, .target = target, .bearer = kAdmin,
+    net::HttpUrl u{.host = "127.0.0.1", .port = proc_.port(), .base_path = ""};
+    Result<net::HttpAnswer> a = net::http_call(u, {.method = method, .target = target, .bearer = kAdmin,
                                                          .body = body, .headers = {}});
     if (!a || a->status / 100 != 2) return json();
     return json::parse(a->body, nullptr, false);
@@ -159,7 +159,7 @@ TEST(HotCacheSwarm, TheCacheServesAShareOfThePairsAndTheLogitsAreMonolithic) {
   BackgroundProcess serve("essaim serve -m " + skewed().model + " --port 0 --coordinator " + c.url() + " --token " +
                           kAdmin + " --expert-cache-mb 0.25");
   ASSERT_NE(serve.port(), 0) << serve.stderr_text();
-  const market::HttpUrl u{.host = "127.0.0.1", .port = serve.port(), .base_path = ""};
+  const net::HttpUrl u{.host = "127.0.0.1", .port = serve.port(), .base_path = ""};
   const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0}}.dump();
   auto metric = [&](const std::string& text, const std::string& key) {
     const size_t at = text.find("\n" + key + " ");
@@ -168,9 +168,9 @@ TEST(HotCacheSwarm, TheCacheServesAShareOfThePairsAndTheLogitsAreMonolithic) {
   std::string metrics;
   const auto t0 = Clock::now();
   while (Clock::now() - t0 < std::chrono::seconds(30)) {
-    Result<market::HttpAnswer> a = market::http_call(u, {.method = "POST", .target = "/v1/completions", .bearer = "",
+    Result<net::HttpAnswer> a = net::http_call(u, {.method = "POST", .target = "/v1/completions", .bearer = "",
                                                          .body = body, .headers = {}});
-    Result<market::HttpAnswer> m = market::http_call(u, {.method = "GET", .target = "/metrics", .bearer = "",
+    Result<net::HttpAnswer> m = net::http_call(u, {.method = "GET", .target = "/metrics", .bearer = "",
                                                          .body = "", .headers = {}});
     if (a && a->status == 200 && m && m->status == 200) {
       metrics = m->body;

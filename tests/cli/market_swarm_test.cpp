@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "cli_test_util.h"
-#include "market/http_client.h"
+#include "net/http_client.h"
 #include "model_fixture.h"
 
 namespace essaim::cli_test {
@@ -50,8 +50,8 @@ class Market {
   std::string log() const { return coord_.stderr_text(); }
 
   json call(const std::string& method, const std::string& target, const std::string& body = "") const {
-    market::HttpUrl u{.host = "127.0.0.1", .port = coord_.port(), .base_path = ""};
-    Result<market::HttpAnswer> a = market::http_call(u, {.method = method, .target = target, .bearer = kAdmin,
+    net::HttpUrl u{.host = "127.0.0.1", .port = coord_.port(), .base_path = ""};
+    Result<net::HttpAnswer> a = net::http_call(u, {.method = method, .target = target, .bearer = kAdmin,
                                                          .body = body, .headers = {}});
     if (!a || a->status / 100 != 2) return json();
     return json::parse(a->body, nullptr, false);

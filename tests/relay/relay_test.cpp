@@ -204,7 +204,7 @@ TEST(RelayTokens, CoordinatorWhoamiAcceptsRefusesAndFailsClosed) {
   });
   ASSERT_TRUE(coord) << coord.status().message();
   const std::string url = "http://127.0.0.1:" + std::to_string((*coord)->port());
-  auto c = CoordinatorTokenChecker::create(url, 0ms);
+  auto c = CoordinatorTokenChecker::create(url, {.cache_ttl = 0ms});
   ASSERT_TRUE(c) << c.status().message();
   TokenVerdict good = (*c)->check("good-token");
   EXPECT_TRUE(good.ok()) << good.reason;
@@ -213,9 +213,47 @@ TEST(RelayTokens, CoordinatorWhoamiAcceptsRefusesAndFailsClosed) {
   const uint16_t port = (*coord)->port();
   (*coord)->stop();
   // Unreachable: refused as unavailable, never accepted.
-  auto gone = CoordinatorTokenChecker::create("http://127.0.0.1:" + std::to_string(port), 0ms, 500ms);
+  auto gone = CoordinatorTokenChecker::create("http://127.0.0.1:" + std::to_string(port), {.cache_ttl = 0ms, .timeout = 500ms});
   EXPECT_EQ((*gone)->check("good-token").kind, TokenVerdict::Kind::UNAVAILABLE);
-  EXPECT_FALSE(CoordinatorTokenChecker::create("https://x:1"));
+  EXPECT_FALSE(CoordinatorTokenChecker::create("ftp://x:1", {}));
+  // Plain http:// to a host that is not loopback carries tokens in clear text: refused unless insecure_http.
+  EXPECT_FALSE(CoordinatorTokenChecker::create("http://10.0.0.1:8080", {}));
+  EXPECT_TRUE(CoordinatorTokenChecker::create("http://10.0.0.1:8080", {.insecure_http = true}));
+  EXPECT_TRUE(CoordinatorTokenChecker::create("https://coord.example.org", {}));
+}
+
+TEST(RelayTokens, AnHttpsCoordinatorAnywhereWithABoundedCacheThatFailsClosed) {
+  TestCert cert = make_test_cert("whoami");
+  auto coord = net::HttpServer::listen(
+      "127.0.0.1", 0, {}, [](const net::HttpRequestView& req, std::shared_ptr<net::HttpResponder> out) {
+        if (req.target == "/api/whoami" && req.authorization == "Bearer good-token") {
+          return out->reply({.status = 200, .body = R"({"node_id": "n-00000000000000bb"})", .headers = {}});
+        }
+        out->reply({.status = 401, .body = "{}", .headers = {}});
+      },
+      2, {}, net::ServerTls{cert.cert, cert.key});
+  ASSERT_TRUE(coord) << coord.status().message();
+  const std::string url = "https://127.0.0.1:" + std::to_string((*coord)->port());
+  // Not trusted: unavailable (never accepted), the reason naming the host.
+  auto untrusted = CoordinatorTokenChecker::create(url, {.cache_ttl = 0ms});
+  ASSERT_TRUE(untrusted);
+  TokenVerdict no = (*untrusted)->check("good-token");
+  EXPECT_EQ(no.kind, TokenVerdict::Kind::UNAVAILABLE);
+  EXPECT_NE(no.reason.find("certificate verify failed"), std::string::npos) << no.reason;
+  // Trusted through --ca-file: answers cached for 400 ms, then the coordinator is gone: the cached answer
+  // holds within the bound, and past it the token is refused (fail closed).
+  auto c = CoordinatorTokenChecker::create(url, {.ca_file = cert.cert, .cache_ttl = 400ms, .timeout = 500ms});
+  ASSERT_TRUE(c);
+  TokenVerdict yes = (*c)->check("good-token");
+  ASSERT_TRUE(yes.ok()) << yes.reason;
+  EXPECT_EQ(yes.node_id, "n-00000000000000bb");
+  const auto answered = std::chrono::steady_clock::now();
+  (*coord)->stop();
+  TokenVerdict cached = (*c)->check("good-token");
+  if (std::chrono::steady_clock::now() - answered < 400ms) EXPECT_TRUE(cached.ok()) << cached.reason;
+  std::this_thread::sleep_for(450ms);
+  EXPECT_EQ((*c)->check("good-token").kind, TokenVerdict::Kind::UNAVAILABLE);
+  std::filesystem::remove_all(cert.dir);
 }
 
 TEST(RelayMetrics, ServedOnTheSamePort) {

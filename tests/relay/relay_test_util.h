@@ -1,5 +1,5 @@
 // Helpers for the relay tests: a relay on a free loopback port with a token file, a worker end and a
-// backbone end dialled through it, and a throw-away certificate made with the openssl CLI.
+// backbone end dialled through it, and the throw-away certificate of tests/support/test_cert.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "relay/relay_client.h"
 #include "relay/relay_server.h"
 #include "temp_dir.h"
+#include "test_cert.h"
 
 namespace essaim::relay::testing {
 
@@ -77,18 +78,7 @@ inline std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
   return v;
 }
 
-// A self-signed certificate for 127.0.0.1 and localhost, made by the openssl CLI in a fresh folder.
-struct TestCert {
-  std::string dir, cert, key;
-};
-inline TestCert make_test_cert(const std::string& name) {
-  TestCert c;
-  c.dir = essaim::testing::make_temp_dir("essaim-relay-cert-" + name);
-  c.cert = c.dir + "/cert.pem", c.key = c.dir + "/key.pem";
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
-                          "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + c.key + " -out " + c.cert + " >/dev/null 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return c;
-}
+using essaim::testing::make_test_cert;  // tests/support/test_cert.h
+using essaim::testing::TestCert;
 
 }  // namespace essaim::relay::testing

@@ -54,4 +54,20 @@ TEST(WorkerLink, WorkerBinaryHasNoModelOrTextCode) {
   }
 }
 
+// The phone build joins the market through a relay by itself: essaim-worker carries the market client and
+// the relay client, and none of the coordinator's server code.
+TEST(WorkerLink, WorkerBinaryCarriesTheMarketAndRelayClientsButNoCoordinator) {
+  const std::set<std::string> worker = strong_text_symbols(ESSAIM_WORKER_BINARY);
+  std::string example;
+  for (const char* lib : {ESSAIM_NODE_LIBRARY, ESSAIM_RELAY_LIBRARY}) {
+    EXPECT_GT(shared(worker, strong_text_symbols(lib), &example), 0u) << "essaim-worker lacks the functions of " << lib;
+  }
+#ifdef ESSAIM_COORD_LIBRARY
+  const std::set<std::string> coord = strong_text_symbols(ESSAIM_COORD_LIBRARY);
+  ASSERT_GT(coord.size(), 20u);
+  const size_t n = shared(worker, coord, &example);
+  EXPECT_EQ(n, 0u) << "essaim-worker defines " << n << " functions of the coordinator, e.g. " << example;
+#endif
+}
+
 }  // namespace

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "market/http_client.h"
+#include "net/http_client.h"
 
-namespace essaim::market {
+namespace essaim::node {
 
 struct RangeRef {
   uint32_t layer = 0;
@@ -102,9 +102,17 @@ Result<Catalogue> parse_catalogue(const std::string& body);
 Result<VolunteerAnswer> parse_volunteer_answer(const std::string& body);
 Result<CoverageAnswer> parse_coverage_answer(const std::string& body);
 
+// How a client reaches the coordinator beyond its URL: the `--ca-file` trusted for https:// besides the
+// system store, and `--insecure-http` (plain http:// to a host that is not loopback; net::check_plain_http).
+struct CoordinatorAccess {
+  std::string ca_file;
+  bool insecure_http = false;
+};
+
 class MarketClient {
  public:
   static Result<MarketClient> connect(const std::string& coordinator_url, std::string token,
+                                      const CoordinatorAccess& access = {},
                                       std::chrono::milliseconds deadline = std::chrono::milliseconds(10'000));
 
   Result<Catalogue> model() const;
@@ -116,18 +124,18 @@ class MarketClient {
   Status report_usage(const std::vector<LayerUsage>& layers) const;
   Status report_work(const std::vector<WorkReport>& reports) const;
 
-  const HttpUrl& url() const { return url_; }
+  const net::HttpUrl& url() const { return url_; }
   const std::string& token() const { return token_; }
 
  private:
-  MarketClient(HttpUrl url, std::string token, std::chrono::milliseconds deadline)
+  MarketClient(net::HttpUrl url, std::string token, std::chrono::milliseconds deadline)
       : url_(std::move(url)), token_(std::move(token)), deadline_(deadline) {}
   // A call whose 2xx body is returned; any other status is an error quoting the coordinator's message.
   Result<std::string> call(const std::string& method, const std::string& target, std::string body = {}) const;
 
-  HttpUrl url_;
+  net::HttpUrl url_;
   std::string token_;
   std::chrono::milliseconds deadline_;
 };
 
-}  // namespace essaim::market
+}  // namespace essaim::node

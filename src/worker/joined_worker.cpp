@@ -1,6 +1,7 @@
-#include "cli/worker_join.h"
+#include "worker/joined_worker.h"
 
 #include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,13 +15,15 @@
 
 #include "gguf/expert_slice.h"
 #include "gguf/model_identity.h"
-#include "market/market_client.h"
-#include "market/slice_download.h"
+#include "node/market_client.h"
+#include "node/slice_download.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
+#include "relay/relay_client.h"
+#include "worker/relay_serving.h"
 #include "worker/worker_state.h"
 
-namespace essaim::cli {
+namespace essaim::worker {
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,16 +31,16 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kLeavingDeadline{2000};
 
 struct Held {
-  market::SliceOffer offer;
+  node::SliceOffer offer;
   std::string path;
 };
 
 // One served set: the state and the worker that serves it. Connections hold a shared_ptr for as long as
 // they are served, so a replaced set lives on until its last connection closes.
 struct ServedSet {
-  explicit ServedSet(worker::WorkerState s) : state(std::move(s)) {}
-  worker::WorkerState state;
-  std::unique_ptr<worker::Worker> worker;
+  explicit ServedSet(WorkerState s) : state(std::move(s)) {}
+  WorkerState state;
+  std::unique_ptr<Worker> worker;
 };
 
 class Joiner {
@@ -50,7 +53,7 @@ class Joiner {
 
   // GET /api/whoami + /api/model, retried for a while: the coordinator may still be starting.
   Status introduce() {
-    ESSAIM_ASSIGN_OR_RETURN(market::MarketClient client, market::MarketClient::connect(c_.coordinator, c_.token));
+    ESSAIM_ASSIGN_OR_RETURN(node::MarketClient client, node::MarketClient::connect(c_.coordinator, c_.token, c_.access));
     client_.emplace(std::move(client));
     Status last = Status::ok();
     for (int attempt = 0; attempt < 30; ++attempt) {
@@ -59,9 +62,10 @@ class Joiner {
       if (!id) {
         last = id.status();
         if (last.message().find("answered 4") != std::string::npos) return last;  // a wrong token stays wrong
+        if (last.message().find("TLS handshake with") != std::string::npos) return last;  // so does a certificate
         continue;
       }
-      Result<market::Catalogue> cat = client_->model();
+      Result<node::Catalogue> cat = client_->model();
       if (!cat) {
         last = cat.status();
         continue;
@@ -70,7 +74,7 @@ class Joiner {
       catalogue_ = std::move(*cat);
       fingerprint_ = {.model_identity = catalogue_.fingerprint.model_identity,
                       .protocol_version = proto::kProtocolVersion,
-                      .kernel_abi = std::to_string(worker::build_fingerprint().kernel_abi)};
+                      .kernel_abi = std::to_string(build_fingerprint().kernel_abi)};
       return Status::ok();
     }
     return last;
@@ -79,11 +83,11 @@ class Joiner {
   // A slice file is served only if its bytes hash to the catalogue's SHA-256, it opens as a slice of the
   // catalogue's model and its per-expert digests match.
   Status verify_slice(const Held& h) const {
-    ESSAIM_ASSIGN_OR_RETURN(std::string sha, market::file_sha256_hex(h.path));
+    ESSAIM_ASSIGN_OR_RETURN(std::string sha, node::file_sha256_hex(h.path));
     if (sha != h.offer.sha256) return Status::error("SHA-256 " + sha + " is not the catalogue's");
     ESSAIM_ASSIGN_OR_RETURN(ExpertSlice slice, ExpertSlice::open(h.path));
     ESSAIM_RETURN_IF_ERROR(slice.verify_digests());
-    Result<worker::WorkerState> alone = worker::WorkerState::open({h.path});
+    Result<WorkerState> alone = WorkerState::open({h.path});
     if (!alone) return alone.status();
     if (digest_hex(alone->model()) != catalogue_.fingerprint.model_identity) {
       return Status::error("cut from model " + digest_hex(alone->model()) + ", not the catalogue's");
@@ -94,7 +98,7 @@ class Joiner {
   void scan_data_dir() {
     std::error_code ec;
     fs::create_directories(c_.data_dir, ec);
-    for (const market::SliceOffer& o : catalogue_.slices) {
+    for (const node::SliceOffer& o : catalogue_.slices) {
       const fs::path p = fs::path(c_.data_dir) / o.name;
       if (!fs::exists(p, ec)) continue;
       Held h{o, p.string()};
@@ -124,9 +128,9 @@ class Joiner {
     if (!held_.empty()) {
       std::vector<std::string> paths;
       for (const Held& h : held_) paths.push_back(h.path);
-      ESSAIM_ASSIGN_OR_RETURN(worker::WorkerState state, worker::WorkerState::open(paths));
+      ESSAIM_ASSIGN_OR_RETURN(WorkerState state, WorkerState::open(paths));
       next = std::make_shared<ServedSet>(std::move(state));
-      next->worker = std::make_unique<worker::Worker>(next->state, c_.worker);
+      next->worker = std::make_unique<Worker>(next->state, c_.worker);
     }
     std::lock_guard lock(served_mu_);
     served_ = std::move(next);
@@ -169,15 +173,15 @@ class Joiner {
   // Returns whether the coordinator says volunteering now would change something for this node. A leaving
   // heartbeat holds nothing: the coordinator forgets this node's ranges at once.
   bool heartbeat(bool leaving = false) {
-    market::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
+    node::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
                            .capacity_bytes = c_.budget_bytes, .load = load(), .leaving = leaving};
     if (!leaving) {
       for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
     }
     // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
-    Result<market::MarketClient> quick = leaving ? market::MarketClient::connect(c_.coordinator, c_.token, kLeavingDeadline)
-                                                 : Result<market::MarketClient>(Status::error("not leaving"));
-    Result<market::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
+    Result<node::MarketClient> quick = leaving ? node::MarketClient::connect(c_.coordinator, c_.token, c_.access, kLeavingDeadline)
+                                                 : Result<node::MarketClient>(Status::error("not leaving"));
+    Result<node::CoverageAnswer> a = quick ? quick->heartbeat(beat) : client_->heartbeat(beat);
     if (!a) {
       log("heartbeat: " + a.status().message());
       return false;
@@ -192,18 +196,18 @@ class Joiner {
 
   bool has_room() const {
     const uint64_t used = held_bytes();
-    for (const market::SliceOffer& o : catalogue_.slices) {
+    for (const node::SliceOffer& o : catalogue_.slices) {
       const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.name == o.name; });
       if (!held && used + o.bytes <= c_.budget_bytes) return true;
     }
     return false;
   }
 
-  bool holds(const market::RangeRef& r) const {
+  bool holds(const node::RangeRef& r) const {
     return std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
   }
 
-  void forget(const market::RangeRef& r, const std::string& why) {
+  void forget(const node::RangeRef& r, const std::string& why) {
     auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == r; });
     if (it == held_.end()) return;
     log("dropping " + it->offer.name + " (" + why + ")");
@@ -214,13 +218,13 @@ class Joiner {
 
   // Downloads and verifies one offered slice into held_ if the result stays within `budget_bytes`. False when
   // it is already held, over the budget, not the catalogue's, or fails (logged).
-  bool take(const market::SliceOffer& o, uint64_t budget_bytes) {
+  bool take(const node::SliceOffer& o, uint64_t budget_bytes) {
     const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) {
       return h.offer.name == o.name || h.offer.range == o.range;
     });
     if (held || held_bytes() + o.bytes > budget_bytes) return false;
     // The assignment must be a catalogue entry: a volunteer answer names nothing the catalogue lacks.
-    const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const market::SliceOffer& c) {
+    const bool listed = std::any_of(catalogue_.slices.begin(), catalogue_.slices.end(), [&](const node::SliceOffer& c) {
       return c.name == o.name && c.sha256 == o.sha256 && c.bytes == o.bytes && c.range == o.range;
     });
     if (!listed) {
@@ -228,7 +232,7 @@ class Joiner {
       return false;
     }
     const auto t0 = Clock::now();
-    Result<market::DownloadReport> r = market::download_slice(client_->url(), c_.token, o, c_.data_dir);
+    Result<node::DownloadReport> r = node::download_slice(client_->url(), c_.token, o, c_.data_dir);
     if (!r) {
       log(r.status().message());
       return false;
@@ -248,7 +252,7 @@ class Joiner {
 
   // Take first, serve both and say so, then give the old range up: its holders never dip for this move.
   // Meanwhile this node holds up to one slice over its budget.
-  bool swap(const market::SwapOffer& s) {
+  bool swap(const node::SwapOffer& s) {
     auto old = std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.offer.range == s.give_up; });
     if (old == held_.end()) return false;
     if (!take(s.take, c_.budget_bytes + old->offer.bytes)) return false;
@@ -260,28 +264,107 @@ class Joiner {
 
   // One volunteer round: drops, downloads what fits, then swaps. Returns whether the held set changed.
   bool volunteer_round(const std::atomic<bool>& stop) {
-    std::vector<market::RangeRef> holding;
+    std::vector<node::RangeRef> holding;
     for (const Held& h : held_) holding.push_back(h.offer.range);
-    Result<market::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
+    Result<node::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
     if (!v) {
       log("volunteer: " + v.status().message());
       return false;
     }
     bool changed = false;
-    for (const market::RangeRef& d : v->drop) {
+    for (const node::RangeRef& d : v->drop) {
       if (!holds(d)) continue;
       forget(d, "no longer scarce");
       changed = true;
     }
-    for (const market::SliceOffer& o : v->assign) {
+    for (const node::SliceOffer& o : v->assign) {
       if (stop) break;
       changed |= take(o, c_.budget_bytes);
     }
-    for (const market::SwapOffer& s : v->swap) {
+    for (const node::SwapOffer& s : v->swap) {
       if (stop) break;
       changed |= swap(s);
     }
     return changed;
+  }
+
+  // The port backbones dial, or the relay they reach this node through; sets address_ (what heartbeats
+  // say) and prints "listening on ..." (tests and scripts wait for it). Null: the reason was printed.
+  std::unique_ptr<net::Acceptor> open_acceptor() {
+    if (!c_.relay.empty()) return open_relay();
+    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(c_.listen);
+    if (!where) {
+      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", c_.listen.c_str(), where.error().message.c_str());
+      return nullptr;
+    }
+    auto listener = net::TcpListener::listen(where->first, where->second);
+    if (!listener) {
+      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", c_.listen.c_str(), listener.error().message.c_str());
+      return nullptr;
+    }
+    const uint16_t port = (*listener)->port();
+    address_ = !c_.advertise.empty() ? c_.advertise
+                                     : (where->first.find(':') != std::string::npos ? "[" + where->first + "]" : where->first) +
+                                           ":" + std::to_string(port);
+    std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
+    std::fflush(stdout);
+    return std::move(*listener);
+  }
+
+  // Registered at the relay under this node's token; the build it announces is the catalogue's model with
+  // this build's protocol and kernels (what backbones of the same model present).
+  std::unique_ptr<net::Acceptor> open_relay() {
+    std::optional<Sha256Digest> model = digest_from_hex(catalogue_.fingerprint.model_identity);
+    if (!model) {
+      std::fprintf(stderr, "essaim worker: the catalogue's model identity is not 64 hex digits\n");
+      return nullptr;
+    }
+    RelayConfig rc{.relay = c_.relay, .token = c_.token,
+                   .build = {.model = *model, .protocol_version = proto::kProtocolVersion,
+                             .kernel_abi = build_fingerprint().kernel_abi},
+                   .ca_file = c_.relay_ca_file, .idle_connections = c_.relay_idle,
+                   .log = [this](const std::string& line) { log(line); }};
+    Result<RelayServing> serving = serve_through_relay(rc, refusal_);
+    if (!serving) {
+      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
+      return nullptr;
+    }
+    relay_ = serving->acceptor.get();
+    address_ = serving->where + "/node/" + node_id_;
+    std::printf("listening on %s\n", serving->where.c_str());
+    std::fflush(stdout);
+    return std::move(serving->acceptor);
+  }
+
+  // Behind a relay that cannot be reached, this node is away: its heartbeat holds nothing (as a leaving
+  // one), so its ranges go scarce at once and backbones stop dialling it, until it is registered again.
+  bool away() const { return relay_ != nullptr && !relay_->reachable(); }
+
+  // Heartbeats, and volunteers when there is something to gain, until `stop`.
+  void market_loop(const std::atomic<bool>& stop, std::mutex& mu, std::condition_variable& cv) {
+    int rounds = 0;
+    bool volunteer_now = true, was_away = false;
+    while (!stop) {
+      const bool now_away = away();
+      if (now_away != was_away) log(now_away ? "the relay is unreachable: marked away at the coordinator" : "registered at the relay again");
+      was_away = now_away;
+      const bool told = heartbeat(/*leaving=*/now_away);
+      if (!now_away && (volunteer_now || told || has_room() || rounds % 5 == 4)) {
+        // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
+        // replaces this node's pending reservation (which counts as a holder for other volunteers).
+        for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
+          if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
+          log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
+          heartbeat();
+        }
+        volunteer_now = false;
+      }
+      ++rounds;
+      std::unique_lock lock(mu);
+      // Away, the relay is watched more often than the coordinator's interval: the way back is quick.
+      const double wait_s = now_away ? std::min(heartbeat_s_, 0.5) : heartbeat_s_;
+      cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return stop.load(); });
+    }
   }
 
   int run(sigset_t stop_signals) {
@@ -296,51 +379,18 @@ class Joiner {
       std::fprintf(stderr, "essaim worker: %s\n", st.message().c_str());
       return 1;
     }
-    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(c_.listen);
-    if (!where) {
-      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", c_.listen.c_str(), where.error().message.c_str());
-      return 2;
-    }
-    auto listener = net::TcpListener::listen(where->first, where->second);
-    if (!listener) {
-      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", c_.listen.c_str(), listener.error().message.c_str());
-      return 1;
-    }
-    const uint16_t port = (*listener)->port();
-    address_ = !c_.advertise.empty() ? c_.advertise
-                                     : (where->first.find(':') != std::string::npos ? "[" + where->first + "]" : where->first) +
-                                           ":" + std::to_string(port);
-    net::StreamServer server(std::move(*listener), [this](net::ByteStream& s) { serve(s); },
+    std::unique_ptr<net::Acceptor> acceptor = open_acceptor();
+    if (!acceptor) return 1;
+    net::StreamServer server(std::move(acceptor), [this](net::ByteStream& s) { serve(s); },
                              {.on_refused = [this](net::ByteStream& s) { refuse(s); }});
-    std::printf("listening on %s:%u\n", where->first.c_str(), unsigned(port));
-    std::fflush(stdout);
-
     std::atomic<bool> stop{false};
     std::mutex mu;
     std::condition_variable cv;
-    std::thread market_thread([&] {
-      int rounds = 0;
-      bool volunteer_now = true;
-      while (!stop) {
-        const bool told = heartbeat();
-        if (volunteer_now || told || has_room() || rounds % 5 == 4) {
-          // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
-          // replaces this node's pending reservation (which counts as a holder for other volunteers).
-          for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
-            if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
-            log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
-            heartbeat();
-          }
-          volunteer_now = false;
-        }
-        ++rounds;
-        std::unique_lock lock(mu);
-        cv.wait_for(lock, std::chrono::duration<double>(heartbeat_s_), [&] { return stop.load(); });
-      }
-    });
+    std::thread market_thread([&] { market_loop(stop, mu, cv); });
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    const std::string refused = refusal_->why();
+    if (refused.empty()) std::fprintf(stderr, "essaim worker: %s, stopping\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
     {
       std::lock_guard lock(mu);
       stop = true;
@@ -352,6 +402,10 @@ class Joiner {
     heartbeat(/*leaving=*/true);
     log("told the coordinator this node is leaving");
     server.stop();
+    if (!refused.empty()) {
+      std::fprintf(stderr, "essaim worker: %s; stopping\n", refused.c_str());
+      return 1;
+    }
     if (std::shared_ptr<ServedSet> set = current()) {
       std::fprintf(stderr, "essaim worker: stats %s\n", set->worker->stats().to_json().c_str());
     }
@@ -360,15 +414,17 @@ class Joiner {
 
  private:
   const JoinConfig& c_;
-  std::optional<market::MarketClient> client_;
+  std::optional<node::MarketClient> client_;
   std::string node_id_, address_;
-  market::Catalogue catalogue_;
-  market::Fingerprint fingerprint_;
+  node::Catalogue catalogue_;
+  node::Fingerprint fingerprint_;
   std::vector<Held> held_;  // the market thread's
   double heartbeat_s_ = 2;
   bool warned_fingerprint_ = false;
   mutable std::mutex served_mu_;
   std::shared_ptr<ServedSet> served_;
+  relay::RelayAcceptor* relay_ = nullptr;  // behind a relay: the server's acceptor (it outlives the market thread)
+  std::shared_ptr<RelayRefusal> refusal_ = std::make_shared<RelayRefusal>();  // set if the relay refused our token
   const ServedSet* load_set_ = nullptr;
   uint64_t load_ns_ = 0;
   Clock::time_point load_at_{};
@@ -381,4 +437,4 @@ int run_joined_worker(const JoinConfig& config, sigset_t stop_signals) {
   return j.run(stop_signals);
 }
 
-}  // namespace essaim::cli
+}  // namespace essaim::worker

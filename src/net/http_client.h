@@ -1,8 +1,11 @@
-// A small blocking HTTP/1.1 client on Boost.Beast for the market's calls (coordinator API, slice downloads):
-// http:// only (TLS comes with the relay), one connection per call, a deadline on every call and on every
-// read, and a bound on the response it accepts. Whatever comes back is untrusted: callers validate it.
+// The one blocking HTTP/1.1 client of essaim, on Boost.Beast: the node's market calls and slice downloads,
+// the backbone's map and hot-expert fetches, the relay's token check. http:// or https:// (TLS through
+// net/tls.h: the system trust store plus `ca_file`, the host name checked), one connection per call,
+// a deadline on every call and on every read, and a bound on the response it accepts. Whatever comes back
+// is untrusted: callers validate it.
 //
-//   ESSAIM_ASSIGN_OR_RETURN(HttpUrl url, parse_http_url("http://127.0.0.1:8080"));
+//   ESSAIM_ASSIGN_OR_RETURN(HttpUrl url, parse_http_url("https://coord.example.org"));
+//   url.ca_file = "ca.pem";                                            // optional, besides the system store
 //   HttpCall call{.method = "GET", .target = "/api/model", .bearer = token};
 //   ESSAIM_ASSIGN_OR_RETURN(HttpAnswer a, http_call(url, call));      // a.status, a.body (<= max_body_bytes)
 //
@@ -20,16 +23,24 @@
 
 #include "core/status.h"
 
-namespace essaim::market {
+namespace essaim::net {
 
 struct HttpUrl {
+  bool tls = false;       // https://
   std::string host;
   uint16_t port = 80;
   std::string base_path;  // "" or "/prefix" (no trailing '/'): prepended to every call's target
+  std::string ca_file;    // https: a PEM CA file trusted besides the system store (not part of the text)
+  std::string text() const;  // "http[s]://host:port[/prefix]"
 };
 
-// "http://host[:port][/prefix]"; host may be [v6]. Anything else (https, user info, a query) is an error.
+// "http[s]://host[:port][/prefix]" (default ports 80 and 443); host may be [v6]. Anything else (another
+// scheme, user info, a query) is an error.
 Result<HttpUrl> parse_http_url(std::string_view text);
+
+// Plain http:// carries tokens in clear text: allowed to a loopback host (127.0.0.0/8, ::1, localhost),
+// refused for any other unless `insecure_http` (the `--insecure-http` flags). https:// always passes.
+Status check_plain_http(const HttpUrl& url, bool insecure_http, std::string_view flag);
 
 struct HttpCall {
   std::string method = "GET";
@@ -60,4 +71,4 @@ Result<HttpAnswer> http_call(const HttpUrl& url, const HttpCall& call);
 Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function<Status(const HttpAnswer&)>& on_head,
                    const std::function<Status(std::span<const char>)>& on_bytes);
 
-}  // namespace essaim::market
+}  // namespace essaim::net

@@ -1,9 +1,9 @@
-#include "market/market_client.h"
+#include "node/market_client.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 using nlohmann::json;
@@ -182,8 +182,10 @@ Result<CoverageAnswer> parse_coverage_answer(const std::string& body) {
 }
 
 Result<MarketClient> MarketClient::connect(const std::string& coordinator_url, std::string token,
-                                           std::chrono::milliseconds deadline) {
-  ESSAIM_ASSIGN_OR_RETURN(HttpUrl url, parse_http_url(coordinator_url));
+                                           const CoordinatorAccess& access, std::chrono::milliseconds deadline) {
+  ESSAIM_ASSIGN_OR_RETURN(net::HttpUrl url, net::parse_http_url(coordinator_url));
+  ESSAIM_RETURN_IF_ERROR(net::check_plain_http(url, access.insecure_http, "--coordinator"));
+  url.ca_file = access.ca_file;
   if (token.empty() || token.find_first_of("\r\n ") != std::string::npos) {
     return Status::error("the coordinator token must be one non-empty word");
   }
@@ -191,9 +193,9 @@ Result<MarketClient> MarketClient::connect(const std::string& coordinator_url, s
 }
 
 Result<std::string> MarketClient::call(const std::string& method, const std::string& target, std::string body) const {
-  HttpCall c{.method = method, .target = target, .bearer = token_, .body = std::move(body), .headers = {},
-             .deadline = deadline_, .read_timeout = deadline_, .max_body_bytes = 8u << 20};
-  ESSAIM_ASSIGN_OR_RETURN(HttpAnswer a, http_call(url_, c));
+  net::HttpCall c{.method = method, .target = target, .bearer = token_, .body = std::move(body), .headers = {},
+                  .deadline = deadline_, .read_timeout = deadline_, .max_body_bytes = 8u << 20};
+  ESSAIM_ASSIGN_OR_RETURN(net::HttpAnswer a, net::http_call(url_, c));
   if (a.status < 200 || a.status > 299) {
     std::string message;
     json j = json::parse(a.body, nullptr, false);
@@ -260,4 +262,4 @@ Status MarketClient::report_work(const std::vector<WorkReport>& reports) const {
   return call("POST", "/api/work", json{{"reports", std::move(arr)}}.dump()).status();
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::node

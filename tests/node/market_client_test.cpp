@@ -1,35 +1,15 @@
-// The market client's parsing of untrusted answers and URLs, and its calls against a real HTTP server.
+// The market client's parsing of untrusted answers, and its calls against a real HTTP server (URLs: tests/net/http_client_test.cpp).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "market/market_client.h"
+#include "node/market_client.h"
 #include "net/http_server.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 const std::string kHex(64, 'a');
-
-TEST(HttpUrl, ParsesHostPortAndPrefix) {
-  Result<HttpUrl> u = parse_http_url("http://127.0.0.1:8080");
-  ASSERT_TRUE(u);
-  EXPECT_EQ(u->host, "127.0.0.1");
-  EXPECT_EQ(u->port, 8080);
-  EXPECT_EQ(u->base_path, "");
-  u = parse_http_url("http://[::1]:9/market/");
-  ASSERT_TRUE(u);
-  EXPECT_EQ(u->host, "::1");
-  EXPECT_EQ(u->port, 9);
-  EXPECT_EQ(u->base_path, "/market");
-  u = parse_http_url("http://coord");
-  ASSERT_TRUE(u);
-  EXPECT_EQ(u->port, 80);
-  for (const char* bad : {"https://x", "x:80", "http://", "http://:80", "http://a:0", "http://a:65536", "http://a:8x",
-                          "http://u@a:1", "http://a:1/?q", "http://[::1", "http://a:"}) {
-    EXPECT_FALSE(parse_http_url(bad)) << bad;
-  }
-}
 
 TEST(MarketParse, CatalogueFieldsAreValidated) {
   nlohmann::json good = {{"model_identity", kHex}, {"architecture", "qwen3moe"}, {"n_layers", 2}, {"n_experts", 8},
@@ -126,7 +106,7 @@ TEST(MarketClientCalls, DeadlineOnASilentServer) {
     held.push_back(std::move(out));  // never answers
   });
   ASSERT_TRUE(server);
-  Result<MarketClient> c = MarketClient::connect("http://127.0.0.1:" + std::to_string((*server)->port()), "tok",
+  Result<MarketClient> c = MarketClient::connect("http://127.0.0.1:" + std::to_string((*server)->port()), "tok", {},
                                                  std::chrono::milliseconds(300));
   ASSERT_TRUE(c);
   const auto t0 = std::chrono::steady_clock::now();
@@ -138,4 +118,4 @@ TEST(MarketClientCalls, DeadlineOnASilentServer) {
 }
 
 }  // namespace
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -1,7 +1,7 @@
 // The whole file is hashed after the last byte arrives rather than on the fly: a resumed download would
 // otherwise have to trust (or re-read) the part written before the restart, and re-reading once at the
 // end costs one pass at disk speed for every byte, which is the check we want anyway.
-#include "market/slice_download.h"
+#include "node/slice_download.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include "core/progress.h"
 #include "gguf/model_identity.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 namespace fs = std::filesystem;
@@ -50,19 +50,19 @@ Result<std::string> file_sha256_hex(const std::string& path) {
   return digest_hex(d);
 }
 
-Result<std::vector<uint8_t>> fetch_byte_range(const HttpUrl& coordinator, const std::string& token,
+Result<std::vector<uint8_t>> fetch_byte_range(const net::HttpUrl& coordinator, const std::string& token,
                                               const std::string& target, uint64_t offset, uint64_t length,
                                               std::chrono::milliseconds read_timeout) {
   if (length == 0 || length > (1ull << 30)) return Status::error("a range of " + std::to_string(length) + " bytes");
   if (offset > UINT64_MAX - length) return Status::error("a range past 2^64");
   const uint64_t last = offset + length - 1;
-  HttpCall call{.method = "GET", .target = target, .bearer = token, .body = {}, .headers = {}};
+  net::HttpCall call{.method = "GET", .target = target, .bearer = token, .body = {}, .headers = {}};
   call.read_timeout = read_timeout;
   call.headers.emplace_back("Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(last));
   std::vector<uint8_t> out;
-  Status st = http_stream(
+  Status st = net::http_stream(
       coordinator, call,
-      [&](const HttpAnswer& head) -> Status {
+      [&](const net::HttpAnswer& head) -> Status {
         if (head.status != 206) return Status::error("the coordinator answered " + std::to_string(head.status) + " to a Range request");
         uint64_t a = 0, b = 0, total = 0;
         const std::optional<std::string> cr = head.header("content-range");
@@ -83,7 +83,7 @@ Result<std::vector<uint8_t>> fetch_byte_range(const HttpUrl& coordinator, const 
   return out;
 }
 
-Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
+Result<DownloadReport> download_slice(const net::HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
                                       const std::string& data_dir, const DownloadOptions& options) {
   if (!is_plain_slice_name(offer.name)) return Status::error("slice name '" + offer.name + "' is not a plain file name");
   if (!is_hex64(offer.sha256)) return Status::error("slice " + offer.name + ": the catalogue's sha256 is not 64 hex digits");
@@ -125,14 +125,14 @@ Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::str
     Status fetched = Status::ok();
     Fatal fatal;
     if (offset < offer.bytes) {
-      HttpCall call{.method = "GET", .target = offer.url, .bearer = token, .body = {}, .headers = {}};
+      net::HttpCall call{.method = "GET", .target = offer.url, .bearer = token, .body = {}, .headers = {}};
       call.read_timeout = options.read_timeout;
       if (offset > 0) call.headers.emplace_back("Range", "bytes=" + std::to_string(offset) + "-");
       uint64_t expected = offer.bytes - offset;
       uint64_t written = 0;
-      fetched = http_stream(
+      fetched = net::http_stream(
           coordinator, call,
-          [&](const HttpAnswer& head) -> Status {
+          [&](const net::HttpAnswer& head) -> Status {
             if (head.status == 401 || head.status == 403 || head.status == 404) {
               fatal.yes = true;
               return Status::error("the coordinator answered " + std::to_string(head.status) +
@@ -218,4 +218,4 @@ Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::str
                        " attempts; last: " + last_error);
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::node

@@ -1,23 +1,27 @@
 // Blocking calls built from Beast's asynchronous operations, so that every step has a deadline: each
 // operation is started, then the io_context runs until it completes or the time is up (then the socket is
 // closed and the operation ends with an error).
-#include "market/http_client.h"
+#include "net/http_client.h"
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <limits>
 
-namespace essaim::market {
+#include "net/tls.h"
+
+namespace essaim::net {
 namespace {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 using Clock = std::chrono::steady_clock;
 
 std::string lower(std::string_view s) {
@@ -44,14 +48,43 @@ bool run_until(asio::io_context& ioc, beast::tcp_stream& stream, const bool& don
   return true;
 }
 
+// One call's connection: plain TCP, or TLS over TCP (then `plain` is unused and `tls` owns the socket).
 struct Connection {
   asio::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  beast::tcp_stream plain{ioc};
+  std::shared_ptr<ssl::context> ctx;
+  std::unique_ptr<TlsStream> tls;
   std::string where;
+  beast::tcp_stream& lowest() { return tls ? tls->next_layer() : plain; }
+  // Runs f on the stream the HTTP messages go through.
+  template <class F>
+  auto with_stream(F&& f) {
+    return tls ? f(*tls) : f(plain);
+  }
 };
+
+Status tls_handshake(Connection& c, const HttpUrl& url, Clock::time_point until) {
+  auto check = std::make_shared<TlsPeerCheck>();
+  if (NetStatus set = tls_client_setup(*c.tls, url.host, check); !set) return Status::error(set.error().message);
+  bool done = false;
+  beast::error_code ec;
+  c.tls->async_handshake(ssl::stream_base::client, [&](beast::error_code e) {
+    ec = e;
+    done = true;
+  });
+  if (!run_until(c.ioc, c.lowest(), done, until)) return Status::error("TLS handshake with " + c.where + " timed out");
+  if (ec) return Status::error(tls_handshake_error(c.where, ec, *check).message);
+  return Status::ok();
+}
 
 Status connect_and_send(Connection& c, const HttpUrl& url, const HttpCall& call, Clock::time_point until) {
   c.where = url.host + ":" + std::to_string(url.port);
+  if (url.tls) {
+    NetResult<std::shared_ptr<ssl::context>> ctx = tls_client_context(url.ca_file);
+    if (!ctx) return Status::error(ctx.error().message);
+    c.ctx = *ctx;
+    c.tls = std::make_unique<TlsStream>(c.ioc, *c.ctx);
+  }
   tcp::resolver resolver(c.ioc);
   bool done = false;
   beast::error_code ec;
@@ -69,12 +102,13 @@ Status connect_and_send(Connection& c, const HttpUrl& url, const HttpCall& call,
   }
   if (ec) return Status::error("cannot resolve " + url.host + ": " + ec.message());
   done = false;
-  c.stream.async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
+  c.lowest().async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
     ec = e;
     done = true;
   });
-  if (!run_until(c.ioc, c.stream, done, until)) return Status::error("connecting to " + c.where + " timed out");
+  if (!run_until(c.ioc, c.lowest(), done, until)) return Status::error("connecting to " + c.where + " timed out");
   if (ec) return Status::error("cannot connect to " + c.where + ": " + ec.message());
+  if (c.tls) ESSAIM_RETURN_IF_ERROR(tls_handshake(c, url, until));
 
   http::request<http::string_body> req(http::string_to_verb(call.method), url.base_path + call.target, 11);
   req.set(http::field::host, c.where);
@@ -88,11 +122,13 @@ Status connect_and_send(Connection& c, const HttpUrl& url, const HttpCall& call,
   }
   req.prepare_payload();
   done = false;
-  http::async_write(c.stream, req, [&](beast::error_code e, size_t) {
-    ec = e;
-    done = true;
+  c.with_stream([&](auto& stream) {
+    http::async_write(stream, req, [&](beast::error_code e, size_t) {
+      ec = e;
+      done = true;
+    });
   });
-  if (!run_until(c.ioc, c.stream, done, until)) return Status::error("sending to " + c.where + " timed out");
+  if (!run_until(c.ioc, c.lowest(), done, until)) return Status::error("sending to " + c.where + " timed out");
   if (ec) return Status::error("sending to " + c.where + ": " + ec.message());
   return Status::ok();
 }
@@ -111,27 +147,36 @@ std::optional<std::string> HttpAnswer::header(std::string_view name) const {
   return std::nullopt;
 }
 
+std::string HttpUrl::text() const {
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return std::string(tls ? "https://" : "http://") + h + ":" + std::to_string(port) + base_path;
+}
+
 Result<HttpUrl> parse_http_url(std::string_view text) {
-  const std::string_view scheme = "http://";
-  if (text.substr(0, scheme.size()) != scheme) {
-    return Status::error("coordinator URL '" + std::string(text) + "' must start with http:// (TLS is not supported yet)");
+  const std::string quoted = "URL '" + std::string(text) + "'";
+  HttpUrl url;
+  std::string_view rest;
+  if (text.starts_with("https://")) {
+    url.tls = true, url.port = 443, rest = text.substr(8);
+  } else if (text.starts_with("http://")) {
+    rest = text.substr(7);
+  } else {
+    return Status::error(quoted + " must start with http:// or https://");
   }
-  std::string_view rest = text.substr(scheme.size());
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
   if (authority.empty() || authority.find('@') != std::string_view::npos || path.find_first_of("?#") != std::string_view::npos) {
-    return Status::error("coordinator URL '" + std::string(text) + "': expected http://host[:port][/prefix]");
+    return Status::error(quoted + ": expected http[s]://host[:port][/prefix]");
   }
-  HttpUrl url;
   std::string_view port_text;
   if (authority.front() == '[') {
     const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return Status::error("coordinator URL '" + std::string(text) + "': unclosed [");
+    if (close == std::string_view::npos) return Status::error(quoted + ": unclosed [");
     url.host = std::string(authority.substr(1, close - 1));
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after.front() != ':') return Status::error("coordinator URL '" + std::string(text) + "': junk after ]");
+      if (after.front() != ':') return Status::error(quoted + ": junk after ]");
       port_text = after.substr(1);
     }
   } else {
@@ -139,20 +184,29 @@ Result<HttpUrl> parse_http_url(std::string_view text) {
     url.host = std::string(authority.substr(0, colon));
     if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
   }
-  if (url.host.empty()) return Status::error("coordinator URL '" + std::string(text) + "' has no host");
+  if (url.host.empty()) return Status::error(quoted + " has no host");
   if (!port_text.empty() || authority.back() == ':') {
     uint32_t port = 0;
-    if (port_text.empty() || port_text.size() > 5) return Status::error("coordinator URL '" + std::string(text) + "': bad port");
+    if (port_text.empty() || port_text.size() > 5) return Status::error(quoted + ": bad port");
     for (char ch : port_text) {
-      if (ch < '0' || ch > '9') return Status::error("coordinator URL '" + std::string(text) + "': bad port");
+      if (ch < '0' || ch > '9') return Status::error(quoted + ": bad port");
       port = port * 10 + uint32_t(ch - '0');
     }
-    if (port == 0 || port > 65535) return Status::error("coordinator URL '" + std::string(text) + "': port out of range");
+    if (port == 0 || port > 65535) return Status::error(quoted + ": port out of range");
     url.port = uint16_t(port);
   }
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   url.base_path = std::string(path);
   return url;
+}
+
+Status check_plain_http(const HttpUrl& url, bool insecure_http, std::string_view flag) {
+  if (url.tls || insecure_http) return Status::ok();
+  beast::error_code ec;
+  const asio::ip::address a = asio::ip::make_address(url.host, ec);
+  if (url.host == "localhost" || (!ec && a.is_loopback())) return Status::ok();
+  return Status::error(std::string(flag) + " " + url.text() + ": plain http:// to a host that is not loopback sends tokens "
+                       "in clear text; use https:// (or --insecure-http on a private network)");
 }
 
 Result<HttpAnswer> http_call(const HttpUrl& url, const HttpCall& call) {
@@ -167,20 +221,24 @@ Result<HttpAnswer> http_call(const HttpUrl& url, const HttpCall& call) {
   beast::error_code ec;
   // Header first: this Boost's parser does not apply body_limit to a response's Content-Length, so the
   // announced length is checked here before the body is read into memory.
-  http::async_read_header(c.stream, buffer, parser, [&](beast::error_code e, size_t) {
-    ec = e;
-    done = true;
+  c.with_stream([&](auto& stream) {
+    http::async_read_header(stream, buffer, parser, [&](beast::error_code e, size_t) {
+      ec = e;
+      done = true;
+    });
   });
-  bool in_time = run_until(c.ioc, c.stream, done, until);
+  bool in_time = run_until(c.ioc, c.lowest(), done, until);
   if (in_time && !ec) {
     if (parser.content_length() && *parser.content_length() > call.max_body_bytes) ec = http::error::body_limit;
     if (!ec && !parser.is_done()) {
       done = false;
-      http::async_read(c.stream, buffer, parser, [&](beast::error_code e, size_t) {
-        ec = e;
-        done = true;
+      c.with_stream([&](auto& stream) {
+        http::async_read(stream, buffer, parser, [&](beast::error_code e, size_t) {
+          ec = e;
+          done = true;
+        });
       });
-      in_time = run_until(c.ioc, c.stream, done, until);
+      in_time = run_until(c.ioc, c.lowest(), done, until);
     }
   }
   if (!in_time) {
@@ -212,11 +270,13 @@ Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   bool done = false;
   beast::error_code ec;
-  http::async_read_header(c.stream, buffer, parser, [&](beast::error_code e, size_t) {
-    ec = e;
-    done = true;
+  c.with_stream([&](auto& stream) {
+    http::async_read_header(stream, buffer, parser, [&](beast::error_code e, size_t) {
+      ec = e;
+      done = true;
+    });
   });
-  if (!run_until(c.ioc, c.stream, done, Clock::now() + call.deadline)) return Status::error(what + ": no answer in time");
+  if (!run_until(c.ioc, c.lowest(), done, Clock::now() + call.deadline)) return Status::error(what + ": no answer in time");
   if (ec) return Status::error(what + ": " + ec.message());
   {
     HttpAnswer head;
@@ -229,16 +289,18 @@ Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function
     parser.get().body().data = chunk.data();
     parser.get().body().size = chunk.size();
     done = false;
-    http::async_read_some(c.stream, buffer, parser, [&](beast::error_code e, size_t) {
-      ec = e;
-      done = true;
+    c.with_stream([&](auto& stream) {
+      http::async_read_some(stream, buffer, parser, [&](beast::error_code e, size_t) {
+        ec = e;
+        done = true;
+      });
     });
-    const bool in_time = run_until(c.ioc, c.stream, done, Clock::now() + call.read_timeout);
+    const bool in_time = run_until(c.ioc, c.lowest(), done, Clock::now() + call.read_timeout);
     const size_t got = chunk.size() - parser.get().body().size;
     if (got > 0) ESSAIM_RETURN_IF_ERROR(on_bytes(std::span<const char>(chunk.data(), got)));
     if (!in_time) return Status::error(what + ": no data for " + std::to_string(call.read_timeout.count()) + " ms");
     if (ec == http::error::need_buffer) continue;
-    if (ec == http::error::partial_message || ec == http::error::end_of_stream) {
+    if (ec == http::error::partial_message || ec == http::error::end_of_stream || ec == ssl::error::stream_truncated) {
       return Status::error(what + ": the connection closed before the body was complete");
     }
     if (ec) return Status::error(what + ": " + ec.message());
@@ -246,4 +308,4 @@ Status http_stream(const HttpUrl& url, const HttpCall& call, const std::function
   return Status::ok();
 }
 
-}  // namespace essaim::market
+}  // namespace essaim::net

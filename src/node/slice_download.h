@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "market/http_client.h"
-#include "market/market_client.h"
+#include "net/http_client.h"
+#include "node/market_client.h"
 
-namespace essaim::market {
+namespace essaim::node {
 
 struct DownloadOptions {
   int attempts = 4;                                  // requests in all, resumed or restarted
@@ -41,11 +41,11 @@ Result<std::string> file_sha256_hex(const std::string& path);
 // Bytes [offset, offset + length) of a slice file (GET target with `Range: bytes=a-b`), held in memory:
 // the answer must be a 206 whose Content-Range is exactly that range and whose body has exactly that many
 // bytes (the hot-expert cache's reads; what the bytes are is the caller's check). length <= 1 GiB.
-Result<std::vector<uint8_t>> fetch_byte_range(const HttpUrl& coordinator, const std::string& token,
+Result<std::vector<uint8_t>> fetch_byte_range(const net::HttpUrl& coordinator, const std::string& token,
                                               const std::string& target, uint64_t offset, uint64_t length,
                                               std::chrono::milliseconds read_timeout = std::chrono::milliseconds(15'000));
 
-Result<DownloadReport> download_slice(const HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
+Result<DownloadReport> download_slice(const net::HttpUrl& coordinator, const std::string& token, const SliceOffer& offer,
                                       const std::string& data_dir, const DownloadOptions& options = {});
 
-}  // namespace essaim::market
+}  // namespace essaim::node

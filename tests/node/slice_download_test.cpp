@@ -10,11 +10,11 @@
 #include <random>
 
 #include "gguf/model_identity.h"
-#include "market/slice_download.h"
+#include "node/slice_download.h"
 #include "net/http_server.h"
 #include "temp_dir.h"
 
-namespace essaim::market {
+namespace essaim::node {
 namespace {
 
 namespace fs = std::filesystem;
@@ -44,7 +44,7 @@ struct SliceServer {
     EXPECT_TRUE(s) << s.status().message();
     server = std::move(*s);
   }
-  HttpUrl url() const { return {.host = "127.0.0.1", .port = server->port(), .base_path = ""}; }
+  net::HttpUrl url() const { return {.host = "127.0.0.1", .port = server->port(), .base_path = ""}; }
   SliceOffer offer() const {
     return {.range = {3, 32, 32}, .name = name, .bytes = bytes.size(), .sha256 = sha, .url = "/slices/" + name};
   }
@@ -246,4 +246,4 @@ TEST_F(DownloadTest, HostileOffersAreRefused) {
 }
 
 }  // namespace
-}  // namespace essaim::market
+}  // namespace essaim::node
