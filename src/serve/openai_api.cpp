@@ -219,7 +219,8 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
     const int32_t room = model_.scheduler->n_ctx() - int32_t(prompts.ids[i].size());
     SequenceRequest sreq{.prompt = std::move(prompts.ids[i]), .max_tokens = std::min(r.max_tokens.value_or(room), room),
                          .sampling = r.sampling, .eog = model_.tokenizer->eog_ids(),
-                         .may_force = model_.reasoning_budget > 0};  // the budget closes reasoning by forcing
+                         .may_force = model_.reasoning_budget > 0,  // the budget closes reasoning by forcing
+                         .ignore_eog = r.ignore_eos};
     SubmitResult submitted = model_.scheduler->submit(std::move(sreq), [g, i](const SequenceEvent& e) { g->on_event(i, e); });
     if (!submitted.handle) {
       const bool busy = submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace essaim::serve {
 namespace {
@@ -14,6 +15,12 @@ std::vector<double> pow2_bounds(double max) {
   std::vector<double> b;
   for (double v = 1; v <= max; v *= 2) b.push_back(v);
   return b;
+}
+
+// Every row of `logits` (n_vocab wide) gets -inf at `ids`: those tokens cannot be sampled.
+void forbid_tokens(std::span<float> logits, size_t n_vocab, std::span<const TokenId> ids) {
+  for (size_t row = 0; row + n_vocab <= logits.size(); row += n_vocab)
+    for (TokenId id : ids) logits[row + size_t(id)] = -std::numeric_limits<float>::infinity();
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -97,6 +104,9 @@ SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
   }
   for (TokenId id : request.prompt) {
     if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "token id out of range"};
+  }
+  for (TokenId id : request.eog) {
+    if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "eog id out of range"};
   }
   if (request.max_tokens < 0) return {nullptr, SubmitError::BAD_REQUEST, "max_tokens is negative"};
   std::sort(request.eog.begin(), request.eog.end());
@@ -274,8 +284,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
 
   uint64_t prompt_rows = 0;
   StepTally tally;
-  for (const Row& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
     Sequence& s = *r.seq;
+    if (r.wants_logits && s.request.ignore_eog)
+      forbid_tokens(items[i].logits, size_t(model_.info().n_vocab), s.request.eog);
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
     if (r.wants_logits) take_tokens(s, tally);

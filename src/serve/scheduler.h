@@ -58,6 +58,9 @@ struct SequenceRequest {
   // The sink may force tokens (SequenceHandle::force, a reasoning budget): such a sequence decodes one token
   // per step even when the server speculates, so a forced token lands where plain decoding puts it.
   bool may_force = false;
+  // llama-server's ignore_eos: the eog ids' logits are set to -inf before sampling, so none is ever sampled
+  // and the sequence runs to max_tokens or a full context.
+  bool ignore_eog = false;
 };
 
 // The caller's hold on a submitted sequence. Thread-safe.
