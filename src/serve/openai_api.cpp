@@ -279,6 +279,12 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_serve_steps_total", {}, double(s.steps));
   m.family("essaim_serve_steps_failed_total", "counter", "Steps whose forward pass failed");
   m.sample("essaim_serve_steps_failed_total", {}, double(s.failed_steps));
+  m.family("essaim_serve_scheduler_seconds_total", "counter",
+           "The step thread's time: forward passes, sampling and emitting tokens, admission, idle (nothing in flight)");
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "forward"}}, s.forward_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "emit"}}, s.emit_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "admit"}}, s.admit_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "idle"}}, s.idle_seconds);
   m.histogram("essaim_serve_batch_rows", "Token rows per forward step", s.batch_rows);
   m.histogram("essaim_serve_batch_sequences", "Sequences per forward step", s.batch_sequences);
   m.family("essaim_serve_spec_drafted_total", "counter", "Speculative decoding: draft tokens proposed by the MTP block");

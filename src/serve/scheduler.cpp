@@ -149,9 +149,12 @@ void Scheduler::run() {
   std::vector<std::unique_ptr<Sequence>> active;
   for (;;) {
     std::vector<std::unique_ptr<Sequence>> admitted;
+    Clock::time_point t = Clock::now();
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stopping_ || !active.empty() || !queue_.empty(); });
+      stats_.idle_seconds += seconds_since(t);
+      t = Clock::now();
       if (stopping_) break;
       while (!queue_.empty() && int32_t(active.size() + admitted.size()) < options_.parallel) {
         admitted.push_back(std::move(queue_.front()));
@@ -199,6 +202,7 @@ void Scheduler::run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.active = int32_t(active.size());
+      stats_.admit_seconds += seconds_since(t);
     }
     if (!active.empty()) step(active);
     std::erase(active, nullptr);
@@ -236,6 +240,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   std::vector<BatchItem> items;
   std::vector<Row> rows;
   int64_t budget = options_.batch_tokens;
+  const Clock::time_point t_forward = Clock::now();
   if (Status d = draft(active); !d) return;
   for (std::unique_ptr<Sequence>& s : active) {
     if (!s->decoding()) continue;
@@ -269,6 +274,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   for (const BatchItem& it : items) n_rows += int64_t(it.tokens.size());
 
   const Status status = model_.forward_batch({.items = items, .experts = experts_, .pool = pool_});
+  const Clock::time_point t_emit = Clock::now();
   if (!status) {
     // Items before the failing one may have advanced, so no sequence of this step can continue.
     for (const Row& r : rows) r.seq->finish(FinishReason::ERROR, "generation failed: " + status.message());
@@ -298,6 +304,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
 
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
+  stats_.forward_seconds += std::chrono::duration<double>(t_emit - t_forward).count();
+  stats_.emit_seconds += seconds_since(t_emit);
   stats_.prompt_tokens += prompt_rows;
   stats_.generated_tokens += tally.generated;
   for (size_t i = 0; i < 5; ++i) stats_.finished[i] += tally.finished[i];
