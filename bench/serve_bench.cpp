@@ -13,6 +13,8 @@
 //
 // Every essaim run must give each request the text of the first monolithic run (greedy, ignore_eos: the
 // same lengths on both servers), with no fallback over workers, or the benchmark refuses to report.
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +32,8 @@
 #include "serve_workload.h"
 #include "server_process.h"
 #include "synth/synth.h"
+#include "text/tokenizer.h"
+#include "text/vocab.h"
 #include "worker_processes.h"
 
 namespace essaim {
@@ -57,8 +61,12 @@ struct Options {
   std::vector<int> rtt_ms = {0, 20};
 };
 
+// The servers and workers running now: die() stops them, so no failed run leaves a process behind.
+std::vector<pid_t> g_children;
+
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "serve_bench: %s\n", what.c_str());
+  for (pid_t pid : g_children) ::kill(pid, SIGTERM);
   std::exit(1);
 }
 
@@ -133,24 +141,41 @@ struct Bench {
     const std::string log = log_dir + "/" + (t.server == "essaim" ? "essaim" : "llama-server") + ".log";
     Result<bench::ServerProcess> p = bench::start_server_process(command(t, n, port), port, log);
     if (!p) die(t.label() + ": " + p.status().message());
+    g_children.push_back(p->pid);
     return *p;
   }
 };
 
-// The pairs recomputed locally because a worker did not answer (essaim's /metrics), or 0.
-double fallback_pairs(uint16_t port) {
+// essaim's /metrics: the value of the sample named `key` (name and labels, as written), or 0.
+struct Metrics {
+  std::string text;
+  double get(const std::string& key) const {
+    const size_t at = text.find("\n" + key + " ");
+    return at == std::string::npos ? 0.0 : std::atof(text.c_str() + at + key.size() + 2);
+  }
+};
+Metrics read_metrics(uint16_t port) {
   market::HttpCall call;
   call.target = "/metrics";
   Result<market::HttpAnswer> a = market::http_call({.host = "127.0.0.1", .port = port, .base_path = {}}, call);
   if (!a || a->status != 200) die("cannot read /metrics");
-  const std::string key = "essaim_dispatch_pairs_total{where=\"fallback\"} ";
-  const size_t at = a->body.find(key);
-  return at == std::string::npos ? 0.0 : std::atof(a->body.c_str() + at + key.size());
+  return {a->body};
+}
+constexpr const char* kPhases[] = {"forward", "emit", "admit", "idle"};
+// The step thread's seconds by phase between two readings of essaim's /metrics.
+json scheduler_seconds(const Metrics& before, const Metrics& after) {
+  json j;
+  for (const char* phase : kPhases) {
+    const std::string key = std::string("essaim_serve_scheduler_seconds_total{phase=\"") + phase + "\"}";
+    j[phase] = after.get(key) - before.get(key);
+  }
+  return j;
 }
 
 struct Run {
   bench::RunFigures figures;
   double server_cpu_s = 0;  // the server process's CPU time over the run (workers' not included)
+  json scheduler;           // essaim: the step thread's seconds by phase over the run
   std::vector<std::string> texts;
 };
 
@@ -163,10 +188,19 @@ Run run_once(Bench& b, const Target& t, int n, const bench::Workload& w, double*
   const std::vector<bench::LoadResult> warm = bench::run_streaming_load(load, std::span(w.requests).first(1));
   if (!warm[0].ok) die(t.label() + ": the warm-up request failed: " + warm[0].error);
   if (warm_s) *warm_s = warm[0].done_s - warm[0].sent_s;
+  const bool essaim = t.server == "essaim";
+  const Metrics before = essaim ? read_metrics(p.port) : Metrics{};
   const double cpu0 = bench::process_cpu_seconds(p.pid);
   const std::vector<bench::LoadResult> got = bench::run_streaming_load(load, w.requests);
-  Run r{.figures = bench::summarize(got), .server_cpu_s = bench::process_cpu_seconds(p.pid) - cpu0, .texts = {}};
-  if (t.rtt_ms >= 0 && fallback_pairs(p.port) > 0) die(t.label() + ": fallbacks during the run");
+  Run r{.figures = bench::summarize(got), .server_cpu_s = bench::process_cpu_seconds(p.pid) - cpu0, .scheduler = {},
+        .texts = {}};
+  if (essaim) {
+    const Metrics after = read_metrics(p.port);
+    r.scheduler = scheduler_seconds(before, after);
+    if (t.rtt_ms >= 0 && after.get("essaim_dispatch_pairs_total{where=\"fallback\"}") > 0)
+      die(t.label() + ": fallbacks during the run");
+  }
+  std::erase(g_children, p.pid);
   bench::stop_server_process(p);
   if (r.figures.failed > 0) die(t.label() + ", " + std::to_string(n) + " parallel: " + r.figures.first_error);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -178,12 +212,17 @@ Run run_once(Bench& b, const Target& t, int n, const bench::Workload& w, double*
   return r;
 }
 
-json figures_json(const bench::RunFigures& f, double cpu_s) {
-  return {{"tokens_per_s", f.tokens_per_s}, {"ttft_ms_p50", f.ttft_ms_p50}, {"ttft_ms_p99", f.ttft_ms_p99},
+json figures_json(const Run& r) {
+  const bench::RunFigures& f = r.figures;
+  const double cpu_s = r.server_cpu_s;
+  json j = {{"tokens_per_s", f.tokens_per_s}, {"ttft_ms_p50", f.ttft_ms_p50}, {"ttft_ms_p99", f.ttft_ms_p99},
           {"itl_ms_p50", f.itl_ms_p50}, {"itl_ms_p99", f.itl_ms_p99}, {"generated", f.generated},
           {"wall_s", f.wall_s}, {"prompt_tokens_mean", f.prompt_tokens_mean},
           {"tokens_per_event", f.tokens_per_event}, {"server_cpu_s", cpu_s},
           {"tokens_per_cpu_s", cpu_s > 0 ? double(f.generated) / cpu_s : 0.0}};
+  for (const char* phase : kPhases)
+    if (r.scheduler.contains(phase)) j[std::string("scheduler_") + phase + "_s"] = r.scheduler[phase];
+  return j;
 }
 
 // Median of each figure over the runs of one (target, parallelism).
@@ -213,7 +252,7 @@ struct Rows {
 void record(Rows& rows, const Target& t, int n, const Run& r) {
   json& runs = rows.runs[t.label()][n];
   if (runs.is_null()) runs = json::array();
-  runs.push_back(figures_json(r.figures, r.server_cpu_s));
+  runs.push_back(figures_json(r));
   std::fprintf(stderr, "serve_bench: %-28s N=%-2d %7.1f tok/s  TTFT %6.0f/%6.0f ms  ITL %5.1f/%6.1f ms  (load %.1f)\n",
                t.label().c_str(), n, r.figures.tokens_per_s, r.figures.ttft_ms_p50, r.figures.ttft_ms_p99,
                r.figures.itl_ms_p50, r.figures.itl_ms_p99, load_average());
@@ -274,6 +313,7 @@ void over_workers(Bench& b, Rows& rows, double rate_per_slot) {
     Result<bench::WorkerProcess> w = bench::start_worker(o.worker_bin, o.worker_threads, s);
     if (!w) die(w.status().message());
     procs.push_back(*w);
+    g_children.push_back(w->pid);
   }
   for (int rtt : o.rtt_ms) {
     Result<bench::DelayedWorkers> delayed = bench::behind_delay(procs, rtt);
@@ -296,8 +336,8 @@ json report(const Options& o, const Bench& b, const Rows& rows, double rate_per_
   doc["model"] = b.model_path;
   doc["threads"] = o.threads;
   doc["endpoint"] = o.workload.chat ? "/v1/chat/completions" : "/v1/completions";
-  doc["workload"] = {{"system_words", o.workload.system_words},
-                     {"prompt_words", {o.workload.prompt_words_min, o.workload.prompt_words_max}},
+  doc["workload"] = {{"system_tokens", o.workload.system_tokens},
+                     {"prompt_tokens", {o.workload.prompt_tokens_min, o.workload.prompt_tokens_max}},
                      {"max_tokens", {o.workload.output_min, o.workload.output_max}},
                      {"requests", std::to_string(o.requests_per_slot) + " per slot, at least " + std::to_string(o.min_requests)},
                      {"arrivals", "Poisson"}, {"rate_per_slot_per_s", rate_per_slot},
@@ -353,6 +393,13 @@ int run(Options& o) {
   if (words.size() < 1000) die("--corpus " + o.corpus + ": fewer than 1000 words");
   o.workload.corpus = words;
   Bench b{.o = o, .model_path = ensure_model(o), .log_dir = o.data_dir + "/serve_bench-logs", .worker_addresses = {}};
+  Result<GgufFile> file = GgufFile::open(b.model_path);
+  if (!file) die(file.status().message());
+  Result<Vocab> vocab = vocab_from_gguf(*file);
+  if (!vocab) die(vocab.status().message());
+  Result<Tokenizer> tokenizer = Tokenizer::create(std::move(*vocab));
+  if (!tokenizer) die(tokenizer.status().message());
+  o.workload.count_tokens = [&](const std::string& text) { return tokenizer->encode(text, false).size(); };
   std::filesystem::create_directories(b.log_dir);
   if (o.llama_server.empty()) std::fprintf(stderr, "serve_bench: no llama-server (LLAMA_SERVER or --llama-server): essaim alone\n");
   const double load_before = load_average();
@@ -397,9 +444,9 @@ int main(int argc, char** argv) {
   app.add_option("--requests-per-slot", o.requests_per_slot, "Requests per run = this x N, at least --min-requests (default 3)");
   app.add_option("--min-requests", o.min_requests, "Fewest requests per run (default 6)")->check(CLI::Range(1, 100000));
   app.add_option("--rate-per-slot", o.rate_per_slot, "Poisson arrival rate per slot, requests/s (default: twice one sequence's)");
-  app.add_option("--system-words", o.workload.system_words, "Words of the shared system prompt (default 30)");
-  app.add_option("--prompt-words-min", o.workload.prompt_words_min, "Fewest words of a request's own prompt (default 40)");
-  app.add_option("--prompt-words-max", o.workload.prompt_words_max, "Most words of a request's own prompt (default 100)");
+  app.add_option("--system-tokens", o.workload.system_tokens, "Tokens of the shared system prompt (default 32)");
+  app.add_option("--prompt-tokens-min", o.workload.prompt_tokens_min, "Fewest tokens of a request's own prompt (default 40)");
+  app.add_option("--prompt-tokens-max", o.workload.prompt_tokens_max, "Most tokens of a request's own prompt (default 120)");
   app.add_option("--output-min", o.workload.output_min, "Fewest tokens generated per request (default 32)");
   app.add_option("--output-max", o.workload.output_max, "Most tokens generated per request (default 96)");
   app.add_flag("--chat", o.workload.chat, "/v1/chat/completions (system + user messages) instead of /v1/completions");

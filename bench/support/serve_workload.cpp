@@ -10,11 +10,14 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string words_from(std::span<const std::string> corpus, size_t first, size_t n) {
+// Words of the corpus from `first` on until the text has `tokens` tokens (a word at a time: the count is
+// exact only where a word ends, so it may overshoot by a word's tokens).
+std::string text_of_tokens(const WorkloadOptions& o, size_t first, size_t tokens) {
   std::string text;
-  for (size_t i = 0; i < n && !corpus.empty(); ++i) {
+  for (size_t i = 0; !o.corpus.empty() && i < 100000; ++i) {
     if (i) text += ' ';
-    text += corpus[(first + i) % corpus.size()];
+    text += o.corpus[(first + i) % o.corpus.size()];
+    if (o.count_tokens(text) >= tokens) break;
   }
   return text;
 }
@@ -31,14 +34,15 @@ std::vector<std::string> corpus_words(const std::string& path) {
 Workload make_workload(const WorkloadOptions& o) {
   std::mt19937 rng(o.seed);
   std::exponential_distribution<double> gap(o.rate_per_s > 0 ? o.rate_per_s : 1.0);
-  std::uniform_int_distribution<int> prompt_words(o.prompt_words_min, o.prompt_words_max);
+  std::uniform_int_distribution<int> prompt_tokens(o.prompt_tokens_min, o.prompt_tokens_max);
   std::uniform_int_distribution<int> output(o.output_min, o.output_max);
-  std::uniform_int_distribution<size_t> offset(size_t(o.system_words), std::max<size_t>(o.corpus.size(), 1) - 1);
-  const std::string system = words_from(o.corpus, 0, size_t(o.system_words));
+  std::uniform_int_distribution<size_t> offset(0, std::max<size_t>(o.corpus.size(), 1) - 1);
+  const std::string system = text_of_tokens(o, 0, size_t(o.system_tokens));
   Workload w;
   double t = 0;
   for (int i = 0; i < o.requests; ++i) {
-    const std::string user = words_from(o.corpus, offset(rng), size_t(prompt_words(rng)));
+    const size_t first = offset(rng);
+    const std::string user = text_of_tokens(o, first, size_t(prompt_tokens(rng)));
     const int max_tokens = output(rng);
     json body = {{"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}, {"stream", true},
                  {"stream_options", {{"include_usage", true}}}, {"cache_prompt", o.cache_prompt}};

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,12 +19,15 @@
 namespace essaim::bench {
 
 struct WorkloadOptions {
-  std::span<const std::string> corpus;  // words; the system prompt is its first system_words
+  std::span<const std::string> corpus;  // words; the system prompt is cut from its start
+  // Tokens of a text in the served model's vocabulary (both servers read the same GGUF), so that lengths
+  // are in tokens whatever the vocabulary; a text is cut at the first word that reaches its length.
+  std::function<size_t(const std::string&)> count_tokens;
   bool chat = false;                    // /v1/chat/completions bodies (system + user messages) instead of prompts
   int requests = 8;
   double rate_per_s = 1;                // Poisson arrivals (exponential gaps, mean 1/rate)
-  int system_words = 30;
-  int prompt_words_min = 40, prompt_words_max = 100;  // the user part, uniform
+  int system_tokens = 32;
+  int prompt_tokens_min = 40, prompt_tokens_max = 120;  // the user part, uniform
   int output_min = 32, output_max = 96;               // max_tokens, uniform (ignore_eos: exactly this many)
   bool cache_prompt = false;            // llama-server's prefix reuse between a slot's requests (essaim ignores it)
   uint32_t seed = 1;

@@ -60,6 +60,11 @@ void run_one(const LoadOptions& o, const LoadRequest& r, Clock::time_point t0, L
 void SseTimer::feed(std::string_view bytes, double now_s) {
   for (char c : bytes)
     if (c != '\r') pending_ += c;
+  if (pending_.size() > kMaxEventBytes && pending_.find("\n\n") == std::string::npos) {
+    into_.ok = false, into_.error = "an event longer than " + std::to_string(kMaxEventBytes) + " bytes";
+    pending_.clear();
+    return;
+  }
   for (size_t end; (end = pending_.find("\n\n")) != std::string::npos;) {
     std::string data;
     size_t line = 0;

@@ -49,6 +49,7 @@ std::vector<LoadResult> run_streaming_load(const LoadOptions& options, std::span
 // applied to `into` at time `now_s`. Exposed for tests.
 class SseTimer {
  public:
+  static constexpr size_t kMaxEventBytes = 1 << 20;  // a longer event is an error, not a growing buffer
   explicit SseTimer(LoadResult& into) : into_(into) {}
   void feed(std::string_view bytes, double now_s);
 
