@@ -139,7 +139,12 @@ struct Bench {
   bench::ServerProcess start(const Target& t, int n) const {
     const uint16_t port = bench::free_loopback_port();
     const std::string log = log_dir + "/" + (t.server == "essaim" ? "essaim" : "llama-server") + ".log";
-    Result<bench::ServerProcess> p = bench::start_server_process(command(t, n, port), port, log);
+    // llama.cpp's OpenMP threads spin between parallel regions; on a shared machine they lose the CPU they
+    // spin on and its decode collapses (llama-batched-bench tg 3.9 tok/s active, 22.9 passive, at load 10).
+    // Passive waits are its best setting here, unless the caller chose.
+    std::vector<std::string> env;
+    if (t.server == "llama-server" && !std::getenv("OMP_WAIT_POLICY")) env.push_back("OMP_WAIT_POLICY=passive");
+    Result<bench::ServerProcess> p = bench::start_server_process(command(t, n, port), port, log, env);
     if (!p) die(t.label() + ": " + p.status().message());
     g_children.push_back(p->pid);
     return *p;
@@ -345,6 +350,8 @@ json report(const Options& o, const Bench& b, const Rows& rows, double rate_per_
   doc["repeats"] = o.repeats;
   doc["llama_server"] = o.llama_server.empty() ? json(nullptr) : json(o.llama_server);
   doc["llama_args"] = o.llama_args;
+  doc["llama_env"] = std::getenv("OMP_WAIT_POLICY") ? std::string("OMP_WAIT_POLICY=") + std::getenv("OMP_WAIT_POLICY")
+                                                    : std::string("OMP_WAIT_POLICY=passive");
   doc["load_average"] = {load_before, load_average()};
   json targets = json::array();
   for (const auto& [label, by_n] : rows.runs)

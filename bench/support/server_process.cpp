@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -50,20 +51,43 @@ uint16_t free_loopback_port() {
   return port;
 }
 
+namespace {
+
+// This process's environment with `extra` added, an entry of the same name replaced.
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  const auto name_of = [](const std::string& e) { return e.substr(0, e.find('=')); };
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (std::none_of(extra.begin(), extra.end(), [&](const std::string& x) { return name_of(x) == name_of(entry); }))
+      out.push_back(entry);
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
 Result<ServerProcess> start_server_process(const std::vector<std::string>& argv, uint16_t port,
-                                           const std::string& log_path, std::chrono::seconds ready_within) {
+                                           const std::string& log_path, const std::vector<std::string>& env,
+                                           std::chrono::seconds ready_within) {
   if (argv.empty()) return Status::error("no command line");
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargs;
-  for (std::string& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
+  std::vector<std::string> args = argv, envs = environment_with(env);
+  std::vector<char*> cargs = c_strings(args), cenv = c_strings(envs);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   ServerProcess p{.pid = -1, .port = port, .log_path = log_path};
-  const int rc = posix_spawn(&p.pid, args[0].c_str(), &actions, nullptr, cargs.data(), environ);
+  const int rc = posix_spawn(&p.pid, args[0].c_str(), &actions, nullptr, cargs.data(), cenv.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return Status::error("cannot start " + args[0]);
   const market::HttpUrl url{.host = "127.0.0.1", .port = port, .base_path = {}};

@@ -32,8 +32,9 @@ uint16_t free_loopback_port();
 // Starts argv (argv[0] a path) with stdout and stderr appended to log_path, then polls GET /health on
 // 127.0.0.1:port until it answers 200. An error names the log's last lines when the process exits or is not
 // ready within `ready_within`.
+// `env`: NAME=VALUE entries added to (or replacing those of) this process's environment.
 Result<ServerProcess> start_server_process(const std::vector<std::string>& argv, uint16_t port,
-                                           const std::string& log_path,
+                                           const std::string& log_path, const std::vector<std::string>& env = {},
                                            std::chrono::seconds ready_within = std::chrono::seconds(300));
 // SIGTERM, then SIGKILL after 20 s; waits for it. Idempotent.
 void stop_server_process(ServerProcess& p);
