@@ -1,5 +1,6 @@
-// Benchmark helpers shared by dispatch_bench and serve_bench: slices of every MoE layer cut into N expert
-// ranges (written once into a data directory), `essaim-worker` processes on loopback, and CPU time.
+// Benchmark helpers shared by dispatch_bench, batch_steps_bench and serve_bench: slices of every MoE layer
+// cut into N expert ranges (written once into a data directory), `essaim-worker` processes on loopback, and
+// CPU time.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(auto slices, ensure_slices(model, path, 4, "bench-data"));   // [worker][slice]
 //   ESSAIM_ASSIGN_OR_RETURN(WorkerProcess w, start_worker(worker_bin, 1, slices[0]));      // 127.0.0.1:<port>

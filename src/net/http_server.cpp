@@ -558,6 +558,10 @@ void HttpServer::Impl::accept() {
         socket.write_some(asio::buffer(bytes), ignored);
         socket.close(ignored);
       } else {
+        // A stream is many small writes (one SSE event per token): with Nagle's algorithm a write waits for
+        // the ACK of the previous one, so tokens would reach the client in bursts (inter-token latency).
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
         std::make_shared<Session>(std::move(socket), *this)->start();
       }
     }

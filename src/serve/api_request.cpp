@@ -335,6 +335,9 @@ std::optional<ApiError> parse_field(ApiRequest& r, const std::string& k, const j
     // -1 asks for a random seed, as in llama-server; SEED_RANDOM itself means the same.
     if (auto e = integer_in(v, "seed", -1, int64_t(UINT32_MAX), i)) return e;
     r.sampling.seed = i < 0 ? SamplerParams::SEED_RANDOM : uint32_t(i);
+  } else if (k == "ignore_eos") {
+    if (!v.is_boolean()) return bad("ignore_eos must be a boolean", k, "invalid_type");
+    r.ignore_eos = v.get<bool>();
   } else if (k == "stop") {
     return parse_stop(v, r.stop);
   } else if (k == "n") {

@@ -70,6 +70,9 @@ struct ApiRequest {
   std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; absent: until the context is full
   SamplerParams sampling;             // llama-server's defaults for what is absent
   std::vector<std::string> stop;
+  // llama-server's: end-of-generation ids are never sampled (their logits -inf), so an answer runs to
+  // max_tokens or a full context (benchmarks use it to make every server generate the same lengths).
+  bool ignore_eos = false;
 };
 
 struct ApiParse {

@@ -253,7 +253,7 @@ void ServeApi::generate(const net::HttpRequestView& req, std::shared_ptr<LoggedR
     SequenceRequest sreq{.prompt = std::move(prompts.ids[i]), .max_tokens = std::min(r.max_tokens.value_or(room), room),
                          .sampling = r.sampling, .eog = model_.tokenizer->eog_ids(),
                          .may_force = model_.reasoning_budget > 0,  // the budget closes reasoning by forcing
-                         .grammar = grammar, .trie = trie};
+                         .grammar = grammar, .trie = trie, .ignore_eog = r.ignore_eos};
     SubmitResult submitted = model_.scheduler->submit(std::move(sreq), [g, i](const SequenceEvent& e) { g->on_event(i, e); });
     if (!submitted.handle) {
       const bool busy = submitted.error == SubmitError::QUEUE_FULL || submitted.error == SubmitError::STOPPED;
@@ -340,6 +340,12 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_serve_steps_total", {}, double(s.steps));
   m.family("essaim_serve_steps_failed_total", "counter", "Steps whose forward pass failed");
   m.sample("essaim_serve_steps_failed_total", {}, double(s.failed_steps));
+  m.family("essaim_serve_scheduler_seconds_total", "counter",
+           "The step thread's time: forward passes, sampling and emitting tokens, admission, idle (nothing in flight)");
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "forward"}}, s.forward_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "emit"}}, s.emit_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "admit"}}, s.admit_seconds);
+  m.sample("essaim_serve_scheduler_seconds_total", {{"phase", "idle"}}, s.idle_seconds);
   m.histogram("essaim_serve_batch_rows", "Token rows per forward step", s.batch_rows);
   m.histogram("essaim_serve_batch_sequences", "Sequences per forward step", s.batch_sequences);
   m.family("essaim_serve_spec_drafted_total", "counter", "Speculative decoding: draft tokens proposed by the MTP block");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace essaim::serve {
 namespace {
@@ -14,6 +15,12 @@ std::vector<double> pow2_bounds(double max) {
   std::vector<double> b;
   for (double v = 1; v <= max; v *= 2) b.push_back(v);
   return b;
+}
+
+// Every row of `logits` (n_vocab wide) gets -inf at `ids`: those tokens cannot be sampled.
+void forbid_tokens(std::span<float> logits, size_t n_vocab, std::span<const TokenId> ids) {
+  for (size_t row = 0; row + n_vocab <= logits.size(); row += n_vocab)
+    for (TokenId id : ids) logits[row + size_t(id)] = -std::numeric_limits<float>::infinity();
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -100,6 +107,9 @@ SubmitResult Scheduler::submit(SequenceRequest request, SequenceSink sink) {
   for (TokenId id : request.prompt) {
     if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "token id out of range"};
   }
+  for (TokenId id : request.eog) {
+    if (id < 0 || id >= model_.info().n_vocab) return {nullptr, SubmitError::BAD_REQUEST, "eog id out of range"};
+  }
   if (request.max_tokens < 0) return {nullptr, SubmitError::BAD_REQUEST, "max_tokens is negative"};
   if (request.grammar && (!request.trie || request.trie->n_vocab() != model_.info().n_vocab))
     return {nullptr, SubmitError::BAD_REQUEST, "a grammar needs the model's token trie"};
@@ -144,9 +154,12 @@ void Scheduler::run() {
   std::vector<std::unique_ptr<Sequence>> active;
   for (;;) {
     std::vector<std::unique_ptr<Sequence>> admitted;
+    Clock::time_point t = Clock::now();
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stopping_ || !active.empty() || !queue_.empty(); });
+      stats_.idle_seconds += seconds_since(t);
+      t = Clock::now();
       if (stopping_) break;
       while (!queue_.empty() && int32_t(active.size() + admitted.size()) < options_.parallel) {
         admitted.push_back(std::move(queue_.front()));
@@ -197,6 +210,7 @@ void Scheduler::run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.active = int32_t(active.size());
+      stats_.admit_seconds += seconds_since(t);
     }
     if (!active.empty()) step(active);
     std::erase(active, nullptr);
@@ -234,6 +248,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   std::vector<BatchItem> items;
   std::vector<Row> rows;
   int64_t budget = options_.batch_tokens;
+  const Clock::time_point t_forward = Clock::now();
   if (Status d = draft(active); !d) return;
   for (std::unique_ptr<Sequence>& s : active) {
     if (!s->decoding()) continue;
@@ -268,6 +283,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   for (const BatchItem& it : items) n_rows += int64_t(it.tokens.size());
 
   const Status status = model_.forward_batch({.items = items, .experts = experts_, .pool = pool_});
+  const Clock::time_point t_emit = Clock::now();
   if (!status) {
     // Items before the failing one may have advanced, so no sequence of this step can continue.
     for (const Row& r : rows) r.seq->finish(FinishReason::ERROR, "generation failed: " + status.message());
@@ -283,8 +299,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
 
   uint64_t prompt_rows = 0;
   StepTally tally;
-  for (const Row& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
     Sequence& s = *r.seq;
+    if (r.wants_logits && s.request.ignore_eog)
+      forbid_tokens(items[i].logits, size_t(model_.info().n_vocab), s.request.eog);
     s.prompt_done += r.n_prompt;
     prompt_rows += r.n_prompt;
     if (r.n_prompt > 0) prompt_cache_.prefilled(s.recording, s.request.prompt, s.cache(), s.prompt_hidden);
@@ -295,6 +314,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
 
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
+  stats_.forward_seconds += std::chrono::duration<double>(t_emit - t_forward).count();
+  stats_.emit_seconds += seconds_since(t_emit);
   stats_.prompt_tokens += prompt_rows;
   stats_.generated_tokens += tally.generated;
   for (size_t i = 0; i < 5; ++i) stats_.finished[i] += tally.finished[i];

@@ -68,6 +68,9 @@ struct SequenceRequest {
   // vocabulary's.
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenTrie> trie;
+  // llama-server's ignore_eos: the eog ids' logits are set to -inf before sampling, so none is ever sampled
+  // and the sequence runs to max_tokens or a full context.
+  bool ignore_eog = false;
 };
 
 // The caller's hold on a submitted sequence. Thread-safe.
@@ -153,6 +156,14 @@ struct SchedulerStats {
   uint64_t generated_tokens = 0;  // tokens sampled and emitted
   uint64_t finished[5] = {};      // sequences by FinishReason (index = enum value)
   double tokens_per_second = 0;   // generated tokens over the last few seconds
+  // Where the step thread's time went, in seconds: forward_batch (and drafting), sampling and the sinks'
+  // work (the HTTP layer's detokenising and writing), admission and bookkeeping between steps, and waiting
+  // for work with nothing in flight. Their sum is the thread's life: what is not forward is what the
+  // scheduler costs around the engine.
+  double forward_seconds = 0;
+  double emit_seconds = 0;
+  double admit_seconds = 0;
+  double idle_seconds = 0;
   net::Histogram batch_rows;           // rows per step
   net::Histogram batch_sequences;      // sequences per step
   // Speculative decoding: sequence-steps that verified drafts, drafts proposed and accepted, and the tokens

@@ -112,6 +112,31 @@ TEST(Scheduler, EndOfGenerationIdStopsWithoutBeingEmitted) {
   EXPECT_EQ(c.tokens, std::vector<TokenId>(ref.begin(), first));
 }
 
+// llama-server's ignore_eos: the eog id is never sampled, the sequence runs to max_tokens, and up to where the
+// model first picks that id its tokens are the plain ones.
+TEST(Scheduler, IgnoredEndOfGenerationIdIsNeverSampled) {
+  const SwarmModel& m = SwarmModel::get({});
+  ThreadPool pool(1);
+  LocalExpertExecutor local(m.model->expert_store(), &pool);
+  const std::vector<TokenId> prompt = prompt_of(m, 6, 9);
+  const std::vector<TokenId> ref = reference_greedy(m, prompt, 6);
+  Scheduler sched(*m.model, &local, &pool, {.parallel = 2, .cache = {.n_ctx = 64}});
+  Collector c;
+  ASSERT_TRUE(sched.submit({.prompt = prompt, .max_tokens = 6, .sampling = {.temperature = 0}, .eog = {ref[3]},
+                            .ignore_eog = true},
+                           c.sink()).handle);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.reason, FinishReason::LENGTH);
+  ASSERT_EQ(c.tokens.size(), 6u);
+  EXPECT_EQ(std::count(c.tokens.begin(), c.tokens.end(), ref[3]), 0);
+  const size_t first = size_t(std::find(ref.begin(), ref.end(), ref[3]) - ref.begin());
+  EXPECT_EQ(std::vector<TokenId>(c.tokens.begin(), c.tokens.begin() + long(first)),
+            std::vector<TokenId>(ref.begin(), ref.begin() + long(first)));
+  EXPECT_NE(c.tokens[first], ref[3]);
+  EXPECT_EQ(sched.submit({.prompt = prompt, .max_tokens = 1, .eog = {m.model->info().n_vocab}}, {}).error,
+            SubmitError::BAD_REQUEST);
+}
+
 TEST(Scheduler, RefusesBadRequestsAndAFullQueue) {
   const SwarmModel& m = SwarmModel::get({});
   ThreadPool pool(1);

@@ -117,6 +117,30 @@ TEST_F(ServeHttp, CompletionAndStopString) {
   EXPECT_EQ(streamed, text.substr(0, text.find(stop)));
 }
 
+// ignore_eos (llama-server's): the answer runs to max_tokens, streamed or whole.
+TEST_F(ServeHttp, IgnoreEosRunsToMaxTokens) {
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream);
+    const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 9}, {"ignore_eos", true}, {"stream", stream},
+                      {"stream_options", {{"include_usage", true}}}, {"cache_prompt", false}};
+    const HttpResult r = http_call(port(), "POST", "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json usage, finish;
+    if (!stream) {
+      const json j = json::parse(r.body);
+      usage = j["usage"], finish = j["choices"][0]["finish_reason"];
+    }
+    for (const std::string& e : stream ? sse_events(r.body) : std::vector<std::string>{}) {
+      if (e == "[DONE]") continue;
+      const json c = json::parse(e);
+      if (c.contains("usage")) usage = c["usage"];
+      if (!c["choices"].empty() && !c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(usage["completion_tokens"], 9);
+    EXPECT_EQ(finish, "length");
+  }
+}
+
 // A list of prompts is one choice per prompt, each the answer that prompt gets alone; token ids are the
 // same prompt as the text they encode; streamed, the chunks carry each choice's index.
 TEST_F(ServeHttp, PromptListsAndTokenArraysAnswerAsSinglePrompts) {
@@ -173,6 +197,7 @@ TEST_F(ServeHttp, BadRequestsGet400WithAnErrorObject) {
       {R"({"max_tokens":3})", "missing_required_parameter"},
       {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "invalid_type"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", "invalid_value"},
+      {R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":1})", "invalid_type"},
       {std::string(100, '[') + std::string(100, ']'), "invalid_value"},
   };
   for (const auto& [body, code] : cases) {
