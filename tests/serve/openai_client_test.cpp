@@ -22,52 +22,93 @@ namespace essaim::serve::testing {
 namespace {
 
 const std::string kApiKey = "test-key";
+const std::string kAgentAlias = "agent-model";
 
 bool skip_npm() {
   const char* skip = std::getenv("ESSAIM_SKIP_NPM");
   return skip != nullptr && std::string(skip) == "1";
 }
 
-using backbone::testing::ListeningProcess;  // `essaim serve` as a child process
+using backbone::testing::ListeningProcess;  // `essaim serve` and `essaim-worker` as child processes
 
-TEST(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
-  if (skip_npm()) ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
-  ListeningProcess serve({ESSAIM_CLI, "serve", "-m", tiny_model_path(), "--host", "127.0.0.1", "--port", "0", "-np", "2",
-                      "-c", "512", "-t", "1", "--api-key", kApiKey, "--alias", "tiny-swarm"});
-  ASSERT_NE(serve.port(), 0);
-  ASSERT_TRUE(wait_until([&] { return http_call(serve.port(), "GET", "/health").status == 200; }, 60s));
-  const std::map<std::string, std::string> auth = {{"Authorization", "Bearer " + kApiKey}};
-  const HttpResult chat = http_call(serve.port(), "POST", "/v1/chat/completions",
-                                    R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":8,"temperature":0})",
-                                    auth);
-  ASSERT_EQ(chat.status, 200) << chat.body;
-  const HttpResult completion = http_call(serve.port(), "POST", "/v1/completions",
-                                          R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0})", auth);
-  ASSERT_EQ(completion.status, 200) << completion.body;
-  const json c = json::parse(chat.body), p = json::parse(completion.body);
-  const json expected = {{"api_key", kApiKey},
-                         {"model", "tiny-swarm"},
-                         {"chat_content", c["choices"][0]["message"]["content"]},
-                         {"chat_finish_reason", c["choices"][0]["finish_reason"]},
-                         {"chat_completion_tokens", c["usage"]["completion_tokens"]},
-                         {"completion_text", p["choices"][0]["text"]}};
-  const std::string dir = std::string(ESSAIM_BINARY_DIR) + "/serve-js";
-  std::filesystem::create_directories(dir);
-  const std::string expected_path = essaim::testing::make_temp_file_beside(dir + "/expected.json");
-  std::ofstream(expected_path) << expected.dump();
-  const std::string log = essaim::testing::make_temp_file_beside(dir + "/run.log");
-  const std::string cmd = "bash '" + std::string(ESSAIM_SOURCE_DIR) + "/tests/serve/js/run.sh' '" + dir +
-                          "' 'http://127.0.0.1:" + std::to_string(serve.port()) + "/v1' '" + expected_path + "' > '" +
-                          log + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::stringstream out;
-  out << std::ifstream(log).rdbuf();
-  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0)
-      << "the openai client test failed (exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1)
-      << "); set ESSAIM_SKIP_NPM=1 to skip this test deliberately. Output:\n" << out.str();
-  EXPECT_NE(out.str().find("6 checks passed"), std::string::npos) << out.str();
-  std::filesystem::remove(expected_path);
-  std::filesystem::remove(log);
+// Where the client tests run: a synth model; the trained model (models/kjv-moe-q4_k_m.gguf, a 4,096-token
+// vocabulary); and the same model from its backbone file (no experts) with its experts on 2 essaim-worker
+// processes, whose answers must be the monolithic server's.
+enum class ServedModel { SYNTH, TRAINED, TRAINED_OVER_WORKERS };
+
+void PrintTo(ServedModel m, std::ostream* os) {
+  *os << (m == ServedModel::SYNTH ? "synth" : m == ServedModel::TRAINED ? "trained" : "trained over workers");
+}
+
+std::string served_model_name(const ::testing::TestParamInfo<ServedModel>& info) {
+  switch (info.param) {
+    case ServedModel::SYNTH: return "Synth";
+    case ServedModel::TRAINED: return "Trained";
+    case ServedModel::TRAINED_OVER_WORKERS: return "TrainedOverWorkers";
+  }
+  return "unknown";
+}
+
+// How one test starts its servers: which synth file, the trained model's template (empty: its own, ChatML), and
+// the flags after the model's.
+struct ServerSetup {
+  std::string synth_model;
+  std::string trained_template_file;
+  std::vector<std::string> flags;
+};
+
+// The servers of one case: `served` is the one the JS client talks to; `reference` answers the C++ side's
+// expected JSON (the same process, but over workers the monolithic server of the same model).
+struct Servers {
+  std::unique_ptr<backbone::testing::WorkerSwarm> swarm;
+  std::unique_ptr<ListeningProcess> reference;
+  std::unique_ptr<ListeningProcess> served;
+  bool over_workers() const { return swarm != nullptr; }
+  uint16_t reference_port() const { return (reference ? reference : served)->port(); }
+  uint16_t served_port() const { return served->port(); }
+};
+
+std::unique_ptr<ListeningProcess> start_serve(std::vector<std::string> model_args, const ServerSetup& setup) {
+  std::vector<std::string> args = {ESSAIM_CLI, "serve"};
+  args.insert(args.end(), model_args.begin(), model_args.end());
+  args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0"});
+  args.insert(args.end(), setup.flags.begin(), setup.flags.end());
+  return std::make_unique<ListeningProcess>(args);
+}
+
+Servers start_servers(ServedModel which, const ServerSetup& setup) {
+  Servers s;
+  if (which == ServedModel::SYNTH) {
+    s.served = start_serve({"-m", setup.synth_model}, setup);
+    return s;
+  }
+  const backbone::testing::SwarmModel& m =
+      backbone::testing::SwarmModel::get({.file = std::string(ESSAIM_SOURCE_DIR) + "/models/kjv-moe-q4_k_m.gguf"});
+  std::vector<std::string> template_args;
+  if (!setup.trained_template_file.empty()) template_args = {"--chat-template-file", setup.trained_template_file};
+  std::vector<std::string> model_args = {"-m", m.path};
+  model_args.insert(model_args.end(), template_args.begin(), template_args.end());
+  s.served = start_serve(model_args, setup);
+  if (which == ServedModel::TRAINED) return s;
+  s.reference = std::move(s.served);
+  s.swarm = std::make_unique<backbone::testing::WorkerSwarm>(backbone::testing::start_worker_swarm(m, 2));
+  model_args = {"--backbone-file", backbone::testing::backbone_file_path(m), "--worker-timeout-ms", "60000"};
+  for (const auto& w : s.swarm->processes) model_args.insert(model_args.end(), {"--worker", w->address()});
+  model_args.insert(model_args.end(), template_args.begin(), template_args.end());
+  s.served = start_serve(model_args, setup);
+  return s;
+}
+
+// Every server of the case listening and /health 200 (over workers: once both workers are connected).
+::testing::AssertionResult servers_ready(const Servers& s) {
+  if (s.swarm && !s.swarm->ok()) return ::testing::AssertionFailure() << "a worker did not start";
+  for (const ListeningProcess* p : {s.reference.get(), s.served.get()}) {
+    if (p == nullptr) continue;
+    if (!p->ok()) return ::testing::AssertionFailure() << "essaim serve did not listen";
+    if (!wait_until([&] { return http_call(p->port(), "GET", "/health").status == 200; }, 60s))
+      return ::testing::AssertionFailure() << "essaim serve on port " << p->port() << " never became healthy";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // Runs one of tests/serve/js/*.mjs against BASE_URL with the expected answers; returns its output.
@@ -87,90 +128,28 @@ std::string run_js(const std::string& script, const std::string& base_url, const
   return out.str();
 }
 
-// Where the agent-API tests run: the qwen35moe synth model (its own template opens <think>); the trained model
-// (models/kjv-moe-q4_k_m.gguf, a 4,096-token vocabulary) with the real Qwen3.5 template from a file, since its own
-// is plain ChatML; and the same model from its backbone file with its experts on 2 essaim-worker processes.
-enum class AgentModel { SYNTH_QWEN35, TRAINED, TRAINED_OVER_WORKERS };
-
-void PrintTo(AgentModel m, std::ostream* os) {
-  *os << (m == AgentModel::SYNTH_QWEN35 ? "synth qwen35moe" : m == AgentModel::TRAINED ? "trained" : "trained over workers");
-}
-
-std::string agent_model_name(const ::testing::TestParamInfo<AgentModel>& info) {
-  switch (info.param) {
-    case AgentModel::SYNTH_QWEN35: return "SynthQwen35";
-    case AgentModel::TRAINED: return "Trained";
-    case AgentModel::TRAINED_OVER_WORKERS: return "TrainedOverWorkers";
-  }
-  return "unknown";
-}
-
-const backbone::testing::SwarmModel& trained_model() {
-  return backbone::testing::SwarmModel::get({.file = std::string(ESSAIM_SOURCE_DIR) + "/models/kjv-moe-q4_k_m.gguf"});
-}
-
-// The flags every agent server shares: -np 2, --reasoning-budget 3 (every answer thinks, then answers), a context
-// of 2,048 (the Qwen3.5 template's tool preamble is 666 tokens in the trained model's 4,096-token vocabulary).
-std::vector<std::string> agent_serve_args(const std::vector<std::string>& model_args, const std::string& alias) {
-  std::vector<std::string> args = {ESSAIM_CLI, "serve"};
-  args.insert(args.end(), model_args.begin(), model_args.end());
-  args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0", "-np", "2", "-c", "2048", "-t", "1",
-                           "--reasoning-budget", "3", "--alias", alias});
-  return args;
-}
-
-// The servers of one case: `served` is the one the JS client talks to; `reference` answers the C++ side's
-// expected JSON (the same process but over workers, where it is the monolithic server of the same model).
-struct AgentServers {
-  std::string alias;
-  std::unique_ptr<backbone::testing::WorkerSwarm> swarm;
-  std::unique_ptr<ListeningProcess> reference;
-  std::unique_ptr<ListeningProcess> served;
-  bool over_workers() const { return swarm != nullptr; }
-};
-
-AgentServers start_agent_servers(AgentModel which) {
-  AgentServers s;
-  if (which == AgentModel::SYNTH_QWEN35) {
-    s.alias = "tiny35";
-    const std::string model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path;
-    s.served = std::make_unique<ListeningProcess>(agent_serve_args({"-m", model}, s.alias));
-    return s;
-  }
-  s.alias = "kjv35";
-  const std::string template_file = std::string(ESSAIM_SOURCE_DIR) + "/tests/text/data/templates/qwen35.jinja";
-  const backbone::testing::SwarmModel& m = trained_model();
-  s.served = std::make_unique<ListeningProcess>(
-      agent_serve_args({"-m", m.path, "--chat-template-file", template_file}, s.alias));
-  if (which == AgentModel::TRAINED) return s;
-  s.reference = std::move(s.served);
-  s.swarm = std::make_unique<backbone::testing::WorkerSwarm>(backbone::testing::start_worker_swarm(m, 2));
-  std::vector<std::string> model_args = {"--backbone-file", backbone::testing::backbone_file_path(m),
-                                         "--chat-template-file", template_file, "--worker-timeout-ms", "60000"};
-  for (const auto& w : s.swarm->processes) model_args.insert(model_args.end(), {"--worker", w->address()});
-  s.served = std::make_unique<ListeningProcess>(agent_serve_args(model_args, s.alias));
-  return s;
-}
-
-// Every server of the case listening and /health 200 (over workers: once both workers are connected).
-::testing::AssertionResult agent_servers_ready(const AgentServers& s) {
-  if (s.swarm && !s.swarm->ok()) return ::testing::AssertionFailure() << "a worker did not start";
-  for (const ListeningProcess* p : {s.reference.get(), s.served.get()}) {
-    if (p == nullptr) continue;
-    if (!p->ok()) return ::testing::AssertionFailure() << "essaim serve did not listen";
-    if (!wait_until([&] { return http_call(p->port(), "GET", "/health").status == 200; }, 60s))
-      return ::testing::AssertionFailure() << "essaim serve on port " << p->port() << " never became healthy";
-  }
-  return ::testing::AssertionSuccess();
-}
-
-uint16_t reference_port(const AgentServers& s) { return (s.reference ? s.reference : s.served)->port(); }
-
 // POSTs a JSON body, expects 200, returns the parsed answer (null otherwise).
-json post_ok(uint16_t port, const std::string& path, const std::string& body) {
-  const HttpResult r = http_call(port, "POST", path, body);
+json post_ok(uint16_t port, const std::string& path, const std::string& body,
+             const std::map<std::string, std::string>& headers = {}) {
+  const HttpResult r = http_call(port, "POST", path, body, headers);
   EXPECT_EQ(r.status, 200) << r.body;
   return r.status == 200 ? json::parse(r.body) : json();
+}
+
+// What openai_client.mjs must see (chat, streamed chat, completion), asked of the server on `port`.
+json openai_client_expected(uint16_t port, const std::string& alias) {
+  const std::map<std::string, std::string> auth = {{"Authorization", "Bearer " + kApiKey}};
+  const json c = post_ok(port, "/v1/chat/completions",
+                         R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello there"}],"max_tokens":8,"temperature":0})",
+                         auth);
+  const json p = post_ok(port, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0})", auth);
+  if (c.is_null() || p.is_null()) return json();
+  return {{"api_key", kApiKey},
+          {"model", alias},
+          {"chat_content", c["choices"][0]["message"]["content"]},
+          {"chat_finish_reason", c["choices"][0]["finish_reason"]},
+          {"chat_completion_tokens", c["usage"]["completion_tokens"]},
+          {"completion_text", p["choices"][0]["text"]}};
 }
 
 // What openai_agents.mjs must see, asked of the server on `port` with the C++ HTTP client (greedy).
@@ -226,13 +205,45 @@ json anthropic_expected(uint16_t port, const std::string& alias) {
 }
 
 // The expected answers from the reference server; over workers, the swarm's own answers must be those bits.
-json expected_answers(const AgentServers& s, json (*ask)(uint16_t, const std::string&)) {
-  const json expected = ask(reference_port(s), s.alias);
-  if (s.over_workers()) EXPECT_EQ(ask(s.served->port(), s.alias), expected) << "the swarm's answers differ from the monolithic ones";
+json expected_answers(const Servers& s, const std::string& alias, json (*ask)(uint16_t, const std::string&)) {
+  const json expected = ask(s.reference_port(), alias);
+  if (s.over_workers()) {
+    EXPECT_EQ(ask(s.served_port(), alias), expected) << "the swarm's answers differ from the monolithic ones";
+  }
   return expected;
 }
 
-class AgentClients : public ::testing::TestWithParam<AgentModel> {};
+class OpenAiClient : public ::testing::TestWithParam<ServedModel> {};
+class AgentClients : public ::testing::TestWithParam<ServedModel> {};
+
+// Chat, streamed chat, completion, models.list(), 400 and 401 through the openai client; on the trained model
+// with its own template (ChatML).
+TEST_P(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
+  if (skip_npm()) {
+    ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
+  }
+  const Servers s = start_servers(GetParam(), {.synth_model = tiny_model_path(), .trained_template_file = "",
+      .flags = {"-np", "2", "-c", "512", "-t", "1", "--api-key", kApiKey, "--alias", "tiny-swarm"}});
+  ASSERT_TRUE(servers_ready(s));
+  const json expected = expected_answers(s, "tiny-swarm", openai_client_expected);
+  ASSERT_FALSE(HasFailure()) << expected.dump();
+  int rc = -1;
+  const std::string out = run_js("openai_client.mjs", "http://127.0.0.1:" + std::to_string(s.served_port()) + "/v1", expected, rc);
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0)
+      << "the openai client test failed (exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1)
+      << "); set ESSAIM_SKIP_NPM=1 to skip this test deliberately. Output:\n" << out;
+  EXPECT_NE(out.find("openai client: 6 checks passed"), std::string::npos) << out;
+}
+
+// The agent-API servers: -np 2, --reasoning-budget 3 (every answer thinks, then answers), a context of 2,048 (the
+// Qwen3.5 template's tool preamble is 666 tokens in the trained model's vocabulary); the qwen35moe synth model
+// (its own template opens <think>), the trained model with the real Qwen3.5 template from a file (its own is
+// ChatML).
+Servers start_agent_servers(ServedModel which) {
+  return start_servers(which, {.synth_model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path,
+      .trained_template_file = std::string(ESSAIM_SOURCE_DIR) + "/tests/text/data/templates/qwen35.jinja",
+      .flags = {"-np", "2", "-c", "2048", "-t", "1", "--reasoning-budget", "3", "--alias", kAgentAlias}});
+}
 
 // Reasoning split, enable_thinking through the template, a tool round trip, and constrained decoding (tool_choice
 // named and "required", json_schema and json_object, a refused keyword), with the openai client and
@@ -241,12 +252,12 @@ TEST_P(AgentClients, OpenAiReasoningAndToolRoundTrip) {
   if (skip_npm()) {
     ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
   }
-  const AgentServers s = start_agent_servers(GetParam());
-  ASSERT_TRUE(agent_servers_ready(s));
-  const json expected = expected_answers(s, openai_agents_expected);
+  const Servers s = start_agent_servers(GetParam());
+  ASSERT_TRUE(servers_ready(s));
+  const json expected = expected_answers(s, kAgentAlias, openai_agents_expected);
   ASSERT_FALSE(HasFailure()) << expected.dump();
   int rc = -1;
-  const std::string out = run_js("openai_agents.mjs", "http://127.0.0.1:" + std::to_string(s.served->port()) + "/v1", expected, rc);
+  const std::string out = run_js("openai_agents.mjs", "http://127.0.0.1:" + std::to_string(s.served_port()) + "/v1", expected, rc);
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) << ":\n" << out;
   EXPECT_NE(out.find("openai agents: 7 checks passed"), std::string::npos) << out;
 }
@@ -257,19 +268,19 @@ TEST_P(AgentClients, AnthropicMessagesStreamingThinkingAndToolUse) {
   if (skip_npm()) {
     ESSAIM_SKIP_MISSING_DEP(essaim::test_support::Dep::NODE_NPM, "ESSAIM_SKIP_NPM=1 asks to skip this test");
   }
-  const AgentServers s = start_agent_servers(GetParam());
-  ASSERT_TRUE(agent_servers_ready(s));
-  const json expected = expected_answers(s, anthropic_expected);
+  const Servers s = start_agent_servers(GetParam());
+  ASSERT_TRUE(servers_ready(s));
+  const json expected = expected_answers(s, kAgentAlias, anthropic_expected);
   ASSERT_FALSE(HasFailure()) << expected.dump();
   int rc = -1;
-  const std::string out = run_js("anthropic_client.mjs", "http://127.0.0.1:" + std::to_string(s.served->port()), expected, rc);
+  const std::string out = run_js("anthropic_client.mjs", "http://127.0.0.1:" + std::to_string(s.served_port()), expected, rc);
   EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "exit " << (WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) << ":\n" << out;
   EXPECT_NE(out.find("anthropic client: 6 checks passed"), std::string::npos) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, AgentClients,
-                         ::testing::Values(AgentModel::SYNTH_QWEN35, AgentModel::TRAINED, AgentModel::TRAINED_OVER_WORKERS),
-                         agent_model_name);
+const auto kServedModels = ::testing::Values(ServedModel::SYNTH, ServedModel::TRAINED, ServedModel::TRAINED_OVER_WORKERS);
+INSTANTIATE_TEST_SUITE_P(Models, OpenAiClient, kServedModels, served_model_name);
+INSTANTIATE_TEST_SUITE_P(Models, AgentClients, kServedModels, served_model_name);
 
 }  // namespace
 }  // namespace essaim::serve::testing
