@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "market/http_client.h"
+#include "net/http_client.h"
 #include "median.h"
 #include "model/model.h"
 #include "serve_workload.h"
@@ -129,6 +129,9 @@ struct Bench {
     std::vector<std::string> c = {o.essaim_bin, "serve", "-m", model_path, "--host", "127.0.0.1", "--port",
                                   std::to_string(port), "--parallel", std::to_string(n), "-c", std::to_string(o.ctx),
                                   "-t", threads, "--no-access-log"};
+    // essaim's prompt cache is on by default and ignores the request's cache_prompt: without --cache-prompt
+    // neither server reuses a prefix, with it both do.
+    if (!o.workload.cache_prompt) c.insert(c.end(), {"--cache-ram", "0"});
     if (t.rtt_ms >= 0) {
       for (const std::string& a : worker_addresses) c.insert(c.end(), {"--worker", a});
       c.insert(c.end(), {"--worker-timeout-ms", "60000"});
@@ -160,9 +163,9 @@ struct Metrics {
   }
 };
 Metrics read_metrics(uint16_t port) {
-  market::HttpCall call;
+  net::HttpCall call;
   call.target = "/metrics";
-  Result<market::HttpAnswer> a = market::http_call({.host = "127.0.0.1", .port = port, .base_path = {}}, call);
+  Result<net::HttpAnswer> a = net::http_call({.host = "127.0.0.1", .port = port, .base_path = {}}, call);
   if (!a || a->status != 200) die("cannot read /metrics");
   return {a->body};
 }
@@ -457,7 +460,7 @@ int main(int argc, char** argv) {
   app.add_option("--output-min", o.workload.output_min, "Fewest tokens generated per request (default 32)");
   app.add_option("--output-max", o.workload.output_max, "Most tokens generated per request (default 96)");
   app.add_flag("--chat", o.workload.chat, "/v1/chat/completions (system + user messages) instead of /v1/completions");
-  app.add_flag("--cache-prompt", o.workload.cache_prompt, "Let llama-server reuse a slot's cached prefix (essaim ignores it)");
+  app.add_flag("--cache-prompt", o.workload.cache_prompt, "Let both servers reuse cached prefixes (llama-server: cache_prompt: true; essaim: its --cache-ram default instead of --cache-ram 0)");
   app.add_option("-c,--ctx", o.ctx, "Context per sequence (default 1024)")->check(CLI::Range(64, 1 << 20));
   app.add_option("--workers", o.workers, "Also essaim over this many essaim-worker processes (default 0: not)")->check(CLI::Range(0, 64));
   app.add_option("--worker-threads", o.worker_threads, "Threads per worker (default 1)")->check(CLI::Range(1, 256));

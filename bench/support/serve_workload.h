@@ -29,7 +29,7 @@ struct WorkloadOptions {
   int system_tokens = 32;
   int prompt_tokens_min = 40, prompt_tokens_max = 120;  // the user part, uniform
   int output_min = 32, output_max = 96;               // max_tokens, uniform (ignore_eos: exactly this many)
-  bool cache_prompt = false;            // llama-server's prefix reuse between a slot's requests (essaim ignores it)
+  bool cache_prompt = false;            // llama-server's prefix reuse between a slot's requests (sent as cache_prompt)
   uint32_t seed = 1;
 };
 

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "market/http_client.h"
+#include "net/http_client.h"
 
 extern char** environ;
 
@@ -90,14 +90,14 @@ Result<ServerProcess> start_server_process(const std::vector<std::string>& argv,
   const int rc = posix_spawn(&p.pid, args[0].c_str(), &actions, nullptr, cargs.data(), cenv.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return Status::error("cannot start " + args[0]);
-  const market::HttpUrl url{.host = "127.0.0.1", .port = port, .base_path = {}};
+  const net::HttpUrl url{.host = "127.0.0.1", .port = port, .base_path = {}};
   const auto give_up = std::chrono::steady_clock::now() + ready_within;
   while (std::chrono::steady_clock::now() < give_up) {
     if (exited(p.pid)) return Status::error(args[0] + " exited before it was ready; its log ends:\n" + log_tail(log_path));
-    market::HttpCall health;
+    net::HttpCall health;
     health.target = "/health";
     health.deadline = std::chrono::milliseconds(2000);
-    const Result<market::HttpAnswer> a = market::http_call(url, health);
+    const Result<net::HttpAnswer> a = net::http_call(url, health);
     if (a && a->status == 200) return p;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

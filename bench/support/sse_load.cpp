@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "market/http_client.h"
+#include "net/http_client.h"
 
 namespace essaim::bench {
 namespace {
@@ -27,7 +27,7 @@ std::string event_text(const json& e) {
 void run_one(const LoadOptions& o, const LoadRequest& r, Clock::time_point t0, LoadResult& out) {
   const auto since = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(r.arrival_s)));
-  market::HttpCall call;
+  net::HttpCall call;
   call.method = "POST";
   call.target = o.target;
   call.body = r.body;
@@ -38,9 +38,9 @@ void run_one(const LoadOptions& o, const LoadRequest& r, Clock::time_point t0, L
   out.sent_s = since();
   int status = 0;
   std::string refusal;  // the body of an answer other than 200
-  const Status s = market::http_stream(
+  const Status s = net::http_stream(
       {.host = o.host, .port = o.port, .base_path = {}}, call,
-      [&](const market::HttpAnswer& head) {
+      [&](const net::HttpAnswer& head) {
         status = head.status;
         return Status::ok();
       },
