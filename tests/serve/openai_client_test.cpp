@@ -240,7 +240,9 @@ TEST_P(OpenAiClient, ChatStreamCompletionModelsAndErrors) {
 // (its own template opens <think>), the trained model with the real Qwen3.5 template from a file (its own is
 // ChatML).
 Servers start_agent_servers(ServedModel which) {
-  return start_servers(which, {.synth_model = backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path,
+  const std::string synth =
+      which == ServedModel::SYNTH ? backbone::testing::SwarmModel::get({.arch = SynthArch::QWEN35MOE}).path : "";
+  return start_servers(which, {.synth_model = synth,
       .trained_template_file = std::string(ESSAIM_SOURCE_DIR) + "/tests/text/data/templates/qwen35.jinja",
       .flags = {"-np", "2", "-c", "2048", "-t", "1", "--reasoning-budget", "3", "--alias", kAgentAlias}});
 }
