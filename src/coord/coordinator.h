@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 #include "coord/store.h"
 #include "net/http_limits.h"
 #include "net/http_server.h"

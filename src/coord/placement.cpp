@@ -1,4 +1,4 @@
-#include "coord/market.h"
+#include "coord/placement.h"
 
 #include <algorithm>
 #include <cmath>
@@ -115,7 +115,7 @@ std::vector<const RangeDemand*> needed_order(const std::vector<RangeDemand>& dem
 
 int64_t at(const std::vector<int64_t>& v, size_t i) { return i < v.size() ? v[i] : 0; }
 
-// One held slice to give up for `take`, or nullopt: see choose_volunteer in market.h.
+// One held slice to give up for `take`, or nullopt: see choose_volunteer in placement.h.
 std::optional<size_t> give_up_for(const Catalogue& cat, const std::vector<RangeDemand>& demand, const RangeDemand& take,
                                   const std::set<size_t>& held, int64_t left, const SwarmRoom& room) {
   std::vector<const RangeDemand*> candidates;
