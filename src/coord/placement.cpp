@@ -250,14 +250,28 @@ std::vector<NodeHoldings> future_holdings(const Catalogue& cat, const MarketSnap
 
 }  // namespace
 
+namespace {
+std::vector<int64_t> holders_after(const Catalogue& cat, const MarketSnapshot& s, const std::vector<InFlight>& moves,
+                                   const std::string& asker, int64_t now_ms, int64_t heartbeat_s) {
+  std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, heartbeat_s);
+  for (const InFlight& m : moves) {
+    if (m.node_id != asker) holders[m.slice] += m.give_up ? -1 : 1;
+  }
+  return holders;
+}
+}  // namespace
+
+std::vector<int64_t> future_holders(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
+                                    const std::string& asker, int64_t now_ms, int64_t heartbeat_s) {
+  return holders_after(cat, s, in_flight(cat, s, pending, gone_nodes(s.nodes, now_ms, heartbeat_s)), asker, now_ms,
+                       heartbeat_s);
+}
+
 VolunteerChoice decide_volunteer(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
                                  const VolunteerAsk& ask, const MarketRules& rules) {
   const std::vector<InFlight> moves = in_flight(cat, s, pending, gone_nodes(s.nodes, ask.now_ms, rules.heartbeat_s));
   // Holders as they will be once the other nodes' moves land; this node's own are offered again.
-  std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, ask.now_ms, rules.heartbeat_s);
-  for (const InFlight& m : moves) {
-    if (m.node_id != ask.node_id) holders[m.slice] += m.give_up ? -1 : 1;
-  }
+  const std::vector<int64_t> holders = holders_after(cat, s, moves, ask.node_id, ask.now_ms, rules.heartbeat_s);
   return choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), rules.replicas), ask.held,
                           ask.budget_bytes,
                           swarm_room(cat, future_holdings(cat, s, moves, ask.now_ms, rules.heartbeat_s), ask.node_id,
