@@ -63,6 +63,10 @@ struct Scenario {
   bool nearest = true;             // ReplicaPolicy::NEAREST (else FIRST)
   bool audit = true;               // adaptive audits
   double map_refresh_s = 1;
+  // cli/worker_join.cpp heartbeats from the thread that downloads, so a download longer than 3 heartbeats
+  // makes the node stale at the coordinator (false: as the worker is). True: a worker that heartbeats
+  // while it downloads.
+  bool heartbeat_while_downloading = false;
   bool diurnal = false;            // phones away more at night (offline times scaled by the hour)
   double coverage_every_s = 300;
   std::vector<DeviceClass> classes;  // empty: phone / laptop / GPU box (default_classes)

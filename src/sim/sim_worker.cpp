@@ -85,7 +85,15 @@ class MarketLoop {
 
   bool take(size_t s, int64_t budget) {
     if (holds(s) || held_bytes() + w_.cat.slices[s].bytes > budget) return false;
-    sg4::Comm::sendto(w_.slice_server, n_.host, uint64_t(w_.cat.slices[s].bytes));
+    sg4::CommPtr download = sg4::Comm::sendto_async(w_.slice_server, n_.host, uint64_t(w_.cat.slices[s].bytes));
+    if (!w_.sc.heartbeat_while_downloading) {
+      download->wait();  // as cli/worker_join.cpp: the market thread heartbeats again after the round
+    } else {
+      // A worker that keeps heartbeating what it holds while a download runs (wait_any_for leaves the
+      // download running when the heartbeat period is up).
+      const std::vector<sg4::CommPtr> pending = {download};
+      while (sg4::Comm::wait_any_for(pending, double(w_.sc.heartbeat_s)) < 0) heartbeat();
+    }
     ++w_.report.slice_downloads;
     w_.report.slice_bytes += uint64_t(w_.cat.slices[s].bytes);
     n_.held.push_back(s);
