@@ -57,7 +57,7 @@ bool SimMarket::heartbeat(const std::string& node_id, const std::vector<size_t>&
   Node& n = nodes_[index_.at(node_id)];
   const bool was_fresh = coord::node_is_holder(n.row, now_ms, rules_.heartbeat_s);
   std::vector<coord::HoldingRow> holdings;
-  for (size_t s : held) {
+  for (size_t s : leaving ? std::vector<size_t>{} : held) {  // a leaving heartbeat holds nothing
     const coord::CatalogueSlice& c = cat_.slices[s];
     holdings.push_back({node_id, c.layer, c.expert_first, c.expert_count, c.sha256});
   }

@@ -31,10 +31,10 @@ class SimRun : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = essaim::testing::make_temp_dir("essaim-sim-run");
-    std::ofstream(dir_ / "small.json") << R"({"workers": 16, "hours": 0.12, "warmup_s": 240, "probe_every_s": 60,
+    std::ofstream(dir_ / "small.json") << R"({"workers": 16, "hours": 0.15, "warmup_s": 240, "probe_every_s": 60,
       "probe_steps": 2, "sequences": 4, "coverage_every_s": 60, "heartbeat_while_downloading": true,
-      "classes": [{"name": "laptop", "budget_mb": 12288, "speed": 2, "downlink_mbps": 400, "uplink_mbps": 100,
-                   "rtt_ms": 20, "online_hours": 0.3, "offline_hours": 0.05, "kill_share": 0.5}]})";
+      "classes": [{"name": "laptop", "budget_mb": 4096, "speed": 2, "downlink_mbps": 400, "uplink_mbps": 100,
+                   "rtt_ms": 20, "online_hours": 0.1, "offline_hours": 0.05, "kill_share": 0.5}]})";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   json sim(const std::string& extra) {
