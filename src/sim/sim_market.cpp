@@ -115,10 +115,13 @@ bool SimMarket::nothing_needed(int64_t now_ms) {
   nothing_needed_ = std::all_of(h.begin(), h.end(), [&](int64_t x) { return x >= rules_.replicas; });
   // Valid until a fresh holder could go stale or a reservation expire (heartbeats only push these later).
   int64_t until = std::numeric_limits<int64_t>::max();
+  const auto later = [&](int64_t t) {
+    if (t > now_ms) until = std::min(until, t);
+  };
   for (size_t i : involved_) {
     const Node& n = nodes_[i];
-    if (n.row.last_heartbeat_ms > 0) until = std::min(until, n.row.last_heartbeat_ms + 3 * rules_.heartbeat_s * 1000 + 1);
-    for (const coord::PendingRow& p : n.pending) until = std::min(until, p.until_ms);
+    if (n.row.last_heartbeat_ms > 0) later(n.row.last_heartbeat_ms + 3 * rules_.heartbeat_s * 1000 + 1);
+    for (const coord::PendingRow& p : n.pending) later(p.until_ms);
   }
   needed_generation_ = generation_;
   needed_valid_until_ = until;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -48,6 +49,20 @@ class SimMarket {
   // Live holders per slice, as the coordinator counts them (fresh heartbeats).
   std::vector<int64_t> holders(int64_t now_ms) const;
 
+  // Whether every slice has `replicas` future holders: then any node without a reservation is told nothing
+  // (future_holders). The answer stands until the state changes (on_change) or needed_valid_until() (ms).
+  bool nothing_needed(int64_t now_ms);
+  int64_t needed_valid_until() const { return needed_valid_until_; }
+  void set_on_change(std::function<void()> f) { on_change_ = std::move(f); }
+  bool has_reservation(const std::string& node_id) const { return !nodes_[index_.at(node_id)].pending.empty(); }
+  // Requests the simulation answered for idle nodes without asking (heartbeats and volunteers of nodes that
+  // hold and reserve nothing while nothing is needed: each would have been told nothing).
+  void count_idle_requests(uint64_t heartbeats, uint64_t volunteers) {
+    counters_.heartbeats += heartbeats;
+    counters_.volunteers += volunteers;
+    counters_.skipped += heartbeats + volunteers;
+  }
+
   const coord::Catalogue& catalogue() const { return cat_; }
   const MarketCounters& counters() const { return counters_; }
   // Every node's holdings as last heartbeaten, by node id (the decisions-identical test compares these).
@@ -62,8 +77,10 @@ class SimMarket {
   coord::MarketSnapshot decision_snapshot(const std::string& asker) const;
   std::vector<coord::PendingRow> live_pending(int64_t now_ms) const;
   void set_pending(const std::string& node_id, std::vector<coord::PendingRow> rows, int64_t now_ms);
-  bool nothing_needed(int64_t now_ms);
-  void changed() { ++generation_; }
+  void changed() {
+    ++generation_;
+    if (on_change_) on_change_();
+  }
 
   coord::Catalogue cat_;
   coord::MarketRules rules_;
@@ -77,6 +94,7 @@ class SimMarket {
   uint64_t needed_generation_ = 0;
   int64_t needed_valid_until_ = 0;
   bool nothing_needed_ = false;
+  std::function<void()> on_change_;
 };
 
 }  // namespace essaim::sim

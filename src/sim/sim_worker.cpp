@@ -44,7 +44,7 @@ void serve_expert_calls(World& w, size_t i) {
 
 class MarketLoop {
  public:
-  MarketLoop(World& w, size_t i) : w_(w), n_(w.workers[i]) {}
+  MarketLoop(World& w, size_t i) : w_(w), n_(w.workers[i]), i_(i) {}
 
   void run_until(double until) {
     int rounds = 0;
@@ -56,8 +56,13 @@ class MarketLoop {
         first = false;
       }
       ++rounds;
-      const double left = std::min(until, w_.end_s) - World::now_s();
-      if (left > 0) sg4::this_actor::sleep_for(std::min(double(w_.sc.heartbeat_s), left));
+      const double stop = std::min(until, w_.end_s), left = stop - World::now_s();
+      if (left <= 0) break;
+      if (idle()) {
+        w_.idle->wait(i_, World::now_s() + double(w_.sc.heartbeat_s), stop);
+        continue;
+      }
+      sg4::this_actor::sleep_for(std::min(double(w_.sc.heartbeat_s), left));
     }
   }
 
@@ -121,8 +126,12 @@ class MarketLoop {
     return changed;
   }
 
+  // Holding and reserving nothing while nothing is needed: every heartbeat would be told nothing.
+  bool idle() { return n_.held.empty() && !w_.market->has_reservation(n_.id) && w_.market->nothing_needed(World::now_ms()); }
+
   World& w_;
   WorkerNode& n_;
+  size_t i_;
 };
 
 double exponential(std::mt19937_64& rng, double mean_s) {

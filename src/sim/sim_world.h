@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,27 @@ struct ExpertAnswer {
   size_t worker = 0;
 };
 
+// Idle workers (holding and reserving nothing) while nothing is needed: each would heartbeat and volunteer
+// every heartbeat and be told nothing. They wait here instead, and the pool wakes the one whose heartbeat
+// comes first once something is needed (as the first idle node to heartbeat then is the one assigned);
+// the requests they would have made are counted. This is what lets 10,000 mostly idle workers run.
+class IdlePool {
+ public:
+  explicit IdlePool(struct World& w);
+  // Blocks worker i, whose next heartbeat is at next_tick (then every heartbeat_s), until the pool wakes it
+  // at one of its heartbeats (true) or until `until` (false).
+  bool wait(size_t i, double next_tick, double until);
+  void dispatch();  // the pool's actor
+
+ private:
+  struct World& w_;
+  std::set<std::pair<double, size_t>> by_phase_;  // (next tick mod heartbeat, worker)
+  std::vector<sg4::SemaphorePtr> wake_;
+  std::vector<double> phase_;
+  sg4::MutexPtr mu_;
+  sg4::ConditionVariablePtr changed_;
+};
+
 struct World {
   explicit World(const Scenario& s) : sc(s) {}
   const Scenario& sc;
@@ -70,6 +93,7 @@ struct World {
   sg4::Host* slice_server = nullptr;
   double end_s = 0;
   SimReport report;
+  std::unique_ptr<IdlePool> idle;
 
   static double now_s() { return sg4::Engine::get_clock(); }
   static int64_t now_ms() { return kEpochMs + int64_t(sg4::Engine::get_clock() * 1000.0); }

@@ -81,6 +81,8 @@ Result<SimReport> run_swarm(const Scenario& s, int* argc, char** argv) {
   std::mt19937_64 rng(s.seed);
   build_platform(w, rng);
   w.end_s = s.hours * 3600;
+  w.idle = std::make_unique<IdlePool>(w);
+  sg4::Actor::create("idle-pool", w.slice_server, [&w] { w.idle->dispatch(); });
   for (size_t i = 0; i < w.workers.size(); ++i) {
     sg4::Actor::create("life-" + w.workers[i].id, w.workers[i].host, [&w, i] { worker_life(w, i); });
   }
