@@ -17,6 +17,7 @@ packages=(
   libpq-dev postgresql               # the coordinator's PostgreSQL store; its tests start a throw-away cluster
   chromium                           # the coordinator dashboard's headless-browser test
   ccache                             # scripts/test.sh: the CUDA build takes the release build's objects from it
+  libsimgrid-dev                     # essaim-sim: the swarm at scale on SimGrid (docs/scale.md)
 )
 # The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.
