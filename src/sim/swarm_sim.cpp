@@ -75,7 +75,9 @@ Result<SimReport> run_swarm(const Scenario& s, int* argc, char** argv) {
   xbt_log_control_set("root.thres:critical");
   // Flow-level TCP without LV08's slow-start corrections: essaim's links are long-lived connections.
   sg4::Engine::set_config("network/model:CM02");
-  sg4::Engine::set_config("contexts/stack-size:256");
+  sg4::Engine::set_config("contexts/stack-size:96");  // KiB: actors keep their data on the heap
+  // No guard page per actor stack: 10,000 workers' actors would pass Linux's 65,536 mappings per process.
+  sg4::Engine::set_config("contexts/guard-size:0");
   World w(s);
   ESSAIM_RETURN_IF_ERROR(load_model(w));
   std::mt19937_64 rng(s.seed);
