@@ -21,6 +21,7 @@ namespace {
 struct Outgoing {
   size_t worker = 0;
   std::vector<std::pair<int32_t, int64_t>> expert_rows;
+  int64_t rows = 0;  // distinct tokens: each travels once, with the experts it picked from this worker
   int64_t pairs = 0;
   double sent_s = 0;
   bool hedged = false;
@@ -87,11 +88,9 @@ class BackboneSim {
   }
 
   void send(uint64_t id, Outgoing& o, int32_t layer) {
-    std::set<int64_t> rows;  // tokens are rows; each token's experts share its row
     o.pairs = 0;
     for (const auto& er : o.expert_rows) o.pairs += er.second;
-    const int64_t distinct = std::min<int64_t>(o.pairs, w_.sc.sequences);
-    const uint64_t bytes = w_.shape.request_bytes(uint64_t(distinct), uint64_t(o.pairs));
+    const uint64_t bytes = w_.shape.request_bytes(uint64_t(o.rows), uint64_t(o.pairs));
     w_.report.bytes_up += bytes;
     o.sent_s = World::now_s();
     w_.workers[o.worker].inbox->put_init(new ExpertCall{id, layer, b_, o.expert_rows, o.sent_s}, bytes)->detach();
@@ -120,11 +119,11 @@ void BackboneSim::layer_call(int32_t layer) {
   sg4::this_actor::execute((sc.backbone_layer_ms / 1e3 + sc.backbone_row_us / 1e6 * double(sc.sequences)) *
                            sc.backbone_speed * kCoreFlops);
   refresh_map();
-  std::map<int32_t, int64_t> rows_of;  // expert -> rows (tokens) picking it
+  std::map<int32_t, std::vector<int32_t>> tokens_of;  // expert -> the tokens (rows) picking it
   std::vector<int32_t> ids, all;
-  for (int64_t t = 0; t < sc.sequences; ++t) {
+  for (int32_t t = 0; t < int32_t(sc.sequences); ++t) {
     w_.routing.draw(layer, rng_, ids);
-    for (int32_t e : ids) ++rows_of[e];
+    for (int32_t e : ids) tokens_of[e].push_back(t);
     all.insert(all.end(), ids.begin(), ids.end());
   }
   window_.record(layer, all);
@@ -132,7 +131,9 @@ void BackboneSim::layer_call(int32_t layer) {
   std::map<size_t, Outgoing> per_worker;
   std::vector<size_t> cands;
   std::vector<bool> was_candidate(w_.workers.size(), false);
-  for (const auto& [e, rows] : rows_of) {
+  std::map<size_t, std::vector<bool>> rows_to;  // worker -> which tokens it is sent
+  for (const auto& [e, tokens] : tokens_of) {
+    const int64_t rows = int64_t(tokens.size());
     const std::vector<std::pair<int32_t, int64_t>> one = {{e, rows}};
     if (hot_.count({layer, e})) {
       local_s += w_.call_seconds(layer, one);
@@ -151,6 +152,12 @@ void BackboneSim::layer_call(int32_t layer) {
     Outgoing& o = per_worker[pick];
     o.worker = pick;
     o.expert_rows.push_back({e, rows});
+    std::vector<bool>& sent = rows_to[pick];
+    sent.resize(size_t(sc.sequences), false);
+    for (int32_t t : tokens) {
+      if (!sent[size_t(t)]) ++o.rows;
+      sent[size_t(t)] = true;
+    }
   }
   std::map<uint64_t, Outgoing> out;
   for (auto& [worker, o] : per_worker) {
@@ -201,7 +208,7 @@ void BackboneSim::collect(int32_t layer, std::map<uint64_t, Outgoing>& out, doub
         }
         std::erase(both, o.worker);
         if (both.empty()) continue;
-        Outgoing d{.worker = chooser_.choose(both, load_), .expert_rows = o.expert_rows, .hedged = true};
+        Outgoing d{.worker = chooser_.choose(both, load_), .expert_rows = o.expert_rows, .rows = o.rows, .hedged = true};
         hedges.push_back({id, std::move(d)});
       }
       for (auto& [orig, d] : hedges) {
