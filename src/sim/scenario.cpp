@@ -124,6 +124,7 @@ std::map<std::string, Reader> scenario_fields(Scenario& s, double& hot_cache_mb)
       {"audit", boolean(s.audit)},
       {"map_refresh_s", number(s.map_refresh_s, 0.01, 1e5)},
       {"heartbeat_while_downloading", boolean(s.heartbeat_while_downloading)},
+      {"idle_pool", boolean(s.idle_pool)},
       {"diurnal", boolean(s.diurnal)},
       {"coverage_every_s", number(s.coverage_every_s, 1, 1e6)},
   };
@@ -172,7 +173,8 @@ std::string scenario_json(const Scenario& s) {
                   {"hot_cache_mb", double(s.hot_cache_bytes) / double(1 << 20)}, {"bf16_wire", s.bf16_wire},
                   {"deadline_ms", s.deadline_ms}, {"hedge", s.hedge}, {"nearest", s.nearest}, {"audit", s.audit},
                   {"map_refresh_s", s.map_refresh_s},
-                  {"heartbeat_while_downloading", s.heartbeat_while_downloading}, {"diurnal", s.diurnal},
+                  {"heartbeat_while_downloading", s.heartbeat_while_downloading}, {"idle_pool", s.idle_pool},
+                  {"diurnal", s.diurnal},
                   {"coverage_every_s", s.coverage_every_s}, {"classes", classes}};
   return j.dump();
 }

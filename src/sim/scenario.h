@@ -67,6 +67,9 @@ struct Scenario {
   // makes the node stale at the coordinator (false: as the worker is). True: a worker that heartbeats
   // while it downloads.
   bool heartbeat_while_downloading = false;
+  // Idle workers wait in the pool (sim_world.h IdlePool) rather than heartbeating to be told nothing: the
+  // same run, cheaper (false: every idle worker polls; sim_run_test compares the two).
+  bool idle_pool = true;
   bool diurnal = false;            // phones away more at night (offline times scaled by the hour)
   double coverage_every_s = 300;
   std::vector<DeviceClass> classes;  // empty: phone / laptop / GPU box (default_classes)

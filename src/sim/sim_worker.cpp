@@ -127,7 +127,7 @@ class MarketLoop {
   }
 
   // Holding and reserving nothing while nothing is needed: every heartbeat would be told nothing.
-  bool idle() { return n_.held.empty() && !w_.market->has_reservation(n_.id) && w_.market->nothing_needed(World::now_ms()); }
+  bool idle() { return w_.sc.idle_pool && n_.held.empty() && !w_.market->has_reservation(n_.id) && w_.market->nothing_needed(World::now_ms()); }
 
   World& w_;
   WorkerNode& n_;

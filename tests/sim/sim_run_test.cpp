@@ -67,6 +67,32 @@ TEST_F(SimRun, PairsAddUpAndTheSameSeedGivesTheSameRun) {
   EXPECT_NE(a["holdings"], c["holdings"]);
 }
 
+TEST_F(SimRun, TheIdlePoolChangesNothingButTheCost) {
+  // The same run with every idle worker heartbeating and volunteering to be told nothing.
+  // More budget than 2 replicas need, so most workers are idle most of the time.
+  std::ifstream in(dir_ / "small.json");
+  json s = json::parse(in);
+  s["workers"] = 40;
+  s["classes"][0]["budget_mb"] = 8192;
+  std::ofstream(dir_ / "pooled.json") << s.dump();
+  s["idle_pool"] = false;
+  std::ofstream(dir_ / "polling.json") << s.dump();
+  const auto both = [&](const char* file) {
+    auto [rc, out] = run("--scenario " + (dir_ / file).string() + " --json --holdings --seed 3");
+    EXPECT_EQ(rc, 0) << out;
+    return json::parse(out);
+  };
+  json pooled = both("pooled.json"), polling = both("polling.json");
+  for (const char* k : {"holdings", "tokens", "token_latency_s", "pairs", "calls", "churn", "coverage", "rewards"})
+    EXPECT_EQ(pooled[k], polling[k]) << k;
+  for (const char* k : {"assigned", "decisions", "swaps", "drops", "slice_downloads"})
+    EXPECT_EQ(pooled["coordinator"][k], polling["coordinator"][k]) << k;
+  // The requests the pool answered without asking are counted: within one heartbeat per idle period.
+  const double a = pooled["coordinator"]["heartbeats"], b = polling["coordinator"]["heartbeats"];
+  EXPECT_NEAR(a, b, 0.1 * b);
+  EXPECT_GT(pooled["coordinator"]["decisions_skipped"].get<uint64_t>(), 0u);
+}
+
 TEST_F(SimRun, ABadScenarioIsRefusedByName) {
   std::ofstream(dir_ / "bad.json") << R"({"workers": 16, "replicsa": 2})";
   auto [rc, out] = run("--scenario " + (dir_ / "bad.json").string() + " --json");
