@@ -13,12 +13,6 @@
 
 namespace essaim::sim {
 
-double World::call_seconds(int32_t layer, const std::vector<std::pair<int32_t, int64_t>>& expert_rows) const {
-  double s = 0;
-  for (const auto& [e, rows] : expert_rows) s += cost.expert_seconds(rows, shape.down_type[size_t(layer)]);
-  return s;
-}
-
 namespace {
 
 void serve_expert_calls(World& w, size_t i) {
