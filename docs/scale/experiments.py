@@ -50,7 +50,7 @@ def throughput_scenario(workers, backbones, lean):
     return s
 
 
-def throughput(workers_list=(100, 300, 1000), backbones_list=(1, 4)):
+def throughput(workers_list=(100, 300), backbones_list=(1, 4, 16)):
     for lean in (False, True):
         for b in backbones_list:
             for w in workers_list:
