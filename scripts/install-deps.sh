@@ -18,6 +18,7 @@ packages=(
   chromium                           # the coordinator dashboard's headless-browser test
   ccache                             # scripts/test.sh: the CUDA build takes the release build's objects from it
   universal-ctags                    # scripts/check-function-length.sh (a test: no long function without a stated reason)
+  libsimgrid-dev                     # essaim-sim: the swarm at scale on SimGrid (docs/scale.md)
 )
 # The reference JS tokenizer test and the openai client test (tests/serve/js) need node + npm; a machine that already has them (e.g. from
 # NodeSource, whose nodejs conflicts with Debian's npm) keeps its own.

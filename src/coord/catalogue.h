@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 
 namespace essaim::coord {
 

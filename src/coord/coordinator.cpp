@@ -50,8 +50,8 @@ json slice_json(const CatalogueSlice& s) {
           {"bytes", s.bytes}, {"sha256", s.sha256}, {"url", "/slices/" + s.name}};
 }
 
-Result<Snapshot> snapshot(Store& db) {
-  Snapshot s;
+Result<MarketSnapshot> snapshot(Store& db) {
+  MarketSnapshot s;
   ESSAIM_ASSIGN_OR_RETURN(s.nodes, db.list_nodes());
   ESSAIM_ASSIGN_OR_RETURN(s.holdings, db.list_holdings());
   ESSAIM_ASSIGN_OR_RETURN(s.usage, db.list_usage());
@@ -252,7 +252,7 @@ net::HttpReply Coordinator::Impl::metrics(const ApiCall& c) {
   t.sample("essaim_coord_store_errors_total", {}, double(store_errors.load()));
   t.family("essaim_coord_store_invalid_rows_total", "counter", "rows read back that failed validation");
   t.sample("essaim_coord_store_invalid_rows_total", {}, double(store->invalid_rows()));
-  if (Result<Snapshot> s = snapshot(*store)) {
+  if (Result<MarketSnapshot> s = snapshot(*store)) {
     std::map<std::string, int64_t> by_status = {{"active", 0}, {"stale", 0}, {"dropped", 0}, {"revoked", 0}};
     for (const NodeRow& n : s->nodes) ++by_status[node_status(n, c.now_ms, cfg.heartbeat_s)];
     t.family("essaim_coord_nodes", "gauge", "registered nodes by status");

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 #include "coord/store.h"
 #include "net/http_limits.h"
 #include "net/http_server.h"
@@ -34,7 +34,6 @@ struct CoordinatorConfig {
   std::function<int64_t()> now_ms;  // wall clock (ms since the epoch) when empty; tests move time
 };
 
-inline constexpr int64_t kPendingMs = 10 * 60 * 1000;  // a volunteer's assignment is reserved this long
 inline constexpr size_t kDownloadChunkBytes = 1 << 20;
 inline constexpr int kDownloadChunksInFlight = 4;  // per download: at most this many chunks in memory
 

@@ -26,12 +26,7 @@ struct ApiCall {
 };
 
 // Everything one decision needs, read in one go.
-struct Snapshot {
-  std::vector<NodeRow> nodes;
-  std::vector<HoldingRow> holdings;
-  std::vector<UsageRow> usage;
-};
-Result<Snapshot> snapshot(Store& db);
+Result<MarketSnapshot> snapshot(Store& db);
 
 struct Coordinator::Impl {
   const Catalogue& cat;

@@ -1,8 +1,5 @@
 // The market's endpoints: heartbeats, demand, usage, volunteering and the backbone's expert map.
 #include <algorithm>
-#include <map>
-#include <set>
-#include <tuple>
 
 #include "coord/api_parse.h"
 #include "coord/coordinator_impl.h"
@@ -45,7 +42,7 @@ net::HttpReply Coordinator::Impl::coverage(const ApiCall& c) {
   });
   if (!stored) return store_failed(stored);
   if (history.wants_coverage(c.now_ms)) {
-    if (Result<Snapshot> s = snapshot(*store)) {
+    if (Result<MarketSnapshot> s = snapshot(*store)) {
       note_coverage(c.now_ms, count_holders(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s));
     }
   }
@@ -70,7 +67,7 @@ net::HttpReply Coordinator::Impl::coverage(const ApiCall& c) {
 }
 
 net::HttpReply Coordinator::Impl::demand(const ApiCall& c) {
-  Result<Snapshot> s = snapshot(*store);
+  Result<MarketSnapshot> s = snapshot(*store);
   if (!s) return store_failed(s.status());
   const std::vector<RangeDemand> d =
       compute_demand(cat, count_holders(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s),
@@ -113,81 +110,12 @@ net::HttpReply Coordinator::Impl::usage(const ApiCall& c) {
   return json_reply(200, json::object());
 }
 
-namespace {
-
-// A reservation stands for a download in progress; one of a node that is gone (revoked, dropped, or
-// heartbeating before and silent for 3 heartbeats now) downloads nothing, so it must not hide a scarce range.
-std::set<std::string> gone_nodes(const std::vector<NodeRow>& nodes, int64_t now_ms, int64_t heartbeat_s) {
-  std::set<std::string> gone;
-  for (const NodeRow& n : nodes) {
-    const std::string st = node_status(n, now_ms, heartbeat_s);
-    if (st == "revoked" || st == "dropped" || (st == "stale" && n.last_heartbeat_ms > 0)) gone.insert(n.node_id);
-  }
-  return gone;
-}
-
-// The pending assignments of live nodes still to land: takes of slices not held yet, give-ups of slices
-// still held.
-struct InFlight {
-  std::string node_id;
-  size_t slice = 0;
-  bool give_up = false;
-};
-std::vector<InFlight> in_flight(const Catalogue& cat, const Snapshot& s, const std::vector<PendingRow>& pending,
-                                const std::set<std::string>& gone) {
-  std::set<std::tuple<std::string, int64_t, int64_t>> holds;
-  for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
-  std::map<std::pair<int64_t, int64_t>, size_t> slice_at;  // (layer, expert_first) -> slice
-  for (size_t i = 0; i < cat.slices.size(); ++i) slice_at.emplace(std::make_pair(cat.slices[i].layer, cat.slices[i].expert_first), i);
-  std::vector<InFlight> out;
-  for (const PendingRow& p : pending) {
-    if (gone.count(p.node_id) || holds.count({p.node_id, p.layer, p.expert_first}) != size_t(p.give_up)) continue;
-    auto it = slice_at.find({p.layer, p.expert_first});
-    if (it != slice_at.end()) out.push_back({p.node_id, it->second, p.give_up});
-  }
-  return out;
-}
-
-// Every healthy node's valid holdings as they will be once its pending assignments land, what it serves and
-// is not giving up, and its budget (its heartbeat's capacity).
-std::vector<NodeHoldings> future_holdings(const Catalogue& cat, const Snapshot& s, const std::vector<InFlight>& moves,
-                                          int64_t now_ms, int64_t heartbeat_s) {
-  std::map<std::string, int64_t> budget;
-  for (const NodeRow& row : s.nodes) budget[row.node_id] = row.capacity_bytes;
-  std::map<std::string, std::vector<const InFlight*>> moves_of;
-  for (const InFlight& m : moves) moves_of[m.node_id].push_back(&m);
-  std::vector<NodeHoldings> out;
-  for (const MapWorker& w : expert_map(cat, s.nodes, s.holdings, now_ms, heartbeat_s)) {
-    NodeHoldings n{w.node_id, w.slices, w.slices, budget[w.node_id]};
-    for (const InFlight* mp : moves_of[n.node_id]) {
-      const InFlight& m = *mp;
-      if (m.give_up) {
-        n.slices.erase(std::remove(n.slices.begin(), n.slices.end(), m.slice), n.slices.end());
-        n.serving.erase(std::remove(n.serving.begin(), n.serving.end(), m.slice), n.serving.end());
-      } else {
-        n.slices.push_back(m.slice);
-      }
-    }
-    out.push_back(std::move(n));
-  }
-  return out;
-}
-
-}  // namespace
-
 Result<VolunteerChoice> Coordinator::Impl::decide_volunteer(const std::string& node_id, const std::vector<size_t>& held,
                                                             int64_t budget_bytes, int64_t now_ms) {
-  ESSAIM_ASSIGN_OR_RETURN(Snapshot s, snapshot(*store));
+  ESSAIM_ASSIGN_OR_RETURN(MarketSnapshot s, snapshot(*store));
   ESSAIM_ASSIGN_OR_RETURN(std::vector<PendingRow> pending, store->list_pending(now_ms));
-  const std::vector<InFlight> moves = in_flight(cat, s, pending, gone_nodes(s.nodes, now_ms, cfg.heartbeat_s));
-  // Holders as they will be once the other nodes' moves land; this node's own are offered again.
-  std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, cfg.heartbeat_s);
-  for (const InFlight& m : moves) {
-    if (m.node_id != node_id) holders[m.slice] += m.give_up ? -1 : 1;
-  }
-  return choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), cfg.replicas), held,
-                          budget_bytes,
-                          swarm_room(cat, future_holdings(cat, s, moves, now_ms, cfg.heartbeat_s), node_id, held));
+  return coord::decide_volunteer(cat, s, pending, {node_id, held, budget_bytes, now_ms},
+                                 {.heartbeat_s = cfg.heartbeat_s, .replicas = cfg.replicas});
 }
 
 // Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on
@@ -213,16 +141,7 @@ net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
       }
     }
     ESSAIM_ASSIGN_OR_RETURN(choice, decide_volunteer(v->node_id, held, v->budget_bytes, c.now_ms));
-    std::vector<PendingRow> reserve;
-    const auto row = [&](size_t i, bool give_up) {
-      return PendingRow{v->node_id, cat.slices[i].layer, cat.slices[i].expert_first, c.now_ms + kPendingMs, give_up};
-    };
-    for (size_t i : choice.assign) reserve.push_back(row(i, false));
-    for (const SwapOrder& s : choice.swap) {
-      reserve.push_back(row(s.take, false));
-      reserve.push_back(row(s.give_up, true));
-    }
-    return store->set_pending(v->node_id, reserve, c.now_ms);
+    return store->set_pending(v->node_id, reservations(cat, v->node_id, choice, c.now_ms), c.now_ms);
   });
   if (!st) return store_failed(st);
   json assign = json::array(), drop = json::array(), swap = json::array();
@@ -235,7 +154,7 @@ net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
 }
 
 net::HttpReply Coordinator::Impl::expert_map(const ApiCall& c) {
-  Result<Snapshot> s = snapshot(*store);
+  Result<MarketSnapshot> s = snapshot(*store);
   if (!s) return store_failed(s.status());
   json workers = json::array();
   for (const MapWorker& w : coord::expert_map(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s)) {

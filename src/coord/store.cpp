@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 #include "coord/sql_connection.h"
 #include "coord/validate.h"
 

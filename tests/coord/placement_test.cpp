@@ -1,7 +1,7 @@
 // The market's pure decisions: holders, usage shares, scarcity order, volunteer choice, the expert map.
 #include <gtest/gtest.h>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 
 namespace essaim::coord {
 namespace {
@@ -35,7 +35,7 @@ HoldingRow hold(const NodeRow& n, const Catalogue& c, size_t s) {
   return {n.node_id, c.slices[s].layer, c.slices[s].expert_first, c.slices[s].expert_count, c.slices[s].sha256};
 }
 
-TEST(Market, HoldersCountOnlyHealthyNodesWithTheCatalogueDigest) {
+TEST(Placement, HoldersCountOnlyHealthyNodesWithTheCatalogueDigest) {
   const Catalogue c = catalogue();
   NodeRow a = healthy("n-a", 1), stale = healthy("n-s", 2), bad_fp = healthy("n-f", 3), dropped = healthy("n-d", 4),
           revoked = healthy("n-r", 5);
@@ -56,7 +56,7 @@ TEST(Market, HoldersCountOnlyHealthyNodesWithTheCatalogueDigest) {
   EXPECT_EQ(node_status(revoked, kNow, 10), "revoked");
 }
 
-TEST(Market, UsageIsUniformUntilReported) {
+TEST(Placement, UsageIsUniformUntilReported) {
   const Catalogue c = catalogue();
   EXPECT_EQ(usage_shares(c, {}), (std::vector<double>{0.5, 0.5, 0.5, 0.5}));
   // Layer 1: experts 4..7 picked 3 times as often as 0..3.
@@ -64,7 +64,7 @@ TEST(Market, UsageIsUniformUntilReported) {
   EXPECT_EQ(u, (std::vector<double>{1.0, 0.0, 0.25, 0.75}));
 }
 
-TEST(Market, DemandSortsByScarcityThenPosition) {
+TEST(Placement, DemandSortsByScarcityThenPosition) {
   const Catalogue c = catalogue();
   const auto d = compute_demand(c, {2, 1, 0, 1}, {0.5, 0.5, 0.25, 0.75}, 2);
   ASSERT_EQ(d.size(), 4u);
@@ -76,7 +76,7 @@ TEST(Market, DemandSortsByScarcityThenPosition) {
   EXPECT_EQ(d[3].scarcity, 0);
 }
 
-TEST(Market, VolunteerTakesTheScarcestThatFitAndNeverWhatItHolds) {
+TEST(Placement, VolunteerTakesTheScarcestThatFitAndNeverWhatItHolds) {
   const Catalogue c = catalogue();  // bytes 100, 104, 110, 114
   const auto d = compute_demand(c, {0, 0, 0, 0}, usage_shares(c, {}), 1);
   // All equally scarce: (layer, expert_first) order; 250 bytes take slices 0 and 1 (204), not 2.
@@ -88,7 +88,7 @@ TEST(Market, VolunteerTakesTheScarcestThatFitAndNeverWhatItHolds) {
   EXPECT_TRUE(choose_volunteer(c, d, {}, 99).assign.empty());
 }
 
-TEST(Market, VolunteerIsToldToDropOverReplicatedRangesWhenFull) {
+TEST(Placement, VolunteerIsToldToDropOverReplicatedRangesWhenFull) {
   const Catalogue c = catalogue();
   const auto d = compute_demand(c, {3, 0, 0, 0}, usage_shares(c, {}), 2);
   const auto v = choose_volunteer(c, d, {0}, 100);  // full with slice 0, which has 3 > 2 holders
@@ -97,7 +97,7 @@ TEST(Market, VolunteerIsToldToDropOverReplicatedRangesWhenFull) {
   EXPECT_TRUE(choose_volunteer(c, compute_demand(c, {2, 0, 0, 0}, usage_shares(c, {}), 2), {0}, 100).drop.empty());
 }
 
-TEST(Market, MapListsHealthyHoldersInRegistrationOrder) {
+TEST(Placement, MapListsHealthyHoldersInRegistrationOrder) {
   const Catalogue c = catalogue();
   NodeRow first = healthy("n-b", 1), second = healthy("n-a", 2), gone = healthy("n-c", 3);
   gone.last_heartbeat_ms = 0;

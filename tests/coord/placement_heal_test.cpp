@@ -1,4 +1,4 @@
-// The market heals, as a property of its pure decisions (coord/market.h): seeded random sequences of joins,
+// The market heals, as a property of its pure decisions (coord/placement.h): seeded random sequences of joins,
 // kill -9s (a killed node still counts as a holder until 3 heartbeats pass), graceful leaves (its ranges
 // go scarce at once) and budget changes; downloads land one heartbeat after they are assigned (and count as
 // holders for the others meanwhile, as the coordinator's pending reservations do). After every quiet
@@ -12,7 +12,7 @@
 #include <random>
 #include <set>
 
-#include "coord/market.h"
+#include "coord/placement.h"
 
 namespace essaim::coord {
 namespace {
@@ -240,15 +240,15 @@ void check_heals(uint64_t seed, int wanted, int steps) {
   for (int kind : {0, 4, 6, 8}) EXPECT_GT(e.count(kind) ? e.at(kind) : 0, 0) << "event kind " << kind;
 }
 
-TEST(MarketHeals, RandomChurnTwoReplicas) {
+TEST(PlacementHeals, RandomChurnTwoReplicas) {
   for (uint64_t seed : {1u, 2u, 3u, 4u}) check_heals(seed, 2, 300);
 }
 
-TEST(MarketHeals, RandomChurnThreeReplicas) {
+TEST(PlacementHeals, RandomChurnThreeReplicas) {
   for (uint64_t seed : {11u, 12u}) check_heals(seed, 3, 300);
 }
 
-TEST(MarketHeals, SpareFullOfSecondReplicasMovesToTheHole) {
+TEST(PlacementHeals, SpareFullOfSecondReplicasMovesToTheHole) {
   // The held-out scenario on the pure functions: 4 ranges, 2 wanted, 4 one-slot workers holding one range
   // each, a 2-slot spare holding 2 second replicas; the worker of a range the spare lacks is gone.
   Catalogue cat = catalogue(1, 4);
@@ -279,7 +279,7 @@ TEST(MarketHeals, SpareFullOfSecondReplicasMovesToTheHole) {
   EXPECT_TRUE(choose_volunteer(cat, d, {1, 2}, 2 * kSliceBytes, swarm_room(cat, downloading, "spare", {1, 2})).swap.empty());
 }
 
-TEST(MarketHeals, LeastUsedRangeIsGivenUpFirst) {
+TEST(PlacementHeals, LeastUsedRangeIsGivenUpFirst) {
   Catalogue cat = catalogue(1, 4);
   // Range 2 is picked 9 times as often as range 1: the spare keeps 2, gives up 1.
   const std::vector<UsageRow> usage = {{0, 4, 10}, {0, 8, 90}, {0, 0, 50}, {0, 12, 50}};
@@ -289,7 +289,7 @@ TEST(MarketHeals, LeastUsedRangeIsGivenUpFirst) {
   EXPECT_EQ(c.swap[0], (SwapOrder{0, 1}));
 }
 
-TEST(MarketHeals, HolesComeBeforeSecondReplicas) {
+TEST(PlacementHeals, HolesComeBeforeSecondReplicas) {
   Catalogue cat = catalogue(1, 4);
   // Range 3 is the router's favourite but has a holder; range 0 is rarely picked and has none.
   const std::vector<UsageRow> usage = {{0, 0, 1}, {0, 4, 10}, {0, 8, 10}, {0, 12, 500}};
@@ -298,7 +298,7 @@ TEST(MarketHeals, HolesComeBeforeSecondReplicas) {
   EXPECT_EQ(choose_volunteer(cat, d, {}, kSliceBytes).assign, (std::vector<size_t>{0}));
 }
 
-TEST(MarketHeals, UsageDecaysByHalfEachHalfLife) {
+TEST(PlacementHeals, UsageDecaysByHalfEachHalfLife) {
   EXPECT_EQ(usage_decay_factor(3600'000, 0), 1.0);
   EXPECT_DOUBLE_EQ(usage_decay_factor(3600'000, 3600'000), 0.5);
   EXPECT_DOUBLE_EQ(usage_decay_factor(7200'000, 3600'000), 0.25);

@@ -5,6 +5,7 @@
 //   std::vector<int64_t> h = count_holders(cat, nodes, holdings, now_ms, heartbeat_s);
 //   std::vector<RangeDemand> d = compute_demand(cat, h, usage, replicas);       // scarcest first
 //   VolunteerChoice c = choose_volunteer(cat, d, held, budget_bytes, swarm_room(...));
+//   VolunteerChoice v = decide_volunteer(cat, snapshot, pending, {node_id, held, budget, now_ms}, rules);  // all of it
 //
 // Scarcity of a range = max(0, wanted - holders) x usage, where usage is the range's share of the router's
 // picks in its layer (expert_count / n_experts before any usage report). It is 0 once a range has its
@@ -112,6 +113,44 @@ struct NodeHoldings {
 // `serving` only). Takers are counted for `held` only (the only slices a swap may give up): O(nodes x held).
 SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& nodes, const std::string& asker,
                      const std::vector<size_t>& held);
+
+// The store's rows one decision reads, at one moment.
+struct MarketSnapshot {
+  std::vector<NodeRow> nodes;  // registration order
+  std::vector<HoldingRow> holdings;
+  std::vector<UsageRow> usage;
+};
+
+struct VolunteerAsk {
+  std::string node_id;
+  std::vector<size_t> held;  // catalogue slices the node says it holds
+  int64_t budget_bytes = 0;
+  int64_t now_ms = 0;
+};
+struct MarketRules {
+  int64_t heartbeat_s = 10;
+  int64_t replicas = 2;  // wanted holders per range
+};
+
+// What a volunteer is told, from the state and the unexpired pending reservations (Store::list_pending):
+// holders count as they will be once the other live nodes' moves land (their takes added, their swaps'
+// give-ups taken away; reservations of gone nodes ignored), the asker's own moves are offered again, and
+// the swarm's room is seen from every healthy node's future holdings. The coordinator's heartbeat and
+// volunteer endpoints and essaim-sim both decide through this one function.
+VolunteerChoice decide_volunteer(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
+                                 const VolunteerAsk& ask, const MarketRules& rules);
+// The holder counts decide_volunteer works from, per catalogue slice, for `asker` (the other live nodes'
+// pending moves applied). Every slice at `wanted` or more means an empty choice for any asker without a
+// reservation of its own: nothing is needed, so nothing is assigned, swapped or dropped (essaim-sim skips
+// the decision then).
+std::vector<int64_t> future_holders(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
+                                    const std::string& asker, int64_t now_ms, int64_t heartbeat_s);
+
+inline constexpr int64_t kPendingMs = 10 * 60 * 1000;  // a volunteer's assignment is reserved this long
+// The pending rows a volunteer's choice reserves (Store::set_pending): its takes (a swap's too), until
+// now + kPendingMs, and a swap's give-up.
+std::vector<PendingRow> reservations(const Catalogue& cat, const std::string& node_id, const VolunteerChoice& choice,
+                                     int64_t now_ms);
 
 // Usage counts decay with a half-life: the factor to multiply counts by after `elapsed_ms` (1 when the
 // half-life is 0, i.e. no decay).

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Runs essaim-sim's experiments of docs/scale.md and plots them (matplotlib).
+
+  /usr/bin/python3 docs/scale/experiments.py throughput   # tok/s and token latency vs workers
+  /usr/bin/python3 docs/scale/experiments.py diurnal      # coverage over 24 h of diurnal churn
+  /usr/bin/python3 docs/scale/experiments.py plot         # plots from the JSON already written
+
+Each run's JSON report is written to docs/scale/runs/NAME.json (the scenario is inside it)."""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SIM = os.environ.get("ESSAIM_SIM", os.path.join(ROOT, "build", "src", "sim", "essaim-sim"))
+RUNS = os.path.join(HERE, "runs")
+
+
+def run(name, scenario, args=()):
+    os.makedirs(RUNS, exist_ok=True)
+    path = os.path.join(RUNS, name + ".scenario.json")
+    with open(path, "w") as f:
+        json.dump(scenario, f)
+    out = subprocess.run([SIM, "--scenario", path, "--json", *args], check=True, capture_output=True, text=True).stdout
+    os.remove(path)
+    with open(os.path.join(RUNS, name + ".json"), "w") as f:
+        f.write(out)
+    r = json.loads(out)
+    print(name, "tok/s %.2f p50 %.2f s p99 %.2f s fallback %d wall %.1f s" % (
+        r["tok_s"], r["token_latency_s"]["p50"], r["token_latency_s"]["p99"], r["pairs"]["fallback"], r["wall_s"]),
+        flush=True)
+    return r
+
+
+def throughput_scenario(workers, backbones, lean):
+    # No churn; the market asked for as many replicas as the budgets can hold (about one per 40 workers of
+    # the default mix), so holders grow with the swarm; a burst of 4 decode steps every 2 minutes.
+    s = {"workers": workers, "backbones": backbones, "hours": 0.5, "warmup_s": 1200, "probe_every_s": 120,
+         "probe_steps": 4, "replicas": max(2, workers // 40), "heartbeat_while_downloading": True,
+         "coverage_every_s": 600,
+         "classes": [{"name": "phone", "share": 0.6, "budget_mb": 1536, "speed": 0.5, "uplink_mbps": 10,
+                      "downlink_mbps": 40, "rtt_ms": 40},
+                     {"name": "laptop", "share": 0.35, "budget_mb": 6144, "speed": 2, "uplink_mbps": 20,
+                      "downlink_mbps": 100, "rtt_ms": 20},
+                     {"name": "gpu", "share": 0.05, "budget_mb": 20480, "speed": 30, "uplink_mbps": 100,
+                      "downlink_mbps": 500, "rtt_ms": 10}]}
+    if lean:
+        s.update({"hot_cache_mb": 4096, "bf16_wire": True})
+    return s
+
+
+def throughput(workers_list=(100, 300), backbones_list=(1, 4, 16)):
+    for lean in (False, True):
+        for b in backbones_list:
+            for w in workers_list:
+                run("throughput_w%d_b%d%s" % (w, b, "_lean" if lean else ""), throughput_scenario(w, b, lean))
+
+
+def diurnal(workers=1000):
+    run("diurnal_w%d" % workers, {"hours": 24, "replicas": 2, "diurnal": True, "heartbeat_while_downloading": True,
+                                   "probe_every_s": 900, "probe_steps": 2, "coverage_every_s": 900},
+        ["--workers", str(workers)])
+
+
+def load(name):
+    with open(os.path.join(RUNS, name + ".json")) as f:
+        return json.load(f)
+
+
+def plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted(n[:-5] for n in os.listdir(RUNS) if n.startswith("throughput_") and n.endswith(".json"))
+    series = {}
+    for n in names:
+        r = load(n)
+        key = (r["scenario"]["backbones"], r["scenario"]["bf16_wire"])
+        series.setdefault(key, []).append((r["scenario"]["workers"], r["tok_s"], r["token_latency_s"]["p50"],
+                                           r["token_latency_s"]["p99"]))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for (bb, lean), pts in sorted(series.items()):
+        pts.sort()
+        label = "%d backbone%s%s" % (bb, "s" if bb > 1 else "", ", hot cache + bf16" if lean else "")
+        a.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        b.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label + " p50")
+        b.plot([p[0] for p in pts], [p[3] for p in pts], marker="x", linestyle="--", label=label + " p99")
+    a.set_xscale("log"); a.set_xlabel("workers"); a.set_ylabel("aggregate tok/s"); a.legend(fontsize=7)
+    b.set_xscale("log"); b.set_xlabel("workers"); b.set_ylabel("token latency (s)"); b.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(HERE, "throughput.png"), dpi=110)
+    for n in sorted(x[:-5] for x in os.listdir(RUNS) if x.startswith("diurnal_") and x.endswith(".json")):
+        r = load(n)
+        pts = r["coverage"]["points"]
+        fig, a = plt.subplots(figsize=(9, 3.5))
+        t = [p["t_s"] / 3600 for p in pts]
+        a.plot(t, [p["covered"] for p in pts], label="slices with >= 1 holder")
+        a.plot(t, [p["replicated"] for p in pts], label="slices with >= 2 holders")
+        a.set_ylim(0, 1.05); a.set_xlabel("hour"); a.set_ylabel("share of slices")
+        a2 = a.twinx()
+        a2.plot(t, [p["online"] for p in pts], color="grey", linestyle=":", label="workers online")
+        a2.set_ylabel("workers online")
+        a.legend(loc="lower left", fontsize=7); a2.legend(loc="lower right", fontsize=7)
+        a.set_title("%s: %d workers, diurnal churn, 2 replicas" % (n, r["scenario"]["workers"]))
+        fig.tight_layout()
+        fig.savefig(os.path.join(HERE, n + ".png"), dpi=110)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "plot"
+    {"throughput": throughput, "diurnal": diurnal, "plot": plot}[what]()
+    if what != "plot":
+        plot()

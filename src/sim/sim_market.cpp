@@ -1,0 +1,152 @@
+#include "sim/sim_market.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace essaim::sim {
+
+void SimMarket::add_node(const std::string& node_id, int64_t now_ms) {
+  if (index_.count(node_id)) return;
+  index_.emplace(node_id, nodes_.size());
+  Node n;
+  n.row.node_id = node_id;
+  n.row.name = node_id;
+  n.row.registered_ms = now_ms;
+  nodes_.push_back(std::move(n));
+  changed();
+}
+
+coord::MarketSnapshot SimMarket::decision_snapshot(const std::string& asker) const {
+  coord::MarketSnapshot s;
+  std::set<size_t> rows = involved_;
+  if (auto it = index_.find(asker); it != index_.end()) rows.insert(it->second);
+  for (size_t i : rows) {
+    s.nodes.push_back(nodes_[i].row);
+    s.holdings.insert(s.holdings.end(), nodes_[i].holdings.begin(), nodes_[i].holdings.end());
+  }
+  return s;
+}
+
+std::vector<coord::PendingRow> SimMarket::live_pending(int64_t now_ms) const {
+  std::vector<coord::PendingRow> out;
+  for (size_t i : involved_) {
+    for (const coord::PendingRow& p : nodes_[i].pending) {
+      if (p.until_ms > now_ms) out.push_back(p);
+    }
+  }
+  return out;
+}
+
+void SimMarket::set_pending(const std::string& node_id, std::vector<coord::PendingRow> rows, int64_t now_ms) {
+  Node& n = nodes_[index_.at(node_id)];
+  if (rows.empty() && n.pending.empty()) return;
+  n.pending = std::move(rows);
+  // The store forgets every expired reservation at the same time; they no longer count either way.
+  for (size_t i : involved_) {
+    std::vector<coord::PendingRow>& p = nodes_[i].pending;
+    p.erase(std::remove_if(p.begin(), p.end(), [&](const coord::PendingRow& r) { return r.until_ms <= now_ms; }), p.end());
+  }
+  const size_t me = index_.at(node_id);
+  if (n.pending.empty() && n.holdings.empty()) involved_.erase(me); else involved_.insert(me);
+  changed();
+}
+
+bool SimMarket::heartbeat(const std::string& node_id, const std::vector<size_t>& held, int64_t capacity_bytes,
+                          bool leaving, int64_t now_ms) {
+  ++counters_.heartbeats;
+  Node& n = nodes_[index_.at(node_id)];
+  const bool was_fresh = coord::node_is_holder(n.row, now_ms, rules_.heartbeat_s);
+  std::vector<coord::HoldingRow> holdings;
+  for (size_t s : leaving ? std::vector<size_t>{} : held) {  // a leaving heartbeat holds nothing
+    const coord::CatalogueSlice& c = cat_.slices[s];
+    holdings.push_back({node_id, c.layer, c.expert_first, c.expert_count, c.sha256});
+  }
+  const bool same = holdings.size() == n.holdings.size() &&
+                    std::equal(holdings.begin(), holdings.end(), n.holdings.begin(), [](const auto& a, const auto& b) {
+                      return a.layer == b.layer && a.expert_first == b.expert_first;
+                    });
+  n.row.fingerprint_ok = true;
+  n.row.model_identity = cat_.model_identity;
+  n.row.protocol_version = cat_.protocol_version;
+  n.row.kernel_abi = cat_.kernel_abi;
+  n.row.address = node_id;
+  n.row.last_heartbeat_ms = now_ms;
+  n.row.capacity_bytes = capacity_bytes;
+  n.holdings = std::move(holdings);
+  const size_t me = index_.at(node_id);
+  if (!n.holdings.empty()) involved_.insert(me);
+  if (!same || !was_fresh) changed();
+  if (leaving) set_pending(node_id, {}, now_ms);
+  if (n.pending.empty() && n.holdings.empty()) involved_.erase(me);
+  if (leaving) return false;
+  if (n.pending.empty() && nothing_needed(now_ms)) {
+    ++counters_.skipped;
+    return false;
+  }
+  ++counters_.decisions;
+  return !coord::decide_volunteer(cat_, decision_snapshot(node_id), live_pending(now_ms),
+                                  {node_id, held, capacity_bytes, now_ms}, rules_)
+              .empty();
+}
+
+coord::VolunteerChoice SimMarket::volunteer(const std::string& node_id, const std::vector<size_t>& held,
+                                            int64_t budget_bytes, int64_t now_ms) {
+  ++counters_.volunteers;
+  const Node& n = nodes_[index_.at(node_id)];
+  coord::VolunteerChoice c;
+  if (n.pending.empty() && nothing_needed(now_ms)) {
+    ++counters_.skipped;
+  } else {
+    ++counters_.decisions;
+    c = coord::decide_volunteer(cat_, decision_snapshot(node_id), live_pending(now_ms),
+                                {node_id, held, budget_bytes, now_ms}, rules_);
+  }
+  counters_.assigned += c.assign.size();
+  counters_.swaps += c.swap.size();
+  counters_.drops += c.drop.size();
+  set_pending(node_id, coord::reservations(cat_, node_id, c, now_ms), now_ms);
+  return c;
+}
+
+bool SimMarket::nothing_needed(int64_t now_ms) {
+  if (needed_generation_ == generation_ && now_ms < needed_valid_until_) return nothing_needed_;
+  const coord::MarketSnapshot s = decision_snapshot("");
+  const std::vector<int64_t> h = coord::future_holders(cat_, s, live_pending(now_ms), "", now_ms, rules_.heartbeat_s);
+  nothing_needed_ = std::all_of(h.begin(), h.end(), [&](int64_t x) { return x >= rules_.replicas; });
+  // Valid until a fresh holder could go stale or a reservation expire (heartbeats only push these later).
+  int64_t until = std::numeric_limits<int64_t>::max();
+  const auto later = [&](int64_t t) {
+    if (t > now_ms) until = std::min(until, t);
+  };
+  for (size_t i : involved_) {
+    const Node& n = nodes_[i];
+    if (n.row.last_heartbeat_ms > 0) later(n.row.last_heartbeat_ms + 3 * rules_.heartbeat_s * 1000 + 1);
+    for (const coord::PendingRow& p : n.pending) later(p.until_ms);
+  }
+  needed_generation_ = generation_;
+  needed_valid_until_ = until;
+  return nothing_needed_;
+}
+
+std::vector<coord::MapWorker> SimMarket::expert_map(int64_t now_ms) {
+  ++counters_.map_reads;
+  const coord::MarketSnapshot s = decision_snapshot("");
+  return coord::expert_map(cat_, s.nodes, s.holdings, now_ms, rules_.heartbeat_s);
+}
+
+std::vector<int64_t> SimMarket::holders(int64_t now_ms) const {
+  const coord::MarketSnapshot s = decision_snapshot("");
+  return coord::count_holders(cat_, s.nodes, s.holdings, now_ms, rules_.heartbeat_s);
+}
+
+std::map<std::string, std::vector<size_t>> SimMarket::holdings() const {
+  std::map<std::string, std::vector<size_t>> out;
+  for (const Node& n : nodes_) {
+    std::vector<size_t>& v = out[n.row.node_id];
+    for (const coord::HoldingRow& h : n.holdings) v.push_back(*cat_.find(h.layer, h.expert_first, h.expert_count));
+    std::sort(v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace essaim::sim

@@ -1,0 +1,145 @@
+// essaim-sim's inputs: the scenario parser (defaults, hostile documents refused with the field's name), the
+// model's shape (Q4_K_M expert bytes by layer, the catalogue), wire bytes equal to the protocol encoder's,
+// the routing model's skew carried from the measured picks, the cost model's interpolation, the report's
+// statistics.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "proto/messages.h"
+#include "sim/cost_model.h"
+#include "sim/model_shape.h"
+#include "sim/routing_model.h"
+#include "sim/scenario.h"
+#include "sim/sim_data.h"
+#include "sim/sim_report.h"
+
+namespace essaim::sim {
+namespace {
+
+TEST(SimScenario, DefaultsAndOverrides) {
+  Result<Scenario> s = parse_scenario("{}");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->workers, 100);
+  ASSERT_EQ(s->classes.size(), 3u);
+  EXPECT_EQ(s->classes[0].name, "phone");
+  s = parse_scenario(R"({"workers": 7, "hot_cache_mb": 64, "classes": [{"name": "box", "budget_mb": 512}]})");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->workers, 7);
+  EXPECT_EQ(s->hot_cache_bytes, 64 << 20);
+  ASSERT_EQ(s->classes.size(), 1u);
+  EXPECT_EQ(s->classes[0].budget_bytes, 512 << 20);
+  // The report's copy of the scenario reads back the same.
+  Result<Scenario> again = parse_scenario(scenario_json(*s));
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(scenario_json(*again), scenario_json(*s));
+}
+
+TEST(SimScenario, HostileDocumentsAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[", "not valid JSON"},
+      {"[1]", "must be a JSON object"},
+      {R"({"wokers": 3})", "unknown field \"wokers\""},
+      {R"({"workers": 0})", "scenario.workers"},
+      {R"({"workers": 1.5})", "must be an integer"},
+      {R"({"workers": 99999999999999999999})", "scenario.workers"},
+      {R"({"hours": -1})", "scenario.hours"},
+      {R"({"seed": -1})", "scenario.seed"},
+      {R"({"hedge": 1})", "must be true or false"},
+      {R"({"classes": []})", "scenario.classes"},
+      {R"({"classes": [{"speed": 0}]})", "[0].speed"},
+      {R"({"classes": [{"name": ""}]})", "[0].name"},
+      {R"({"classes": [{"share": 0}]})", "shares add up to 0"},
+      {R"({"classes": [5]})", "[0] must be a JSON object"},
+  };
+  for (const auto& [doc, why] : bad) {
+    Result<Scenario> s = parse_scenario(doc);
+    ASSERT_FALSE(s) << doc;
+    EXPECT_NE(s.status().message().find(why), std::string::npos) << doc << ": " << s.status().message();
+  }
+}
+
+TEST(SimModel, Qwen122bExpertBytesFollowTheQ4KMRule) {
+  const ModelShape m = qwen35_122b();
+  ASSERT_EQ(m.expert_bytes.size(), 48u);
+  // gate + up: 1024 rows of 3072 Q4_K (12 blocks x 144 bytes); down: 3072 rows of 1024 (4 blocks) Q4_K or Q6_K.
+  const int64_t q4 = 2 * 1024 * 12 * 144 + 3072 * 4 * 144, q6 = 2 * 1024 * 12 * 144 + 3072 * 4 * 210;
+  std::set<int64_t> seen(m.expert_bytes.begin(), m.expert_bytes.end());
+  EXPECT_EQ(seen, (std::set<int64_t>{q4, q6}));
+  EXPECT_EQ(m.expert_bytes[0], q6);  // use_more_bits: the first eighth of the layers
+  const coord::Catalogue c = slice_catalogue(m, 32);
+  ASSERT_EQ(c.slices.size(), 48u * 8u);
+  EXPECT_EQ(c.slices[0].bytes, 32 * q6);
+  EXPECT_EQ(slice_catalogue(m, 100).slices.size(), 48u * 3u);  // 100 + 100 + 56
+}
+
+TEST(SimModel, WireBytesAreTheEncodersFrames) {
+  const ModelShape m = qwen35_122b();
+  for (auto [rows, pairs] : {std::pair<uint64_t, uint64_t>{1, 1}, {16, 40}, {3, 3}}) {
+    proto::ExpertRequest r{.act_type = GgmlType::Q8_K, .act_row_bytes = 3504};
+    r.row_expert_counts.assign(rows, 0);
+    for (uint64_t p = 0; p < pairs; ++p) ++r.row_expert_counts[p % rows];
+    r.expert_ids.assign(pairs, 7);
+    r.activations.assign(rows * 3504, 1);
+    EXPECT_EQ(m.request_bytes(rows, pairs), proto::encode_message(r).size());
+    EXPECT_EQ(m.request_bytes(rows, pairs), m.request_bytes(rows, pairs));  // memoised alike
+  }
+  EXPECT_EQ(m.response_bytes(10, false) - m.response_bytes(10, true), 10u * 3072u * 2u);
+}
+
+TEST(SimModel, RoutingCarriesTheMeasuredSkew) {
+  Result<RoutingModel> r = RoutingModel::from_json(router_stats_json(), 48, 256, 8, 1);
+  ASSERT_TRUE(r) << r.status().message();
+  const nlohmann::json measured = nlohmann::json::parse(router_stats_json());
+  // Layer 47 takes the last measured layer (the most skewed): the share of its top eighth of the experts
+  // (4 of 32 measured, 32 of 256 here) carries over (+-0.02).
+  std::vector<double> src = measured["layers"].back()["picks"].get<std::vector<double>>();
+  std::sort(src.begin(), src.end(), std::greater<>());
+  const double src_total = std::accumulate(src.begin(), src.end(), 0.0);
+  const double src_top = (src[0] + src[1] + src[2] + src[3]) / src_total;
+  std::vector<double> s = r->shares(47);
+  EXPECT_NEAR(std::accumulate(s.begin(), s.end(), 0.0), 1.0, 1e-9);
+  std::sort(s.begin(), s.end(), std::greater<>());
+  EXPECT_NEAR(std::accumulate(s.begin(), s.begin() + 32, 0.0), src_top, 0.02);
+  EXPECT_GT(s.front(), 1.5 / 256);  // skewed, not uniform
+  std::mt19937_64 rng(3);
+  std::vector<int32_t> ids;
+  std::set<int32_t> all;
+  for (int t = 0; t < 100; ++t) {
+    r->draw(5, rng, ids);
+    ASSERT_EQ(ids.size(), 8u);
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), 8u);
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_GT(all.size(), 150u);  // the draws vary
+  EXPECT_FALSE(RoutingModel::from_json("{\"layers\": []}", 48, 256, 8, 1));
+  EXPECT_FALSE(RoutingModel::from_json("{\"layers\": [{\"picks\": [0, 0]}]}", 48, 256, 8, 1));
+}
+
+TEST(SimModel, CostModelInterpolatesTheCalibration) {
+  Result<CostModel> c = CostModel::from_json(expert_cost_json());
+  ASSERT_TRUE(c) << c.status().message();
+  const double one = c->expert_seconds(1, GgmlType::Q4_K), eight = c->expert_seconds(8, GgmlType::Q4_K);
+  const double four = c->expert_seconds(4, GgmlType::Q4_K), big = c->expert_seconds(640, GgmlType::Q4_K);
+  EXPECT_GT(one, 1e-5);
+  EXPECT_LT(one, 1e-2);
+  EXPECT_GT(four, one);
+  EXPECT_LT(four, eight);
+  EXPECT_NEAR(big, c->expert_seconds(64, GgmlType::Q4_K) * 10, 1e-12);  // compute-bound beyond the last point
+  EXPECT_FALSE(CostModel::from_json(R"({"points": [{"down_type": "Q4_K", "rows_per_expert": 1, "seconds_per_expert": -1}]})"));
+}
+
+TEST(SimReport, GiniAndQuantiles) {
+  EXPECT_DOUBLE_EQ(gini({1, 1, 1, 1}), 0);
+  EXPECT_NEAR(gini({0, 0, 0, 8}), 0.75, 1e-12);
+  EXPECT_DOUBLE_EQ(gini({}), 0);
+  EXPECT_DOUBLE_EQ(quantile({5, 1, 3}, 0.5), 3);
+  EXPECT_DOUBLE_EQ(quantile({5, 1, 3}, 0.99), 5);
+}
+
+}  // namespace
+}  // namespace essaim::sim
