@@ -158,6 +158,56 @@ Args resolve(Args a) {
   return a;
 }
 
+// --coordinator: the worker joins the market by itself (worker/joined_worker.h).
+int run_joined(const Args& a, const sigset_t& stop_signals) {
+  worker::JoinConfig join{.coordinator = a.coordinator, .access = {.ca_file = a.ca_file, .insecure_http = a.insecure_http},
+                          .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
+                          .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .relay = a.relay,
+                          .relay_ca_file = a.ca_file, .relay_idle = a.relay_idle, .worker = {}, .quiet = a.quiet};
+  join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
+                 .max_in_flight = a.max_in_flight,
+                 .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
+  if (a.expert_output != "any") join.worker.only_output = expert_output_from_name(a.expert_output);
+  if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+  return worker::run_joined_worker(join, stop_signals);
+}
+
+// Where the worker takes connections: through the relay (--relay) or on --listen; no acceptor (and the exit
+// code) when neither can be opened.
+struct Listening {
+  std::unique_ptr<net::Acceptor> acceptor;
+  std::string where;  // what the "listening on" line says
+  int exit_code = 0;
+};
+
+Listening open_listening(const Args& a, worker::Worker& w, const std::shared_ptr<worker::RelayRefusal>& refusal) {
+  if (!a.relay.empty()) {
+    worker::RelayConfig rc{.relay = a.relay, .token = a.token,
+                           .build = {.model = w.hello().model, .protocol_version = w.hello().version,
+                                     .kernel_abi = w.hello().fingerprint.kernel_abi},
+                           .ca_file = a.ca_file, .idle_connections = a.relay_idle, .log = nullptr};
+    if (!a.quiet) rc.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
+    Result<worker::RelayServing> serving = worker::serve_through_relay(rc, refusal);
+    if (!serving) {
+      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
+      return {.acceptor = nullptr, .where = "", .exit_code = kExitUsage};
+    }
+    return {.acceptor = std::move(serving->acceptor), .where = serving->where, .exit_code = 0};
+  }
+  net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
+  if (!where) {
+    std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
+    return {.acceptor = nullptr, .where = "", .exit_code = kExitUsage};
+  }
+  net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
+  if (!listener) {
+    std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
+    return {.acceptor = nullptr, .where = "", .exit_code = 1};
+  }
+  const uint16_t port = (*listener)->port();
+  return {.acceptor = std::move(*listener), .where = where->first + ":" + std::to_string(port), .exit_code = 0};
+}
+
 int run(Args a) {
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts, so every thread
   // inherits the mask and the signal reaches the waiting main thread instead of killing the process.
@@ -167,18 +217,7 @@ int run(Args a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (!a.coordinator.empty()) {
-    worker::JoinConfig join{.coordinator = a.coordinator, .access = {.ca_file = a.ca_file, .insecure_http = a.insecure_http},
-                            .token = a.token, .budget_bytes = uint64_t(a.budget_mb * double(1 << 20)),
-                            .data_dir = a.data_dir, .listen = a.listen, .advertise = a.advertise, .relay = a.relay,
-                            .relay_ca_file = a.ca_file, .relay_idle = a.relay_idle, .worker = {}, .quiet = a.quiet};
-    join.worker = {.label = a.label, .threads = a.threads, .lanes = a.lanes, .max_payload_bytes = a.max_frame,
-                   .max_in_flight = a.max_in_flight,
-                   .idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000))};
-    if (a.expert_output != "any") join.worker.only_output = expert_output_from_name(a.expert_output);
-    if (!a.quiet) join.worker.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    return worker::run_joined_worker(join, stop_signals);
-  }
+  if (!a.coordinator.empty()) return run_joined(a, stop_signals);
 
   if (!a.slices_dir.empty()) {
     Result<std::vector<std::string>> picked = select_slices(a.slices_dir, a.expert_range, a.layer_range);
@@ -218,37 +257,11 @@ int run(Args a) {
                digest_hex(state->model()).c_str(), state->source_architecture().c_str(), state->slices().size(),
                double(state->slice_bytes()) / (1 << 20), holdings_text(*state).c_str(),
                w.hello().fingerprint.kernel_abi, w.hello().fingerprint.isa_class.c_str());
-  std::unique_ptr<net::Acceptor> acceptor;
-  std::string where_text;
   auto refusal = std::make_shared<worker::RelayRefusal>();
-  if (!a.relay.empty()) {
-    worker::RelayConfig rc{.relay = a.relay, .token = a.token,
-                           .build = {.model = w.hello().model, .protocol_version = w.hello().version,
-                                     .kernel_abi = w.hello().fingerprint.kernel_abi},
-                           .ca_file = a.ca_file, .idle_connections = a.relay_idle, .log = nullptr};
-    if (!a.quiet) rc.log = [](const std::string& line) { std::fprintf(stderr, "essaim worker: %s\n", line.c_str()); };
-    Result<worker::RelayServing> serving = worker::serve_through_relay(rc, refusal);
-    if (!serving) {
-      std::fprintf(stderr, "essaim worker: %s\n", serving.status().message().c_str());
-      return kExitUsage;
-    }
-    acceptor = std::move(serving->acceptor);
-    where_text = serving->where;
-  } else {
-    net::NetResult<std::pair<std::string, uint16_t>> where = net::parse_host_port(a.listen);
-    if (!where) {
-      std::fprintf(stderr, "essaim worker: --listen %s: %s\n", a.listen.c_str(), where.error().message.c_str());
-      return kExitUsage;
-    }
-    net::NetResult<std::unique_ptr<net::TcpListener>> listener = net::TcpListener::listen(where->first, where->second);
-    if (!listener) {
-      std::fprintf(stderr, "essaim worker: cannot listen on %s: %s\n", a.listen.c_str(), listener.error().message.c_str());
-      return 1;
-    }
-    const uint16_t port = (*listener)->port();
-    where_text = where->first + ":" + std::to_string(port);
-    acceptor = std::move(*listener);
-  }
+  Listening listening = open_listening(a, w, refusal);
+  if (!listening.acceptor) return listening.exit_code;
+  std::unique_ptr<net::Acceptor> acceptor = std::move(listening.acceptor);
+  const std::string where_text = listening.where;
   net::StreamServer server(std::move(acceptor), [&w](net::ByteStream& s) { w.serve_connection(s); },
                            {.on_refused = [&w](net::ByteStream& s) { w.refuse_over_capacity(s); }});
   // Tests and scripts wait for this line and read the port from it (the relay's, behind a relay).

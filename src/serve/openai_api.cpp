@@ -296,31 +296,19 @@ void append_prompt_cache_metrics(net::MetricsText& m, const PromptCacheStats& c)
   m.sample("essaim_serve_prompt_cache_entries", {{"kind", "checkpoints"}}, double(c.checkpoints));
 }
 
-}  // namespace
+void append_http_metrics(net::MetricsText& m, const net::HttpServerStats& h) {
+  m.family("essaim_serve_connections", "gauge", "Open HTTP connections");
+  m.sample("essaim_serve_connections", {}, h.connections);
+  m.family("essaim_serve_connections_refused_total", "counter", "Connections refused over the connection cap");
+  m.sample("essaim_serve_connections_refused_total", {}, double(h.refused_connections));
+  m.family("essaim_serve_http_refused_total", "counter", "Requests refused by the listener (400/413/431)");
+  m.sample("essaim_serve_http_refused_total", {}, double(h.refused_requests));
+  m.family("essaim_serve_client_disconnects_total", "counter", "Clients gone before their answer was complete");
+  m.sample("essaim_serve_client_disconnects_total", {}, double(h.disconnects));
+  m.append_raw(h.admission.to_prometheus("essaim_serve"));
+}
 
-std::string ServeApi::metrics_text() const {
-  net::MetricsText m;
-  m.family("essaim_serve_ready", "gauge", "1 once the model is loaded and requests are served");
-  m.sample("essaim_serve_ready", {}, ready_.load() ? 1 : 0);
-  m.family("essaim_serve_requests_total", "counter", "Requests answered, by outcome");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [outcome, n] : outcomes_) m.sample("essaim_serve_requests_total", {{"outcome", outcome}}, double(n));
-  }
-  if (options_.http_stats) {
-    const net::HttpServerStats h = options_.http_stats();
-    m.family("essaim_serve_connections", "gauge", "Open HTTP connections");
-    m.sample("essaim_serve_connections", {}, h.connections);
-    m.family("essaim_serve_connections_refused_total", "counter", "Connections refused over the connection cap");
-    m.sample("essaim_serve_connections_refused_total", {}, double(h.refused_connections));
-    m.family("essaim_serve_http_refused_total", "counter", "Requests refused by the listener (400/413/431)");
-    m.sample("essaim_serve_http_refused_total", {}, double(h.refused_requests));
-    m.family("essaim_serve_client_disconnects_total", "counter", "Clients gone before their answer was complete");
-    m.sample("essaim_serve_client_disconnects_total", {}, double(h.disconnects));
-    m.append_raw(h.admission.to_prometheus("essaim_serve"));
-  }
-  if (!ready_.load()) return m.text();
-  const SchedulerStats s = model_.scheduler->stats();
+void append_scheduler_metrics(net::MetricsText& m, const SchedulerStats& s) {
   m.family("essaim_serve_sequences_active", "gauge", "Sequences in flight (in the batch)");
   m.sample("essaim_serve_sequences_active", {}, s.active);
   m.family("essaim_serve_sequences_queued", "gauge", "Sequences waiting for a slot");
@@ -359,11 +347,29 @@ std::string ServeApi::metrics_text() const {
            "Speculative decoding: tokens a sequence got per verifying step, since start");
   m.sample("essaim_serve_spec_tokens_per_step", {},
            s.spec_rounds ? double(s.spec_tokens) / double(s.spec_rounds) : 0.0);
-  append_prompt_cache_metrics(m, s.prompt_cache);
+}
 
-  if (!model_.dispatch_stats) return m.text();
-  const std::optional<backbone::DispatchStats> d = model_.dispatch_stats();
-  if (!d) return m.text();
+// --expert-cache-mb (docs/dispatch.md, "The hot-expert cache").
+void append_hot_cache_metrics(net::MetricsText& m, const backbone::HotCacheReport& h) {
+  m.family("essaim_hot_cache_hits_total", "counter", "Pairs computed from the hot-expert cache instead of sent");
+  m.sample("essaim_hot_cache_hits_total", {}, double(h.hits));
+  m.family("essaim_hot_cache_fetches_total", "counter", "Expert downloads verified and cached");
+  m.sample("essaim_hot_cache_fetches_total", {}, double(h.fetches));
+  m.family("essaim_hot_cache_refusals_total", "counter", "Expert downloads refused (digest or format not the expected one)");
+  m.sample("essaim_hot_cache_refusals_total", {}, double(h.refusals));
+  m.family("essaim_hot_cache_fetch_failures_total", "counter", "Expert downloads that did not complete");
+  m.sample("essaim_hot_cache_fetch_failures_total", {}, double(h.fetch_failures));
+  m.family("essaim_hot_cache_evictions_total", "counter", "Experts dropped from the cache for hotter ones");
+  m.sample("essaim_hot_cache_evictions_total", {}, double(h.evictions));
+  m.family("essaim_hot_cache_bytes", "gauge", "Expert bytes held by the cache, and its budget");
+  m.sample("essaim_hot_cache_bytes", {{"kind", "held"}}, double(h.bytes_held));
+  m.sample("essaim_hot_cache_bytes", {{"kind", "budget"}}, double(h.budget_bytes));
+  m.family("essaim_hot_cache_experts", "gauge", "Experts held by the cache");
+  m.sample("essaim_hot_cache_experts", {}, double(h.experts_held));
+}
+
+void append_dispatch_metrics(net::MetricsText& m, const backbone::DispatchStats& stats) {
+  const backbone::DispatchStats* d = &stats;
   m.family("essaim_dispatch_pairs_total", "counter", "(row, expert) pairs by where they were computed");
   m.sample("essaim_dispatch_pairs_total", {{"where", "remote"}}, double(d->pairs_remote));
   m.sample("essaim_dispatch_pairs_total", {{"where", "local"}}, double(d->pairs_local));
@@ -379,24 +385,7 @@ std::string ServeApi::metrics_text() const {
   m.sample("essaim_dispatch_bytes_total", {{"direction", "received"}}, double(d->bytes_received()));
   m.family("essaim_dispatch_requests_total", "counter", "Expert requests sent");
   m.sample("essaim_dispatch_requests_total", {}, double(d->requests));
-  if (d->hot.enabled) {  // --expert-cache-mb (docs/dispatch.md, "The hot-expert cache")
-    const backbone::HotCacheReport& h = d->hot;
-    m.family("essaim_hot_cache_hits_total", "counter", "Pairs computed from the hot-expert cache instead of sent");
-    m.sample("essaim_hot_cache_hits_total", {}, double(h.hits));
-    m.family("essaim_hot_cache_fetches_total", "counter", "Expert downloads verified and cached");
-    m.sample("essaim_hot_cache_fetches_total", {}, double(h.fetches));
-    m.family("essaim_hot_cache_refusals_total", "counter", "Expert downloads refused (digest or format not the expected one)");
-    m.sample("essaim_hot_cache_refusals_total", {}, double(h.refusals));
-    m.family("essaim_hot_cache_fetch_failures_total", "counter", "Expert downloads that did not complete");
-    m.sample("essaim_hot_cache_fetch_failures_total", {}, double(h.fetch_failures));
-    m.family("essaim_hot_cache_evictions_total", "counter", "Experts dropped from the cache for hotter ones");
-    m.sample("essaim_hot_cache_evictions_total", {}, double(h.evictions));
-    m.family("essaim_hot_cache_bytes", "gauge", "Expert bytes held by the cache, and its budget");
-    m.sample("essaim_hot_cache_bytes", {{"kind", "held"}}, double(h.bytes_held));
-    m.sample("essaim_hot_cache_bytes", {{"kind", "budget"}}, double(h.budget_bytes));
-    m.family("essaim_hot_cache_experts", "gauge", "Experts held by the cache");
-    m.sample("essaim_hot_cache_experts", {}, double(h.experts_held));
-  }
+  if (d->hot.enabled) append_hot_cache_metrics(m, d->hot);
   struct PerWorker {
     const char* name;
     const char* type;
@@ -417,6 +406,26 @@ std::string ServeApi::metrics_text() const {
     m.family(f.name, f.type, f.help);
     for (const backbone::WorkerReport& w : d->workers) m.sample(f.name, {{"worker", w.address}}, f.value(w));
   }
+}
+
+}  // namespace
+
+std::string ServeApi::metrics_text() const {
+  net::MetricsText m;
+  m.family("essaim_serve_ready", "gauge", "1 once the model is loaded and requests are served");
+  m.sample("essaim_serve_ready", {}, ready_.load() ? 1 : 0);
+  m.family("essaim_serve_requests_total", "counter", "Requests answered, by outcome");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [outcome, n] : outcomes_) m.sample("essaim_serve_requests_total", {{"outcome", outcome}}, double(n));
+  }
+  if (options_.http_stats) append_http_metrics(m, options_.http_stats());
+  if (!ready_.load()) return m.text();
+  const SchedulerStats s = model_.scheduler->stats();
+  append_scheduler_metrics(m, s);
+  append_prompt_cache_metrics(m, s.prompt_cache);
+  if (!model_.dispatch_stats) return m.text();
+  if (const std::optional<backbone::DispatchStats> d = model_.dispatch_stats()) append_dispatch_metrics(m, *d);
   return m.text();
 }
 

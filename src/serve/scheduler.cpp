@@ -312,6 +312,15 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   for (std::unique_ptr<Sequence>& s : active)
     if (s->done) s.reset();  // finished this step
 
+  record_step(tally, {.prompt_rows = prompt_rows, .rows = n_rows, .items = items.size(), .forward_start = t_forward,
+                      .emit_start = t_emit});
+}
+
+// A finished step's counts in the stats, and its generated tokens in the rate window.
+void Scheduler::record_step(const StepTally& tally, const StepShape& shape) {
+  const Clock::time_point t_forward = shape.forward_start, t_emit = shape.emit_start;
+  const uint64_t prompt_rows = shape.prompt_rows;
+  const int64_t n_rows = shape.rows;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.forward_seconds += std::chrono::duration<double>(t_emit - t_forward).count();
@@ -324,7 +333,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Sequence>>& active) {
   stats_.spec_accepted += uint64_t(tally.spec.accepted);
   stats_.spec_tokens += uint64_t(tally.spec.tokens);
   stats_.batch_rows.observe(double(n_rows));
-  stats_.batch_sequences.observe(double(items.size()));
+  stats_.batch_sequences.observe(double(shape.items));
   const double now = seconds_since(kProcessStart);
   rate_window_.emplace_back(now, tally.generated);
   while (!rate_window_.empty() && now - rate_window_.front().first > kRateWindowSeconds) rate_window_.pop_front();

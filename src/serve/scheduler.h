@@ -195,6 +195,13 @@ class Scheduler {
   void step(std::vector<std::unique_ptr<Sequence>>& active);
   // Samples the token(s) a row's forward gave its sequence and emits them; counts into the step's tallies.
   struct StepTally;
+  struct StepShape {
+    uint64_t prompt_rows = 0;  // prompt tokens computed
+    int64_t rows = 0;          // token rows in the batch
+    size_t items = 0;          // sequences in the batch
+    std::chrono::steady_clock::time_point forward_start, emit_start;
+  };
+  void record_step(const StepTally& tally, const StepShape& shape);
   void take_tokens(Sequence& s, StepTally& tally);
   static TokenId sample_constrained(Sequence& s, std::span<const float> logits, std::string& error);
   Status draft(std::vector<std::unique_ptr<Sequence>>& active);
