@@ -124,6 +124,14 @@ Result<HparamReader::AttentionHeads> HparamReader::attention_heads(uint32_t n_he
   return AttentionHeads{.n_head = int32_t(n_head), .n_head_kv = int32_t(n_head_kv), .head_dim = int32_t(key_len)};
 }
 
+Result<HparamReader::ExpertCounts> HparamReader::expert_counts() const {
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, u32("expert_count"));
+  ESSAIM_RETURN_IF_ERROR(check_range("expert_count", n_expert, 1, 512));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, u32("expert_used_count"));
+  ESSAIM_RETURN_IF_ERROR(check_range("expert_used_count", n_used, 1, n_expert));
+  return ExpertCounts{.n_expert = int32_t(n_expert), .n_expert_used = int32_t(n_used)};
+}
+
 Status HparamReader::refuse_rope_scaling() const {
   const GgufValue* s = file_.find_kv(key("rope.scaling.type"));
   if (!s) return Status::ok();

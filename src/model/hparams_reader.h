@@ -58,6 +58,12 @@ class HparamReader {
     int32_t head_dim = 0;
   };
   Result<AttentionHeads> attention_heads(uint32_t n_head, uint32_t n_head_kv, uint32_t n_embd) const;
+  // expert_count in [1, 512] and expert_used_count in [1, expert_count].
+  struct ExpertCounts {
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+  };
+  Result<ExpertCounts> expert_counts() const;
   // rope.scaling.type absent, "none", or "linear" with factor 1 (or 0): no stock file of these architectures
   // scales RoPE, so scaling is refused rather than silently computing something else.
   Status refuse_rope_scaling() const;

@@ -146,12 +146,10 @@ Status read_gated_deltanet(const HparamReader& keys, Qwen35Hparams& hp) {
 
 // MoE: routed experts and the shared expert.
 Status read_experts(const HparamReader& keys, uint32_t n_block, Qwen35Hparams& hp) {
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_used_count", n_used, 1, n_expert));
-  hp.n_expert = int32_t(n_expert);
-  hp.n_expert_used = int32_t(n_used);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::ExpertCounts experts, keys.expert_counts());
+  hp.n_expert = experts.n_expert;
+  hp.n_expert_used = experts.n_expert_used;
+  const uint32_t n_used = uint32_t(experts.n_expert_used);
   ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> ff, keys.u32_per_layer("feed_forward_length", n_block, 0u));
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_ff_exp, keys.u32_or("expert_feed_forward_length", ff[0] / n_used));
   if (n_ff_exp == 0)

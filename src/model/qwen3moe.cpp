@@ -86,12 +86,10 @@ Result<Hparams> load_hparams(const GgufFile& f) {
   ESSAIM_RETURN_IF_ERROR(keys.refuse_rope_scaling());
   ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
 
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_used_count", n_used, 1, n_expert));
-  hp.n_expert = int32_t(n_expert);
-  hp.n_expert_used = int32_t(n_used);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::ExpertCounts experts, keys.expert_counts());
+  hp.n_expert = experts.n_expert;
+  hp.n_expert_used = experts.n_expert_used;
+  const uint32_t n_used = uint32_t(experts.n_expert_used);
   ESSAIM_ASSIGN_OR_RETURN(std::optional<uint32_t> n_ff_exp, keys.u32_opt("expert_feed_forward_length"));
   if (!n_ff_exp) {
     ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> ff, keys.u32_per_layer("feed_forward_length", n_layer, 0u));
