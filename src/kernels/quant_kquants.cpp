@@ -267,25 +267,16 @@ void quantize_row_q6k(const float* src, void* dst, int64_t n) {
 }
 
 // Dequantisation: the value shapes of docs/reference.md 2.4 (products formed in f32, in that order).
-void dequantize_row_q4k(const void* src, float* dst, int64_t n) {
-  ESSAIM_CHECK(n % kQK_K == 0);
-  const auto* x = static_cast<const BlockQ4K*>(src);
-  for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
-    const float d = f16_to_f32(x[b].d), dmin = f16_to_f32(x[b].dmin);
-    for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      q4k_scale_min(x[b].scales, s, &sc, &m);
-      const float ds = d * float(sc), ms = dmin * float(m);
-      const uint8_t* q = x[b].qs + 32 * (s / 2);
-      const int shift = 4 * (s % 2);
-      for (int l = 0; l < 32; ++l) dst[32 * s + l] = ds * float((q[l] >> shift) & 0xF) - ms;
-    }
-  }
-}
+namespace {
 
-void dequantize_row_q5k(const void* src, float* dst, int64_t n) {
+// Q4_K and Q5_K: element l of sub-block s is ds·v − ms, with ds and ms from the packed 6-bit scale and min
+// and v's low four bits in byte l of chunk s/2 (low nibble for even s); high(block, s, l) gives the bits
+// above them (Q5_K's fifth bit; none for Q4_K).
+template <typename Block, typename HighBits>
+inline __attribute__((always_inline)) void dequantize_row_scale_min(const void* src, float* dst, int64_t n,
+                                                                    HighBits high) {
   ESSAIM_CHECK(n % kQK_K == 0);
-  const auto* x = static_cast<const BlockQ5K*>(src);
+  const auto* x = static_cast<const Block*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b, dst += kQK_K) {
     const float d = f16_to_f32(x[b].d), dmin = f16_to_f32(x[b].dmin);
     for (int s = 0; s < 8; ++s) {
@@ -295,11 +286,22 @@ void dequantize_row_q5k(const void* src, float* dst, int64_t n) {
       const uint8_t* q = x[b].qs + 32 * (s / 2);
       const int shift = 4 * (s % 2);
       for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0xF) | (((x[b].qh[l] >> s) & 1) << 4);
+        const int v = ((q[l] >> shift) & 0xF) | high(x[b], s, l);
         dst[32 * s + l] = ds * float(v) - ms;
       }
     }
   }
+}
+
+}  // namespace
+
+void dequantize_row_q4k(const void* src, float* dst, int64_t n) {
+  dequantize_row_scale_min<BlockQ4K>(src, dst, n, [](const BlockQ4K&, int, int) { return 0; });
+}
+
+void dequantize_row_q5k(const void* src, float* dst, int64_t n) {
+  dequantize_row_scale_min<BlockQ5K>(src, dst, n,
+                                     [](const BlockQ5K& x, int s, int l) { return ((x.qh[l] >> s) & 1) << 4; });
 }
 
 void dequantize_row_q6k(const void* src, float* dst, int64_t n) {

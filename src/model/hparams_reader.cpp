@@ -108,4 +108,39 @@ Result<int32_t> HparamReader::vocab_size() const {
   return int32_t(tokens->size());
 }
 
+Result<HparamReader::AttentionHeads> HparamReader::attention_heads(uint32_t n_head, uint32_t n_head_kv,
+                                                                 uint32_t n_embd) const {
+  ESSAIM_RETURN_IF_ERROR(check_range("attention.head_count", n_head, 1, 4096));
+  ESSAIM_RETURN_IF_ERROR(check_range("attention.head_count_kv", n_head_kv, 1, n_head));
+  if (n_head % n_head_kv != 0)
+    return Status::error(arch_ + ": attention.head_count (" + std::to_string(n_head) +
+                         ") is not a multiple of attention.head_count_kv (" + std::to_string(n_head_kv) + ")");
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t key_len, u32_or("attention.key_length", n_embd / n_head));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t value_len, u32_or("attention.value_length", n_embd / n_head));
+  ESSAIM_RETURN_IF_ERROR(check_range("attention.key_length", key_len, 2, 4096));
+  if (value_len != key_len)
+    return Status::error(arch_ + ": attention.value_length (" + std::to_string(value_len) +
+                         ") must equal attention.key_length (" + std::to_string(key_len) + ")");
+  return AttentionHeads{.n_head = int32_t(n_head), .n_head_kv = int32_t(n_head_kv), .head_dim = int32_t(key_len)};
+}
+
+Result<HparamReader::ExpertCounts> HparamReader::expert_counts() const {
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, u32("expert_count"));
+  ESSAIM_RETURN_IF_ERROR(check_range("expert_count", n_expert, 1, 512));
+  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, u32("expert_used_count"));
+  ESSAIM_RETURN_IF_ERROR(check_range("expert_used_count", n_used, 1, n_expert));
+  return ExpertCounts{.n_expert = int32_t(n_expert), .n_expert_used = int32_t(n_used)};
+}
+
+Status HparamReader::refuse_rope_scaling() const {
+  const GgufValue* s = file_.find_kv(key("rope.scaling.type"));
+  if (!s) return Status::ok();
+  if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
+    return Status::error(arch_ + ": rope scaling " + gguf_quote_string(s->str) + " is not supported");
+  ESSAIM_ASSIGN_OR_RETURN(float factor, f32_or("rope.scaling.factor", 1.0f));
+  if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
+    return Status::error(arch_ + ": linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
+  return Status::ok();
+}
+
 }  // namespace essaim

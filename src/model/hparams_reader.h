@@ -49,6 +49,25 @@ class HparamReader {
   // when that tensor is present ([n_embd, n_vocab]); the message says which side is short.
   Result<int32_t> vocab_size() const;
 
+  // Softmax attention's heads and head dimension, as llama.cpp checks them: 1 <= head_count <= 4096,
+  // 1 <= head_count_kv <= head_count and dividing it; attention.key_length (n_embd / head_count when absent)
+  // in [2, 4096] and attention.value_length equal to it.
+  struct AttentionHeads {
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;
+  };
+  Result<AttentionHeads> attention_heads(uint32_t n_head, uint32_t n_head_kv, uint32_t n_embd) const;
+  // expert_count in [1, 512] and expert_used_count in [1, expert_count].
+  struct ExpertCounts {
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+  };
+  Result<ExpertCounts> expert_counts() const;
+  // rope.scaling.type absent, "none", or "linear" with factor 1 (or 0): no stock file of these architectures
+  // scales RoPE, so scaling is refused rather than silently computing something else.
+  Status refuse_rope_scaling() const;
+
  private:
   Status type_error(const std::string& k, const GgufValue& v, std::string_view expected) const;
 

@@ -34,6 +34,8 @@
 
 namespace essaim {
 
+class TensorBinder;
+
 struct ModelInfo {
   std::string arch;
   std::string name;             // general.name, may be empty
@@ -179,9 +181,41 @@ class Model {
                           const float* output_norm, float eps, std::span<const float> normed, size_t first,
                           ThreadPool* pool);
 
+  // After a failed step: every item's K/V written by this step in layers 0..il dropped (recurrent layers'
+  // states were written aside and are left alone), so every cache is as it was.
+  static void drop_step_kv(const BatchForwardArgs& args, const BatchRows& rows, int32_t il);
+
+  // token_embd, output_norm and output (token_embd when the file has none: tied) bound into tok_embd_,
+  // output_norm_ and output_. Returns token_embd's tensor and output's (null when tied) for describe().
+  struct HeadTensors {
+    const GgufTensor* embd = nullptr;
+    const GgufTensor* out = nullptr;
+  };
+  Result<HeadTensors> bind_embedding_and_head(TensorBinder& b, int64_t n_embd, int64_t n_vocab);
+  // What bind() counted: the executed layers' routed experts, K of them per layer, and bytes no decoded
+  // token reads (MTP blocks).
+  struct WeightBytes {
+    uint64_t experts = 0;
+    uint64_t active_experts = 0;
+    uint64_t unread = 0;
+  };
+  // info_: the shape fields of hp (every architecture's hyperparameters name them alike), general.name and
+  // the byte counts.
+  template <typename Hparams>
+  void describe(std::string arch, const Hparams& hp, HeadTensors head, WeightBytes bytes) {
+    describe(ModelInfo{.arch = std::move(arch), .name = {}, .n_vocab = hp.n_vocab, .n_embd = hp.n_embd,
+                       .n_layer = hp.n_layer, .n_ctx_train = hp.n_ctx_train, .n_expert = hp.n_expert,
+                       .n_expert_used = hp.n_expert_used},
+             head, bytes);
+  }
+  void describe(ModelInfo shape, HeadTensors head, WeightBytes bytes);
+
   std::unique_ptr<GgufFile> file_;
   ModelInfo info_;
   ExpertStore experts_;
+  WeightMatrix tok_embd_;               // [E -> V] rows = tokens
+  const float* output_norm_ = nullptr;  // [E]
+  WeightMatrix output_;                 // [E -> V], token_embd when tied
 };
 
 // Opens the GGUF file (mmap, no copy), picks the architecture from general.architecture and binds it.

@@ -75,7 +75,9 @@ class Qwen35Moe final : public Model {
   Status forward_nextn_batch(const NextnBatchArgs& args) const override;
 
  private:
-  // attn_norm, post_attention_norm and the gated attention's tensors of an attention block.
+  // attn_norm and post_attention_norm, which every block has.
+  Status bind_norms(TensorBinder& b, int32_t il, Layer* l);
+  // The norms and the gated attention's tensors of an attention block.
   Status bind_attention(TensorBinder& b, int32_t il, Layer* l);
   // FFN half of a layer over N rows: f = RMSNorm(x, post_attention_norm); x += moe(f) + γ·shared(f).
   Status ffn_step(const Layer& l, float* x, int64_t N, ExpertExecutor& experts, ThreadPool* pool) const;
@@ -91,9 +93,6 @@ class Qwen35Moe final : public Model {
   Qwen35Hparams hp_;
   GdnShape gdn_shape_;
   GatedAttentionShape attn_shape_;
-  WeightMatrix tok_embd_;               // [E -> V] rows = tokens
-  const float* output_norm_ = nullptr;  // [E]
-  WeightMatrix output_;                 // [E -> V], token_embd when tied
   std::vector<Layer> layers_;           // [n_layer]
   std::optional<NextnBlock> nextn_;     // the first MTP block, when the file has one
 };
@@ -138,14 +137,21 @@ Result<uint64_t> Qwen35Moe::bind_ffn(TensorBinder& b, int32_t il, TensorKind kin
   return bytes;
 }
 
+Status Qwen35Moe::bind_norms(TensorBinder& b, int32_t il, Layer* l) {
+  const int64_t E = hp_.n_embd;
+  const GgufTensor* t;
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, TensorKind::F32));
+  l->attn_norm = f32_data(*t);
+  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, TensorKind::F32));
+  l->post_attn_norm = f32_data(*t);
+  return Status::ok();
+}
+
 Status Qwen35Moe::bind_attention(TensorBinder& b, int32_t il, Layer* l) {
   const int64_t E = hp_.n_embd, D = hp_.head_dim, HD = int64_t(hp_.n_head) * D, KD = int64_t(hp_.n_head_kv) * D;
   constexpr TensorKind kF32 = TensorKind::F32;
+  ESSAIM_RETURN_IF_ERROR(bind_norms(b, il, l));
   const GgufTensor* t;
-  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
-  l->attn_norm = f32_data(*t);
-  ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
-  l->post_attn_norm = f32_data(*t);
   GatedAttentionWeights& a = l->attn;
   ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_Q, il, {E, 2 * HD}));
   a.q = weight_matrix(*t);
@@ -203,12 +209,7 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
                 Hv = hp.ssm_n_v_heads, Kc = hp.ssm_conv_kernel, Dv = hp.ssm_head_dim;
   constexpr TensorKind kF32 = TensorKind::F32;
   TensorBinder b(*file_);
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* embd, b.require(TN::TOKEN_EMBD, -1, {E, V}));
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* onorm, b.require(TN::OUTPUT_NORM, -1, {E}, kF32));
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* out, b.optional(TN::OUTPUT, -1, {E, V}));
-  tok_embd_ = weight_matrix(*embd);
-  output_norm_ = f32_data(*onorm);
-  output_ = weight_matrix(out ? *out : *embd);
+  ESSAIM_ASSIGN_OR_RETURN(const HeadTensors head, bind_embedding_and_head(b, E, V));
 
   uint64_t expert_bytes = 0, active_expert_bytes = 0, nextn_bytes = 0;
   layers_.resize(size_t(hp.n_layer));
@@ -218,11 +219,8 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
     if (!l.recurrent) {
       ESSAIM_RETURN_IF_ERROR(bind_attention(b, il, &l));
     } else {
+      ESSAIM_RETURN_IF_ERROR(bind_norms(b, il, &l));
       const GgufTensor* t;
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_NORM, il, {E}, kF32));
-      l.attn_norm = f32_data(*t);
-      ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::POST_ATTN_NORM, il, {E}, kF32));
-      l.post_attn_norm = f32_data(*t);
       GdnWeights& g = l.gdn;
       ESSAIM_ASSIGN_OR_RETURN(t, b.require(TN::ATTN_QKV, il, {E, C}));
       g.qkv = weight_matrix(*t);
@@ -254,20 +252,10 @@ Status Qwen35Moe::bind(const Qwen35Hparams& hp) {
   }
   ESSAIM_RETURN_IF_ERROR(b.finish());
 
-  info_.arch = "qwen35moe";
-  info_.name = file_->get_string("general.name").value_or("");
-  info_.n_vocab = hp.n_vocab;
-  info_.n_embd = hp.n_embd;
-  info_.n_layer = hp.n_layer;
-  info_.n_ctx_train = hp.n_ctx_train;
-  info_.n_expert = hp.n_expert;
-  info_.n_expert_used = hp.n_expert_used;
-  for (const GgufTensor& t : file_->tensors()) info_.weight_bytes += t.nbytes;
-  info_.expert_bytes = expert_bytes;  // executed layers' routed experts (MTP blocks' are in nextn_bytes)
-  // A decoded token reads every dense weight of the executed layers (shared experts included) except the
-  // embedding table (one row), all of the LM head, and K routed experts per layer; MTP blocks not at all.
-  info_.active_bytes_per_token = info_.weight_bytes - expert_bytes - nextn_bytes - embd->nbytes +
-                                 embd->row_bytes() + (out ? 0 : embd->nbytes) + active_expert_bytes;
+  // expert_bytes: the executed layers' routed experts (MTP blocks' are in nextn_bytes). A decoded token reads
+  // the executed layers' dense weights (shared experts included), MTP blocks not at all.
+  describe("qwen35moe", hp, head,
+           {.experts = expert_bytes, .active_experts = active_expert_bytes, .unread = nextn_bytes});
   for (const Layer& l : layers_)
     if (l.recurrent)
       info_.recurrent_state_bytes +=
@@ -352,10 +340,7 @@ Status Qwen35Moe::forward_batch(const BatchForwardArgs& args) const {
         return Status::error(s.message() + " (the expert executor was not expected to fail; its sequences' "
                              "recurrent states had advanced in place and were reset)");
       }
-      // Leave every cache as it was: drop this step's K/V; recurrent states were not swapped in.
-      for (size_t i = 0; i < n_seq; ++i)
-        for (int32_t jl = 0; jl <= il; ++jl)
-          if (!layers_[size_t(jl)].recurrent) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
+      drop_step_kv(args, rows, il);  // every cache as it was: recurrent states were not swapped in
       return s;
     }
   }

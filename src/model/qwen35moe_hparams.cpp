@@ -90,18 +90,9 @@ Status read_attention(const HparamReader& keys, uint32_t n_block, Qwen35Hparams&
   for (uint32_t i = 0; i < n_block; ++i)
     if (!hp.recurrent[i] && (heads[i] != heads[first] || heads_kv[i] != heads_kv[first]))
       return Status::error("qwen35moe: head counts that vary between attention layers are not supported");
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count", uint32_t(hp.n_head), 1, 4096));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count_kv", uint32_t(hp.n_head_kv), 1, uint32_t(hp.n_head)));
-  if (hp.n_head % hp.n_head_kv != 0)
-    return Status::error("qwen35moe: attention.head_count (" + str(hp.n_head) +
-                         ") is not a multiple of attention.head_count_kv (" + str(hp.n_head_kv) + ")");
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t key_len, keys.u32_or("attention.key_length", n_embd / uint32_t(hp.n_head)));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t value_len, keys.u32_or("attention.value_length", n_embd / uint32_t(hp.n_head)));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.key_length", key_len, 2, 4096));
-  if (value_len != key_len)
-    return Status::error("qwen35moe: attention.value_length (" + str(value_len) +
-                         ") must equal attention.key_length (" + str(key_len) + ")");
-  hp.head_dim = int32_t(key_len);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::AttentionHeads ah,
+                          keys.attention_heads(uint32_t(hp.n_head), uint32_t(hp.n_head_kv), n_embd));
+  hp.head_dim = ah.head_dim;
   return Status::ok();
 }
 
@@ -116,14 +107,7 @@ Status read_rope(const GgufFile& f, const HparamReader& keys, Qwen35Hparams& hp)
   ESSAIM_ASSIGN_OR_RETURN(hp.rope_base, keys.f32_or("rope.freq_base", 10000.0f));
   if (!(hp.rope_base > 0.0f)) return Status::error("metadata key 'qwen35moe.rope.freq_base' must be positive");
   ESSAIM_ASSIGN_OR_RETURN(hp.rope_sections, read_rope_sections(f, keys));
-  // No stock Qwen3.5 file scales RoPE; refuse scaling rather than silently computing something else.
-  if (const GgufValue* s = f.find_kv(keys.key("rope.scaling.type"))) {
-    if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
-      return Status::error("qwen35moe: rope scaling " + gguf_quote_string(s->str) + " is not supported");
-    ESSAIM_ASSIGN_OR_RETURN(float factor, keys.f32_or("rope.scaling.factor", 1.0f));
-    if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
-      return Status::error("qwen35moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
-  }
+  ESSAIM_RETURN_IF_ERROR(keys.refuse_rope_scaling());
   return Status::ok();
 }
 
@@ -162,12 +146,10 @@ Status read_gated_deltanet(const HparamReader& keys, Qwen35Hparams& hp) {
 
 // MoE: routed experts and the shared expert.
 Status read_experts(const HparamReader& keys, uint32_t n_block, Qwen35Hparams& hp) {
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_used_count", n_used, 1, n_expert));
-  hp.n_expert = int32_t(n_expert);
-  hp.n_expert_used = int32_t(n_used);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::ExpertCounts experts, keys.expert_counts());
+  hp.n_expert = experts.n_expert;
+  hp.n_expert_used = experts.n_expert_used;
+  const uint32_t n_used = uint32_t(experts.n_expert_used);
   ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> ff, keys.u32_per_layer("feed_forward_length", n_block, 0u));
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_ff_exp, keys.u32_or("expert_feed_forward_length", ff[0] / n_used));
   if (n_ff_exp == 0)

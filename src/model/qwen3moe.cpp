@@ -70,21 +70,11 @@ Result<Hparams> load_hparams(const GgufFile& f) {
   for (uint32_t i = 1; i < n_layer; ++i)
     if (heads[i] != heads[0] || heads_kv[i] != heads_kv[0])
       return Status::error("qwen3moe: per-layer head counts that vary between layers are not supported");
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count", heads[0], 1, 4096));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.head_count_kv", heads_kv[0], 1, heads[0]));
-  if (heads[0] % heads_kv[0] != 0)
-    return Status::error("qwen3moe: attention.head_count (" + std::to_string(heads[0]) +
-                         ") is not a multiple of attention.head_count_kv (" + std::to_string(heads_kv[0]) + ")");
-  hp.n_head = int32_t(heads[0]);
-  hp.n_head_kv = int32_t(heads_kv[0]);
-
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t key_len, keys.u32_or("attention.key_length", n_embd / heads[0]));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t value_len, keys.u32_or("attention.value_length", n_embd / heads[0]));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("attention.key_length", key_len, 2, 4096));
-  if (value_len != key_len)
-    return Status::error("qwen3moe: attention.value_length (" + std::to_string(value_len) +
-                         ") must equal attention.key_length (" + std::to_string(key_len) + ")");
-  hp.head_dim = int32_t(key_len);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::AttentionHeads ah, keys.attention_heads(heads[0], heads_kv[0], n_embd));
+  hp.n_head = ah.n_head;
+  hp.n_head_kv = ah.n_head_kv;
+  hp.head_dim = ah.head_dim;
+  const uint32_t key_len = uint32_t(ah.head_dim);
   ESSAIM_ASSIGN_OR_RETURN(uint32_t n_rot, keys.u32_or("rope.dimension_count", key_len));
   if (n_rot != key_len)
     return Status::error("qwen3moe: rope.dimension_count (" + std::to_string(n_rot) +
@@ -93,22 +83,13 @@ Result<Hparams> load_hparams(const GgufFile& f) {
   hp.n_rot = int32_t(n_rot);
   ESSAIM_ASSIGN_OR_RETURN(hp.rope_base, keys.f32_or("rope.freq_base", 10000.0f));
   if (!(hp.rope_base > 0.0f)) return Status::error("metadata key 'qwen3moe.rope.freq_base' must be positive");
-  // No stock Qwen3 file scales RoPE; refuse scaling rather than silently computing something else.
-  if (const GgufValue* s = f.find_kv(keys.key("rope.scaling.type"))) {
-    if (s->type != GgufValueType::STRING || (s->str != "none" && s->str != "linear"))
-      return Status::error("qwen3moe: rope scaling " + gguf_quote_string(s->str) + " is not supported");
-    ESSAIM_ASSIGN_OR_RETURN(float factor, keys.f32_or("rope.scaling.factor", 1.0f));
-    if (s->str == "linear" && factor != 1.0f && factor != 0.0f)
-      return Status::error("qwen3moe: linear rope scaling (factor " + std::to_string(factor) + ") is not supported");
-  }
+  ESSAIM_RETURN_IF_ERROR(keys.refuse_rope_scaling());
   ESSAIM_ASSIGN_OR_RETURN(hp.eps, keys.rms_epsilon("attention.layer_norm_rms_epsilon"));
 
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_expert, keys.u32("expert_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_count", n_expert, 1, 512));
-  ESSAIM_ASSIGN_OR_RETURN(uint32_t n_used, keys.u32("expert_used_count"));
-  ESSAIM_RETURN_IF_ERROR(keys.check_range("expert_used_count", n_used, 1, n_expert));
-  hp.n_expert = int32_t(n_expert);
-  hp.n_expert_used = int32_t(n_used);
+  ESSAIM_ASSIGN_OR_RETURN(const HparamReader::ExpertCounts experts, keys.expert_counts());
+  hp.n_expert = experts.n_expert;
+  hp.n_expert_used = experts.n_expert_used;
+  const uint32_t n_used = uint32_t(experts.n_expert_used);
   ESSAIM_ASSIGN_OR_RETURN(std::optional<uint32_t> n_ff_exp, keys.u32_opt("expert_feed_forward_length"));
   if (!n_ff_exp) {
     ESSAIM_ASSIGN_OR_RETURN(std::vector<uint32_t> ff, keys.u32_per_layer("feed_forward_length", n_layer, 0u));
@@ -133,9 +114,6 @@ class Qwen3Moe final : public Model {
 
  private:
   Hparams hp_;
-  WeightMatrix tok_embd_;               // [E -> V] rows = tokens
-  const float* output_norm_ = nullptr;  // [E]
-  WeightMatrix output_;                 // [E -> V], token_embd when tied
   std::vector<Layer> layers_;
 };
 
@@ -144,12 +122,7 @@ Status Qwen3Moe::bind(const Hparams& hp) {
   const int64_t E = hp.n_embd, V = hp.n_vocab, D = hp.head_dim, HD = int64_t(hp.n_head) * D,
                 KD = int64_t(hp.n_head_kv) * D, X = hp.n_expert, F = hp.n_ff_exp;
   TensorBinder b(*file_);
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* embd, b.require(TensorName::TOKEN_EMBD, -1, {E, V}));
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* onorm, b.require(TensorName::OUTPUT_NORM, -1, {E}, TensorKind::F32));
-  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* out, b.optional(TensorName::OUTPUT, -1, {E, V}));
-  tok_embd_ = weight_matrix(*embd);
-  output_norm_ = f32_data(*onorm);
-  output_ = weight_matrix(out ? *out : *embd);
+  ESSAIM_ASSIGN_OR_RETURN(const HeadTensors head, bind_embedding_and_head(b, E, V));
 
   uint64_t expert_bytes = 0, active_expert_bytes = 0;
   layers_.resize(size_t(hp.n_layer));
@@ -197,20 +170,7 @@ Status Qwen3Moe::bind(const Hparams& hp) {
   }
   ESSAIM_RETURN_IF_ERROR(b.finish());
 
-  info_.arch = "qwen3moe";
-  info_.name = file_->get_string("general.name").value_or("");
-  info_.n_vocab = hp.n_vocab;
-  info_.n_embd = hp.n_embd;
-  info_.n_layer = hp.n_layer;
-  info_.n_ctx_train = hp.n_ctx_train;
-  info_.n_expert = hp.n_expert;
-  info_.n_expert_used = hp.n_expert_used;
-  for (const GgufTensor& t : file_->tensors()) info_.weight_bytes += t.nbytes;
-  info_.expert_bytes = expert_bytes;
-  // A decoded token reads every dense weight except the embedding table (one row), all of the LM head,
-  // and K experts per layer.
-  info_.active_bytes_per_token = info_.weight_bytes - expert_bytes - embd->nbytes + embd->row_bytes() +
-                                 (out ? 0 : embd->nbytes) + active_expert_bytes;
+  describe("qwen3moe", hp, head, {.experts = expert_bytes, .active_experts = active_expert_bytes});
   return Status::ok();
 }
 
@@ -295,8 +255,7 @@ Status Qwen3Moe::forward_batch(const BatchForwardArgs& args) const {
     rms_norm_rows(x.data(), l.ffn_norm, N, E, hp_.eps, cur.data(), pool);  // f = RMSNorm(h1)
     Status s = moe_block_forward(l.moe, cur.data(), N, *args.experts, pool, moe_out.data());  // one call, N rows
     if (!s) {  // leave every cache as it was
-      for (size_t i = 0; i < n_seq; ++i)
-        for (int32_t jl = 0; jl <= il; ++jl) args.items[i].cache->kv(jl).truncate(rows.pos[size_t(rows.row0[i])]);
+      drop_step_kv(args, rows, il);
       return s;
     }
     add_f32(x.data(), moe_out.data(), N * E);  // h = h1 + moe(f)

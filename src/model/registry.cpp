@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "kernels/quantize.h"
 #include "model/ops.h"
+#include "model/tensor_binder.h"
 
 namespace essaim {
 namespace {
@@ -189,6 +190,36 @@ Status Model::forward_nextn_batch(const NextnBatchArgs&) const {
 int32_t Model::resolve_n_ctx(const CacheOptions& options) const {
   if (options.n_ctx > 0) return options.n_ctx;
   return info_.n_ctx_train > 0 ? std::min(info_.n_ctx_train, kDefaultMaxContext) : kDefaultMaxContext;
+}
+
+void Model::drop_step_kv(const BatchForwardArgs& args, const BatchRows& rows, int32_t il) {
+  for (size_t i = 0; i < args.items.size(); ++i)
+    for (int32_t jl = 0; jl <= il; ++jl)
+      if (auto* kv = std::get_if<KvCache>(&args.items[i].cache->layer(jl)))
+        kv->truncate(rows.pos[size_t(rows.row0[i])]);
+}
+
+Result<Model::HeadTensors> Model::bind_embedding_and_head(TensorBinder& b, int64_t n_embd, int64_t n_vocab) {
+  const int64_t E = n_embd, V = n_vocab;
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* embd, b.require(TensorName::TOKEN_EMBD, -1, {E, V}));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* onorm, b.require(TensorName::OUTPUT_NORM, -1, {E}, TensorKind::F32));
+  ESSAIM_ASSIGN_OR_RETURN(const GgufTensor* out, b.optional(TensorName::OUTPUT, -1, {E, V}));
+  tok_embd_ = weight_matrix(*embd);
+  output_norm_ = f32_data(*onorm);
+  output_ = weight_matrix(out ? *out : *embd);
+  return HeadTensors{.embd = embd, .out = out};
+}
+
+void Model::describe(ModelInfo shape, HeadTensors head, WeightBytes bytes) {
+  info_ = std::move(shape);
+  info_.name = file_->get_string("general.name").value_or("");
+  for (const GgufTensor& t : file_->tensors()) info_.weight_bytes += t.nbytes;
+  info_.expert_bytes = bytes.experts;
+  // A decoded token reads every dense weight except the embedding table (one row) and the unread bytes, all
+  // of the LM head, and K experts per layer.
+  info_.active_bytes_per_token = info_.weight_bytes - bytes.experts - bytes.unread - head.embd->nbytes +
+                                 head.embd->row_bytes() + (head.out ? 0 : head.embd->nbytes) +
+                                 bytes.active_experts;
 }
 
 }  // namespace essaim

@@ -54,6 +54,40 @@ void SynthMetadata::set_array_string(const std::string& key, const std::vector<s
   kvs.push_back({key, gguf_array_string(v)});
 }
 
+SynthHparams synth_preset_shapes(SynthPreset p) {
+  SynthHparams h;
+  h.rms_eps = 1e-6f;
+  if (p == SynthPreset::Q35_122B) {  // Qwen3.5-122B-A10B's per-layer shapes (docs/reference.md 6)
+    h.n_embd = 3072;
+    h.context_length = 262144;
+    h.n_head = 32;
+    h.n_head_kv = 2;
+    h.head_dim = 256;
+    h.n_expert = 256;
+    h.n_expert_used = 8;
+    h.expert_ff = 1024;
+    return h;
+  }
+  // Every K-quant tensor needs ne[0] % 256 == 0, so E, F and H*D are 256; 6 experts (not 8: llama-quantize
+  // special-cases n_expert == 8, which docs/reference.md 3 excludes) keep the files small.
+  h.n_embd = 256;
+  h.context_length = 4096;
+  h.n_head = 4;
+  h.n_head_kv = 2;
+  h.head_dim = 64;
+  h.n_expert = 6;
+  h.n_expert_used = 2;
+  h.expert_ff = 256;
+  if (p == SynthPreset::SMALL) {
+    // The trained model of models/ (models/README.md): the real router's fan-out, 32 experts top-8, each 32
+    // wide (so the expert down projections, ne[0] = 32, take the Q8_0 fallback in the K-quant mixes).
+    h.n_expert = 32;
+    h.n_expert_used = 8;
+    h.expert_ff = 32;
+  }
+  return h;
+}
+
 void synth_attention_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m) {
   m.set_u32(a + "context_length", h.context_length);
   m.set_u32(a + "embedding_length", h.n_embd);

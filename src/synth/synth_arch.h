@@ -108,6 +108,10 @@ struct SynthMetadata {
   const GgufValue* find(std::string_view key) const;
 };
 
+// The attention and routed-expert shapes every architecture's preset starts from (rms_eps, n_embd, context,
+// heads, head_dim, experts, fan-out, expert width); the architecture adds its layer count, RoPE and own parts.
+SynthHparams synth_preset_shapes(SynthPreset p);
+
 // The keys every architecture writes the same way, under its prefix `a` ("qwen3moe."): the attention and rope
 // shape (context_length .. rope.dimension_count), and the routed experts' count, fan-out and width.
 void synth_attention_metadata(const std::string& a, const SynthHparams& h, SynthMetadata& m);

@@ -10,58 +10,30 @@ using Shape = std::vector<int64_t>;
 using H = SynthHparams;
 
 SynthHparams qwen35moe_preset(SynthPreset p) {
-  SynthHparams h;
-  h.rms_eps = 1e-6f;
+  SynthHparams h = synth_preset_shapes(p);
   h.rope_freq_base = 1e7f;
   h.ssm_conv_kernel = 4;
   h.full_attention_interval = 4;
-  if (p == SynthPreset::TINY) {
-    // Four blocks = three Gated DeltaNet + one gated attention, the real 3:1 pattern. E, F, Fs, H*D and the
-    // GDN value width are 256 so every K-quant tensor has ne[0] % 256 == 0; 6 experts (llama-quantize
-    // special-cases n_expert == 8). n_rot = D/4 as in Qwen3.5, sections sum to n_rot/2 and map every pair
-    // to t/h/w (docs/reference.md 5.5).
-    h.n_embd = 256;
-    h.n_layer = 4;
-    h.context_length = 4096;
-    h.n_head = 4;
-    h.n_head_kv = 2;
-    h.head_dim = 64;
-    h.n_rot = 16;
-    h.rope_sections = {3, 3, 2, 0};
-    h.n_expert = 6;
-    h.n_expert_used = 2;
-    h.expert_ff = 256;
-    h.shared_ff = 256;
-    h.ssm_state_size = 64;
-    h.ssm_group_count = 2;
-    h.ssm_time_step_rank = 4;
-  } else if (p == SynthPreset::SMALL) {
-    // The trained model of models/ (models/README.md): tiny's attention and GDN shapes, eight executed layers
-    // (two rounds of the 3:1 pattern) and the real router's fan-out, 32 experts top-8, each 32 wide (so the
-    // expert down projections, ne[0] = 32, take the Q8_0 fallback in the K-quant mixes).
-    h = qwen35moe_preset(SynthPreset::TINY);
-    h.n_layer = 8;
-    h.n_expert = 32;
-    h.n_expert_used = 8;
-    h.expert_ff = 32;
-  } else {
-    // Qwen3.5-122B-A10B per-layer shapes (docs/reference.md 6).
-    h.n_embd = 3072;
+  if (p == SynthPreset::Q35_122B) {  // Qwen3.5-122B-A10B (docs/reference.md 6)
     h.n_layer = 2;
-    h.context_length = 262144;
-    h.n_head = 32;
-    h.n_head_kv = 2;
-    h.head_dim = 256;
     h.n_rot = 64;
     h.rope_sections = {11, 11, 10, 0};
-    h.n_expert = 256;
-    h.n_expert_used = 8;
-    h.expert_ff = 1024;
     h.shared_ff = 1024;
     h.ssm_state_size = 128;
     h.ssm_group_count = 16;
     h.ssm_time_step_rank = 64;
+    return h;
   }
+  // Tiny: four blocks = three Gated DeltaNet + one gated attention, the real 3:1 pattern; small (the trained
+  // model of models/): two rounds of it. Fs and the GDN value width are 256 (ne[0] % 256 == 0 for K-quants).
+  // n_rot = D/4 as in Qwen3.5, sections sum to n_rot/2 and map every pair to t/h/w (docs/reference.md 5.5).
+  h.n_layer = p == SynthPreset::SMALL ? 8 : 4;
+  h.n_rot = 16;
+  h.rope_sections = {3, 3, 2, 0};
+  h.shared_ff = 256;
+  h.ssm_state_size = 64;
+  h.ssm_group_count = 2;
+  h.ssm_time_step_rank = 4;
   return h;
 }
 

@@ -8,44 +8,12 @@ namespace {
 using Shape = std::vector<int64_t>;
 using H = SynthHparams;
 
+// The shared preset shapes in a plain qwen3moe stack: two layers (eight for small, qwen35moe's small preset).
 SynthHparams qwen3moe_preset(SynthPreset p) {
-  SynthHparams h;
-  h.rms_eps = 1e-6f;
-  if (p == SynthPreset::TINY) {
-    // Every K-quant tensor needs ne[0] % 256 == 0, so E, F and H*D are 256; 6 experts (not 8: llama-quantize
-    // special-cases n_expert == 8, which docs/reference.md 3 excludes) keep the f32 file near 10 MB.
-    h.n_embd = 256;
-    h.n_layer = 2;
-    h.context_length = 4096;
-    h.n_head = 4;
-    h.n_head_kv = 2;
-    h.head_dim = 64;
-    h.n_rot = 64;  // qwen3moe requires rope.dimension_count == D
-    h.rope_freq_base = 1e6f;
-    h.n_expert = 6;
-    h.n_expert_used = 2;
-    h.expert_ff = 256;
-  } else if (p == SynthPreset::SMALL) {
-    // qwen35moe's small preset in a plain qwen3moe stack: 8 layers, 32 experts top-8, 32 wide.
-    h = qwen3moe_preset(SynthPreset::TINY);
-    h.n_layer = 8;
-    h.n_expert = 32;
-    h.n_expert_used = 8;
-    h.expert_ff = 32;
-  } else {
-    // The attention and expert shapes of Qwen3.5-122B-A10B (docs/reference.md 6) in a plain qwen3moe stack.
-    h.n_embd = 3072;
-    h.n_layer = 2;
-    h.context_length = 262144;
-    h.n_head = 32;
-    h.n_head_kv = 2;
-    h.head_dim = 256;
-    h.n_rot = 256;
-    h.rope_freq_base = 1e7f;
-    h.n_expert = 256;
-    h.n_expert_used = 8;
-    h.expert_ff = 1024;
-  }
+  SynthHparams h = synth_preset_shapes(p);
+  h.n_layer = p == SynthPreset::SMALL ? 8 : 2;
+  h.n_rot = h.head_dim;  // qwen3moe requires rope.dimension_count == D
+  h.rope_freq_base = p == SynthPreset::Q35_122B ? 1e7f : 1e6f;
   return h;
 }
 

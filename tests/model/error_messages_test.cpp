@@ -52,11 +52,11 @@ GgufValue f32(float v) {
 
 TEST(ErrorMessages, NulAndNonUtf8BytesOfAStringValueAreShownEscaped) {
   const std::string nul = test::gguf_rewrite(
-      base_model(), "err_arch_nul", {.set_keys = {{"general.architecture", test::gguf_string(std::string("qwen3moe\0x", 10))}}});
+      base_model(), "err_arch_nul", {.set_keys = {{"general.architecture", gguf_string(std::string("qwen3moe\0x", 10))}}});
   std::string e = load_error(nul);
   EXPECT_NE(e.find("unsupported architecture 'qwen3moe\\x00x'"), std::string::npos) << e;
   const std::string raw = test::gguf_rewrite(
-      base_model(), "err_arch_ff", {.set_keys = {{"general.architecture", test::gguf_string("qwen\xff\x01moe")}}});
+      base_model(), "err_arch_ff", {.set_keys = {{"general.architecture", gguf_string("qwen\xff\x01moe")}}});
   e = load_error(raw);
   EXPECT_NE(e.find("'qwen\\xff\\x01moe'"), std::string::npos) << e;
   for (char c : e) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(uint8_t(c)) << " in: " << e;
@@ -161,7 +161,7 @@ TEST(ErrorMessages, EvalNamesTheFileOnceAndTokenizerErrorsNameIt) {
   EXPECT_EQ(occurrences(r.out, "err_truncated.gguf"), 1u) << r.out;
 
   const std::string llama_tok = test::gguf_rewrite(
-      base_model(), "err_tokenizer", {.set_keys = {{"tokenizer.ggml.model", test::gguf_string("llama")}}});
+      base_model(), "err_tokenizer", {.set_keys = {{"tokenizer.ggml.model", gguf_string("llama")}}});
   r = essaim_cli("eval -m " + llama_tok + " -p hello --logits-out /dev/null");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("err_tokenizer.gguf: tokenizer.ggml.model is 'llama'"), std::string::npos) << r.out;

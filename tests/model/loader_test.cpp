@@ -8,106 +8,22 @@
 #include <map>
 #include <optional>
 
-#include "gguf/gguf_writer.h"
+#include "gguf_edit.h"
 #include "model_test_util.h"
 
 namespace essaim {
 namespace {
 
-struct Edit {
-  std::vector<std::string> drop_keys{};
-  std::map<std::string, GgufValue> set_keys{};          // replaces or adds
-  std::vector<std::string> drop_tensors{};
-  std::map<std::string, std::vector<int64_t>> reshape{};  // new extents, zero-filled data
-  std::map<std::string, GgmlType> retype{};               // new type, zero-filled data
-  std::vector<std::string> add_tensors{};                 // extra F32 [4] tensors
-  std::map<std::string, std::string> copy_data{};         // tensor -> tensor whose bytes it takes (same size)
-  bool fuse_qkv = false;  // attn_q/k/v -> one attn_qkv [E, H·D + 2·Hkv·D] (rows q, then k, then v)
-};
-
-GgufValue u32_value(uint32_t v) {
-  GgufValue x;
-  x.type = GgufValueType::UINT32;
-  x.u = v;
-  return x;
-}
-GgufValue i32_value(int32_t v) {
-  GgufValue x;
-  x.type = GgufValueType::INT32;
-  x.i = v;
-  return x;
-}
-GgufValue string_value(const std::string& s) {
-  GgufValue x;
-  x.type = GgufValueType::STRING;
-  x.str = s;
-  return x;
-}
+using test::GgufEdit;
+using test::gguf_i32;
+using test::gguf_u32;
 
 // Writes the fixture with the edit applied and returns the path.
-std::string rewrite(const std::string& name, const Edit& e) {
-  Result<GgufFile> src = GgufFile::open(test::fixture("qwen3moe-small-f32.gguf"));
-  EXPECT_TRUE(src.is_ok());
-  GgufWriter w;
-  for (const GgufKv& kv : src->kvs()) {
-    if (kv.key == "general.alignment") continue;  // the writer sets it
-    if (std::find(e.drop_keys.begin(), e.drop_keys.end(), kv.key) != e.drop_keys.end()) continue;
-    auto it = e.set_keys.find(kv.key);
-    w.set_value(kv.key, it != e.set_keys.end() ? it->second : kv.value);
-  }
-  for (const auto& [key, value] : e.set_keys)
-    if (!src->find_kv(key)) w.set_value(key, value);
-
-  struct Out {
-    std::vector<std::span<const uint8_t>> bytes;  // written one after the other
-    uint64_t zeros = 0;
-  };
-  std::vector<Out> data;
-  auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  for (const GgufTensor& t : src->tensors()) {
-    if (std::find(e.drop_tensors.begin(), e.drop_tensors.end(), t.name) != e.drop_tensors.end()) continue;
-    if (e.fuse_qkv && (ends_with(t.name, ".attn_k.weight") || ends_with(t.name, ".attn_v.weight"))) continue;
-    if (e.fuse_qkv && ends_with(t.name, ".attn_q.weight")) {
-      const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_q.weight").size());
-      const GgufTensor* k = src->find_tensor(blk + "attn_k.weight");
-      const GgufTensor* v = src->find_tensor(blk + "attn_v.weight");
-      w.add_tensor(blk + "attn_qkv.weight", t.type, {t.ne[0], t.ne[1] + k->ne[1] + v->ne[1]});
-      data.push_back(Out{{t.bytes(), k->bytes(), v->bytes()}});
-      continue;
-    }
-    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
-    GgmlType type = t.type;
-    bool changed = false;
-    if (auto it = e.reshape.find(t.name); it != e.reshape.end()) ne = it->second, changed = true;
-    if (auto it = e.retype.find(t.name); it != e.retype.end()) type = it->second, changed = true;
-    w.add_tensor(t.name, type, ne);
-    uint64_t n = 1;
-    for (int64_t d : ne) n *= uint64_t(d);
-    std::span<const uint8_t> bytes = t.bytes();
-    if (auto it = e.copy_data.find(t.name); it != e.copy_data.end()) bytes = src->find_tensor(it->second)->bytes();
-    data.push_back(changed ? Out{{}, n / type_traits(type).block_size * type_traits(type).type_size} : Out{{bytes}});
-  }
-  for (const std::string& extra : e.add_tensors) {
-    w.add_tensor(extra, GgmlType::F32, {4});
-    data.push_back(Out{{}, 16});
-  }
-  const std::string path = std::string(ESSAIM_BINARY_DIR) + "/loader_test_" + name + ".gguf";
-  EXPECT_TRUE(w.begin(path).is_ok());
-  for (const Out& o : data) {
-    if (o.zeros) {
-      std::vector<uint8_t> z(o.zeros, 0);
-      EXPECT_TRUE(w.write_tensor_data(z).is_ok());
-    } else {
-      for (std::span<const uint8_t> b : o.bytes) EXPECT_TRUE(w.write_tensor_data(b).is_ok());
-    }
-  }
-  EXPECT_TRUE(w.finish().is_ok());
-  return path;
+std::string rewrite(const std::string& name, const GgufEdit& e) {
+  return test::gguf_rewrite(test::fixture("qwen3moe-small-f32.gguf"), "loader_test_" + name, e);
 }
 
-std::string load_error(const std::string& name, const Edit& e) {
+std::string load_error(const std::string& name, const GgufEdit& e) {
   const std::string path = rewrite(name, e);
   Result<std::unique_ptr<Model>> m = load_model(path);
   std::remove(path.c_str());
@@ -137,16 +53,16 @@ TEST(Loader, MissingRequiredKeyIsNamed) {
 }
 
 TEST(Loader, KeyOfTheWrongTypeIsNamed) {
-  const std::string msg = load_error("wrong_type", {.set_keys = {{"qwen3moe.block_count", i32_value(2)}}});
+  const std::string msg = load_error("wrong_type", {.set_keys = {{"qwen3moe.block_count", gguf_i32(2)}}});
   EXPECT_NE(msg.find("metadata key 'qwen3moe.block_count' has type INT32, expected UINT32"), std::string::npos) << msg;
 }
 
 TEST(Loader, OutOfRangeValuesAreRefused) {
-  std::string msg = load_error("used_gt_count", {.set_keys = {{"qwen3moe.expert_used_count", u32_value(9)}}});
+  std::string msg = load_error("used_gt_count", {.set_keys = {{"qwen3moe.expert_used_count", gguf_u32(9)}}});
   EXPECT_NE(msg.find("'qwen3moe.expert_used_count' = 9 is outside [1, 8]"), std::string::npos) << msg;
-  msg = load_error("rope_dims", {.set_keys = {{"qwen3moe.rope.dimension_count", u32_value(32)}}});
+  msg = load_error("rope_dims", {.set_keys = {{"qwen3moe.rope.dimension_count", gguf_u32(32)}}});
   EXPECT_NE(msg.find("rope.dimension_count (32) must equal the head dimension (64)"), std::string::npos) << msg;
-  msg = load_error("yarn", {.set_keys = {{"qwen3moe.rope.scaling.type", string_value("yarn")}}});
+  msg = load_error("yarn", {.set_keys = {{"qwen3moe.rope.scaling.type", gguf_string("yarn")}}});
   EXPECT_NE(msg.find("rope scaling 'yarn' is not supported"), std::string::npos) << msg;
 }
 
@@ -169,12 +85,12 @@ TEST(Loader, WrongTypeIsNamed) {
 }
 
 TEST(Loader, ExtraTensorIsNamed) {
-  const std::string msg = load_error("extra", {.add_tensors = {"blk.0.mystery.weight"}});
+  const std::string msg = load_error("extra", {.add_tensors = {{.name = "blk.0.mystery.weight", .type = GgmlType::F32, .ne = {4}, .bytes = std::vector<uint8_t>(16, 0)}}});
   EXPECT_NE(msg.find("unexpected tensor 'blk.0.mystery.weight'"), std::string::npos) << msg;
 }
 
 TEST(Loader, UnsupportedArchitectureIsNamed) {
-  const std::string msg = load_error("llama", {.set_keys = {{"general.architecture", string_value("llama")}}});
+  const std::string msg = load_error("llama", {.set_keys = {{"general.architecture", gguf_string("llama")}}});
   EXPECT_NE(msg.find("unsupported architecture 'llama' (supported: qwen3moe"), std::string::npos) << msg;
 }
 

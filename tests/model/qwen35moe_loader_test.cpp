@@ -51,7 +51,7 @@ TEST(Qwen35Loader, MissingRequiredKeysAreNamed) {
 TEST(Qwen35Loader, KeysOfTheWrongTypeAreNamed) {
   expect_error("conv_i32", {.set_keys = {{"qwen35moe.ssm.conv_kernel", gguf_i32(4)}}},
                "metadata key 'qwen35moe.ssm.conv_kernel' has type INT32, expected UINT32");
-  expect_error("flags_str", {.set_keys = {{"qwen35moe.attention.recurrent_layers", test::gguf_string("1,0")}}},
+  expect_error("flags_str", {.set_keys = {{"qwen35moe.attention.recurrent_layers", gguf_string("1,0")}}},
                "metadata key 'qwen35moe.attention.recurrent_layers' has type STRING");
   GgufValue sections_f32;
   sections_f32.type = GgufValueType::ARRAY;
@@ -85,7 +85,7 @@ TEST(Qwen35Loader, InconsistentHyperparametersAreRefused) {
                                             {"qwen35moe.ssm.state_size", gguf_u32(4096)},
                                             {"qwen35moe.ssm.inner_size", gguf_u32(4096 * 4096)}}},
                "recurrent state of ssm.inner_size x ssm.state_size = 68719476736 floats per layer exceeds");
-  expect_error("yarn", {.set_keys = {{"qwen35moe.rope.scaling.type", test::gguf_string("yarn")}}},
+  expect_error("yarn", {.set_keys = {{"qwen35moe.rope.scaling.type", gguf_string("yarn")}}},
                "rope scaling 'yarn' is not supported");
 }
 
