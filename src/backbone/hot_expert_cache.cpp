@@ -173,25 +173,34 @@ void HotExpertCache::note_failure(ExpertKey key) {
 }
 
 size_t HotExpertCache::step() {
+  const std::shared_ptr<const HotSnapshot> now = snapshot();
+  HotChoiceOptions choice = options_.choice;
+  choice.budget_bytes = options_.budget_bytes;
+  const std::vector<ExpertKey> want = choose_hot_set(candidates(*now), choice);
+  evict_unwanted(*now, want);  // first, so the budget holds while the newcomers arrive
+  fetch_missing(want);
+  return snapshot()->size();
+}
+
+// The window's picked experts and the held ones (no longer picked: still candidates), with their bytes. An
+// expert waiting out the pause after a refused or failed fetch is no candidate: its share of the budget goes
+// to the next hottest meanwhile.
+std::vector<HotCandidate> HotExpertCache::candidates(const HotSnapshot& now) {
   std::vector<std::pair<ExpertKey, uint64_t>> counts;
   {
     std::lock_guard lock(window_mu_);
     counts = window_.counts();
   }
-  const std::shared_ptr<const HotSnapshot> now = snapshot();
   std::map<ExpertKey, uint64_t> by_key(counts.begin(), counts.end());
-  for (const ExpertKey& k : now->keys()) by_key.emplace(k, 0);  // held and no longer picked: still a candidate
-
-  // An expert waiting out the pause after a refused or failed fetch is no candidate: its share of the
-  // budget goes to the next hottest meanwhile.
+  for (const ExpertKey& k : now.keys()) by_key.emplace(k, 0);
   const Clock::time_point t = Clock::now();
   auto pausing = [&](ExpertKey k) {
     auto b = backoff_.find(k);
     return b != backoff_.end() && t < b->second.until;
   };
-  std::vector<HotCandidate> candidates;
+  std::vector<HotCandidate> out;
   for (const auto& [key, count] : by_key) {
-    const bool held = now->holds(key.layer, key.expert);
+    const bool held = now.holds(key.layer, key.expert);
     if (!held && pausing(key)) continue;
     uint64_t bytes = 0;
     if (auto it = expert_bytes_.find(key.layer); it != expert_bytes_.end()) {
@@ -207,30 +216,31 @@ size_t HotExpertCache::step() {
       }
       bytes = expert_bytes_[key.layer] = *b;
     }
-    candidates.push_back({.key = key, .count = count, .bytes = bytes, .held = held});
+    out.push_back({.key = key, .count = count, .bytes = bytes, .held = held});
   }
-  HotChoiceOptions choice = options_.choice;
-  choice.budget_bytes = options_.budget_bytes;
-  const std::vector<ExpertKey> want = choose_hot_set(candidates, choice);
+  return out;
+}
 
-  // Eviction first, so the budget holds while the newcomers arrive.
+// A new snapshot without the held experts the plan no longer wants.
+void HotExpertCache::evict_unwanted(const HotSnapshot& now, const std::vector<ExpertKey>& want) {
   std::vector<ExpertKey> evict;
-  for (const ExpertKey& k : now->keys())
+  for (const ExpertKey& k : now.keys())
     if (std::find(want.begin(), want.end(), k) == want.end()) evict.push_back(k);
-  if (!evict.empty()) {
-    auto next = std::make_shared<HotSnapshot>();
-    for (const auto& [k, e] : now->experts_) {
-      if (std::find(evict.begin(), evict.end(), k) != evict.end()) continue;
-      (void)next->store_.add(k.layer, e->layer);  // it was added to a store before: cannot fail
-      next->experts_.emplace(k, e);
-      next->bytes_ += e->bytes;
-    }
-    publish(std::move(next));
-    std::lock_guard lock(snap_mu_);
-    report_.evictions += evict.size();
+  if (evict.empty()) return;
+  auto next = std::make_shared<HotSnapshot>();
+  for (const auto& [k, e] : now.experts_) {
+    if (std::find(evict.begin(), evict.end(), k) != evict.end()) continue;
+    (void)next->store_.add(k.layer, e->layer);  // it was added to a store before: cannot fail
+    next->experts_.emplace(k, e);
+    next->bytes_ += e->bytes;
   }
+  publish(std::move(next));
+  std::lock_guard lock(snap_mu_);
+  report_.evictions += evict.size();
+}
 
-  // Then the missing experts of the plan, hottest first (want is in score order).
+// The plan's missing experts, hottest first (want is in score order), each fetched, verified and inserted.
+void HotExpertCache::fetch_missing(const std::vector<ExpertKey>& want) {
   for (const ExpertKey& k : want) {
     {
       std::unique_lock lock(wake_mu_);
@@ -261,7 +271,6 @@ size_t HotExpertCache::step() {
     ++report_.fetches;
     report_.fetch_bytes += got;
   }
-  return snapshot()->size();
 }
 
 Result<bool> HotExpertCache::insert(ExpertKey key, FetchedExpert f) {

@@ -170,6 +170,10 @@ class HotExpertCache {
   Result<bool> insert(ExpertKey key, FetchedExpert fetched);
   void publish(std::shared_ptr<HotSnapshot> next);
   void note_failure(ExpertKey key);
+  // step()'s phases: the candidates, the eviction of what the plan drops, the fetches of what it adds.
+  std::vector<HotCandidate> candidates(const HotSnapshot& now);
+  void evict_unwanted(const HotSnapshot& now, const std::vector<ExpertKey>& want);
+  void fetch_missing(const std::vector<ExpertKey>& want);
   void loop();
 
   std::unique_ptr<HotExpertSource> source_;

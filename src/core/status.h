@@ -21,20 +21,32 @@ class [[nodiscard]] Status {
   Status() = default;  // ok
   static Status ok() { return Status(); }
   static Status error(std::string message) { return Status(std::move(message), true); }
+  // An error that asking again the same way cannot cure (the peer refused the request, its certificate does
+  // not verify): code that retries stops at permanent() instead of matching the message.
+  static Status refusal(std::string message) {
+    Status s(std::move(message), true);
+    s.permanent_ = true;
+    return s;
+  }
 
   bool is_ok() const { return !failed_; }
   explicit operator bool() const { return !failed_; }
   const std::string& message() const { return message_; }
+  bool permanent() const { return permanent_; }
 
   // Prefixes context ("reading tensor 'x': ") to an error; no-op on success.
   Status with_context(const std::string& context) const {
-    return failed_ ? Status(context + ": " + message_, true) : *this;
+    if (!failed_) return *this;
+    Status s(context + ": " + message_, true);
+    s.permanent_ = permanent_;
+    return s;
   }
 
  private:
   Status(std::string message, bool failed) : message_(std::move(message)), failed_(failed) {}
   std::string message_;
   bool failed_ = false;
+  bool permanent_ = false;
 };
 
 template <typename T>

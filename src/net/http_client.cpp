@@ -73,6 +73,7 @@ Status tls_handshake(Connection& c, const HttpUrl& url, Clock::time_point until)
     done = true;
   });
   if (!run_until(c.ioc, c.lowest(), done, until)) return Status::error("TLS handshake with " + c.where + " timed out");
+  if (ec && !check->failure.empty()) return Status::refusal(tls_handshake_error(c.where, ec, *check).message);
   if (ec) return Status::error(tls_handshake_error(c.where, ec, *check).message);
   return Status::ok();
 }

@@ -203,8 +203,11 @@ Result<std::string> MarketClient::call(const std::string& method, const std::str
         j["error"].contains("message") && j["error"]["message"].is_string()) {
       message = j["error"]["message"].get<std::string>().substr(0, 300);
     }
-    return Status::error(method + " " + target + ": the coordinator answered " + std::to_string(a.status) +
-                         (message.empty() ? "" : " (" + message + ")") + (a.status == 401 ? "; check --token" : ""));
+    std::string text = method + " " + target + ": the coordinator answered " + std::to_string(a.status) +
+                       (message.empty() ? "" : " (" + message + ")") + (a.status == 401 ? "; check --token" : "");
+    // A 4xx other than a timeout or a rate limit is the coordinator refusing this request: asking again is no use.
+    const bool refused = a.status >= 400 && a.status < 500 && a.status != 408 && a.status != 429;
+    return refused ? Status::refusal(std::move(text)) : Status::error(std::move(text));
   }
   return std::move(a.body);
 }

@@ -61,8 +61,7 @@ class Joiner {
       Result<std::string> id = client_->whoami_node_id();
       if (!id) {
         last = id.status();
-        if (last.message().find("answered 4") != std::string::npos) return last;  // a wrong token stays wrong
-        if (last.message().find("TLS handshake with") != std::string::npos) return last;  // so does a certificate
+        if (last.permanent()) return last;  // a wrong token stays wrong, and so does a certificate
         continue;
       }
       Result<node::Catalogue> cat = client_->model();
