@@ -79,7 +79,7 @@ Result<std::vector<uint8_t>> fetch_byte_range(const net::HttpUrl& coordinator, c
   return out;
 }
 
-Result<DownloadReport> download_slice(const net::HttpUrl& coordinator, const std::string& token, const SliceOfnamespace {
+namespace {
 
 // A complete copy already at `path` whose bytes hash to the catalogue's digest.
 bool verified_copy(const std::string& path, const SliceOffer& offer) {
@@ -237,3 +237,5 @@ Result<DownloadReport> download_slice(const net::HttpUrl& coordinator, const std
                        " attempts; last: " + last_error);
 }
 
+
+}  // namespace essaim::node
