@@ -170,6 +170,12 @@ Status MarketExpertExecutor::compute(const ExpertBatch& b, std::span<float> out)
 
 bool MarketExpertExecutor::may_fail() const { return model_.expert_store().shape_only(); }
 
+std::optional<std::string> MarketExpertExecutor::ask_current(
+    const std::function<std::optional<std::string>(const RemoteExpertExecutor*)>& f) const {
+  std::lock_guard lock(call_mu_);
+  return f(current_.get());
+}
+
 DispatchStats MarketExpertExecutor::stats() const {
   std::lock_guard lock(state_mu_);
   DispatchStats s = retired_;

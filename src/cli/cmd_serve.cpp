@@ -73,12 +73,9 @@ void note_ignored_llama_flags(const std::vector<std::pair<CLI::Option*, const ch
   }
 }
 
-// /health's 503 reason: with no local copy of the experts (a backbone file), the layers whose experts no
-// connected worker serves.
-std::optional<std::string> swarm_unavailable(const Model& model, const ExpertExecutor& ex) {
-  const auto* remote = dynamic_cast<const backbone::RemoteExpertExecutor*>(&ex);
-  if (remote == nullptr || !remote->may_fail()) return std::nullopt;
-  const CoverageReport report = swarm_coverage(model, *remote);
+// The layers whose experts no connected worker of `remote` serves, or nothing.
+std::optional<std::string> coverage_holes(const Model& model, const backbone::RemoteExpertExecutor& remote) {
+  const CoverageReport report = swarm_coverage(model, remote);
   std::string why;
   for (const std::string& line : report.lines) {
     if (line.rfind("layer", 0) != 0) continue;  // a worker down whose experts others serve is no hole
@@ -86,6 +83,21 @@ std::optional<std::string> swarm_unavailable(const Model& model, const ExpertExe
   }
   if (why.empty()) return std::nullopt;
   return why;
+}
+
+// /health's 503 reason: with no local copy of the experts (a backbone file), the layers whose experts no
+// connected worker serves — of the --worker/--expert-map swarm, or of the market's current map (--coordinator;
+// an empty map is a reason of its own).
+std::optional<std::string> swarm_unavailable(const Model& model, const ExpertExecutor& ex) {
+  if (!ex.may_fail()) return std::nullopt;
+  if (const auto* market = dynamic_cast<const backbone::MarketExpertExecutor*>(&ex)) {
+    return market->ask_current([&](const backbone::RemoteExpertExecutor* remote) -> std::optional<std::string> {
+      if (remote == nullptr) return "the market's expert map is empty: no worker holds any expert yet";
+      return coverage_holes(model, *remote);
+    });
+  }
+  const auto* remote = dynamic_cast<const backbone::RemoteExpertExecutor*>(&ex);
+  return remote == nullptr ? std::nullopt : coverage_holes(model, *remote);
 }
 
 int run_serve(ServeArgs& a) {

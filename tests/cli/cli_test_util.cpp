@@ -153,4 +153,20 @@ BackgroundProcess::BackgroundProcess(const std::string& command, const std::stri
         {.stderr_path = scratch_dir("bg") + "/" + std::to_string(serial++) + ".err", .cwd = cwd, .path_first = bin_dir()});
 }
 
+std::pair<int, std::string> health(uint16_t port) {
+  const CliRun r = run_cli("curl -s -m 10 -w '\\n%{http_code}' http://127.0.0.1:" + std::to_string(port) + "/health");
+  const size_t nl = r.out.find_last_of('\n');
+  if (nl == std::string::npos) return {0, r.out};
+  return {std::atoi(r.out.c_str() + nl + 1), r.out.substr(0, nl)};
+}
+
+bool wait_for_health(uint16_t port, int status, std::chrono::seconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (health(port).first == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 }  // namespace essaim::cli_test

@@ -9,8 +9,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "child_process.h"
 
@@ -38,6 +40,11 @@ class BackgroundProcess : public test_support::ListeningProcess {
  public:
   explicit BackgroundProcess(const std::string& command, const std::string& cwd = "");
 };
+
+// GET /health of a server on 127.0.0.1:port through curl: its status (0 when none came) and body; and the wait
+// until it says `status`, polled every 100 ms.
+std::pair<int, std::string> health(uint16_t port);
+bool wait_for_health(uint16_t port, int status, std::chrono::seconds timeout);
 
 std::string make_temp_dir(const std::string& name);  // fresh, under <build>/tests/cli/tmp/run-XXXXXX/ (mkdtemp), removed at exit
 std::string read_text(const std::string& path);

@@ -174,6 +174,33 @@ TEST(MarketSwarm, FromNothingToFullCoverageAndAnExactEval) {
   EXPECT_NE(again->stderr_text().find("re-verified"), std::string::npos) << again->stderr_text();
 }
 
+// essaim serve on the market (--coordinator) from the backbone file: /health is 503 with the reason while a range
+// has no live holder (a worker killed, no spare yet), and 200 again once a new worker has taken it.
+TEST(MarketSwarm, ServeHealthFollowsTheMarketsCoverage) {
+  Market m(/*replicas=*/1, /*heartbeat_s=*/1);
+  ASSERT_TRUE(m.up()) << m.log();
+  std::vector<std::unique_ptr<BackgroundProcess>> workers;
+  for (int i = 0; i < 4; ++i) {
+    auto [id, token] = m.add_node("w" + std::to_string(i));
+    workers.push_back(join_worker(m, token, m.dir_ + "/w" + std::to_string(i)));
+    ASSERT_NE(workers.back()->port(), 0) << workers.back()->stderr_text();
+  }
+  ASSERT_GE(m.wait_full(30), 0) << m.log();
+  BackgroundProcess serve("essaim serve --backbone-file " + tiny_backbone() + " --coordinator " + m.url() + " --token " +
+                          kAdmin + " --map-refresh-ms 200 --port 0 -np 1 -t 1");
+  ASSERT_NE(serve.port(), 0) << serve.stderr_text();
+  ASSERT_TRUE(wait_for_health(serve.port(), 200, std::chrono::seconds(60))) << serve.stderr_text();
+  ::kill(workers[0]->pid(), SIGKILL);
+  ASSERT_TRUE(wait_for_health(serve.port(), 503, std::chrono::seconds(30))) << serve.stderr_text();
+  const auto [status, body] = health(serve.port());
+  EXPECT_NE(body.find("swarm_unavailable"), std::string::npos) << body;
+  EXPECT_NE(body.find("layer"), std::string::npos) << body;
+  auto [spare_id, spare_token] = m.add_node("spare");
+  auto spare = join_worker(m, spare_token, m.dir_ + "/spare");
+  ASSERT_NE(spare->port(), 0) << spare->stderr_text();
+  EXPECT_TRUE(wait_for_health(serve.port(), 200, std::chrono::seconds(60))) << m.log() << serve.stderr_text();
+}
+
 TEST(MarketSwarm, ChurnASpareTakesOverAKilledWorkersRangeAndTheTextStaysExact) {
   // 2 s heartbeats: with 1 s, live workers on a loaded 2-core machine (CI runs two tests at once) could miss
   // 3 heartbeats and go stale themselves, which sends the spare to the wrong range.

@@ -26,23 +26,6 @@ using namespace std::chrono_literals;
 
 std::string base(uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
 
-// curl's status code and body of GET /health.
-std::pair<int, std::string> health(uint16_t port) {
-  const CliRun r = run_cli("curl -s -m 10 -w '\\n%{http_code}' " + base(port) + "/health");
-  const size_t nl = r.out.find_last_of('\n');
-  if (nl == std::string::npos) return {0, r.out};
-  return {std::atoi(r.out.c_str() + nl + 1), r.out.substr(0, nl)};
-}
-
-bool wait_for_health(uint16_t port, int status, std::chrono::seconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (health(port).first == status) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
-}
-
 TEST(ServeProcess, ATakenPortIsOneClearLineAndExitOne) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
