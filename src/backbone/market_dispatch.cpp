@@ -172,8 +172,8 @@ bool MarketExpertExecutor::may_fail() const { return model_.expert_store().shape
 
 std::optional<std::string> MarketExpertExecutor::ask_current(
     const std::function<std::optional<std::string>(const RemoteExpertExecutor*)>& f) const {
-  std::lock_guard lock(call_mu_);
-  return f(current_.get());
+  std::lock_guard lock(state_mu_);  // the executors are retired (and destroyed) under it
+  return f(swap_pending_ ? pending_.get() : current_.get());  // the map the next call takes
 }
 
 DispatchStats MarketExpertExecutor::stats() const {

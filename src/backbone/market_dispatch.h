@@ -83,8 +83,8 @@ class MarketExpertExecutor final : public ExpertExecutor {
   bool wait_for_workers(size_t workers, std::chrono::milliseconds timeout);
   Status flush_reports();
   HotExpertCache* hot_cache() const { return options_.hot_cache.get(); }
-  // f's answer for the executor of the map dispatched to now (null while the map is empty), called while no
-  // layer call can retire it (/health's reason, cli/cmd_serve.cpp).
+  // f's answer for the executor of the map the next layer call dispatches to (null while the map is empty),
+  // called while it cannot be retired (/health's reason, cli/cmd_serve.cpp).
   std::optional<std::string> ask_current(
       const std::function<std::optional<std::string>(const RemoteExpertExecutor*)>& f) const;
 
@@ -100,7 +100,7 @@ class MarketExpertExecutor final : public ExpertExecutor {
   MarketDispatchOptions options_;
   LocalExpertExecutor local_;  // while the map is empty (declared after options_: built from its output mode)
 
-  mutable std::mutex call_mu_;  // one layer call at a time; guards current_
+  std::mutex call_mu_;  // one layer call at a time; guards current_
   std::unique_ptr<RemoteExpertExecutor> current_;
   mutable std::mutex state_mu_;  // guards the fields below
   std::unique_ptr<RemoteExpertExecutor> pending_;
