@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct Direction {
   net::ByteStream* dst = nullptr;
   std::chrono::microseconds delay{0};
   std::chrono::microseconds jitter{0};
+  uint64_t bytes_per_s = 0;           // 0: unlimited
   std::mt19937_64 rng;                // the jitter draws (read_loop only)
   Clock::time_point last_release{};  // read_loop only: releases never go backwards
   std::mutex mu;
@@ -74,9 +76,21 @@ struct Direction {
       queue.pop_front();
       lock.unlock();
       if (c.bytes.empty()) return;
-      if (!dst->write_all(c.bytes, Clock::now() + std::chrono::seconds(60))) return;
+      if (!write_paced(c.bytes)) return;
       lock.lock();
     }
+  }
+  // Writes `bytes` to dst, at `bytes_per_s` when set. False when a write failed or stop() was called.
+  bool write_paced(std::span<const uint8_t> bytes) {
+    const size_t piece = bytes_per_s == 0 ? bytes.size() : std::max<size_t>(1, bytes_per_s / 10);
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      const std::span<const uint8_t> p = bytes.subspan(at, std::min(piece, bytes.size() - at));
+      const Clock::time_point due = Clock::now() + std::chrono::microseconds(bytes_per_s == 0 ? 0 : p.size() * 1000000 / bytes_per_s);
+      if (!dst->write_all(p, Clock::now() + std::chrono::seconds(60))) return false;
+      std::unique_lock lock(mu);
+      if (cv.wait_until(lock, due, [&] { return stopping; })) return false;
+    }
+    return true;
   }
 };
 
@@ -139,6 +153,7 @@ struct DelayProxy::State {
       conn->target = std::move(*t);
       conn->up.delay = conn->down.delay = delay.one_way;
       conn->up.jitter = conn->down.jitter = delay.jitter;
+      conn->up.bytes_per_s = conn->down.bytes_per_s = delay.bytes_per_s;
       const uint64_t n = accepted.load();
       for (uint32_t d = 0; d < 2; ++d) {
         std::seed_seq seq{uint32_t(delay.seed), uint32_t(delay.seed >> 32), uint32_t(n), d};

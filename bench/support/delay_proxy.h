@@ -11,13 +11,16 @@
 // Every byte read from one side is written to the other side no earlier than `one_way_delay` after it was
 // read, in order: one reader and one writer thread per direction, a FIFO of (release time, bytes) between
 // them. A request and its answer each cross once, so a round trip costs 2 × one_way_delay more. Bandwidth
-// is not limited: the reader keeps reading while chunks wait (the queue is unbounded; benchmarks send
+// is not limited (unless `bytes_per_s` says): the reader keeps reading while chunks wait (the queue is unbounded; benchmarks send
 // bounded amounts), and a chunk is written whole as soon as its time comes. When one side closes, the
 // bytes already read are still delivered after their delay, then both sides are closed.
 // Jitter: each chunk waits one_way + a seeded uniform extra in [0, jitter], but never leaves before the
 // chunk read before it (a TCP link reorders nothing), so the delay of a chunk is its own draw or its
 // predecessor's release, whichever is later. The draws of connection c, direction d (0: to the target)
 // come from a generator seeded with (seed, c, d): a run with the same traffic gets the same delays.
+// With `bytes_per_s`, each direction of each connection is also paced: a chunk is written in pieces of at
+// most a tenth of a second's bytes, each piece followed by its share of time (a slow link for one download,
+// while the small calls on other connections pass at once).
 #pragma once
 
 #include <chrono>
@@ -33,6 +36,7 @@ struct LinkDelay {
   std::chrono::microseconds one_way{0};
   std::chrono::microseconds jitter{0};  // extra per chunk, uniform in [0, jitter]
   uint64_t seed = 0;
+  uint64_t bytes_per_s = 0;  // per connection and direction; 0: unlimited
 };
 
 class DelayProxy {

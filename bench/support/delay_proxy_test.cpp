@@ -2,7 +2,7 @@
 // (delay + jitter) plus scheduling; bytes arrive complete and in order in both directions (4 MiB of seeded
 // random bytes in writes of varied sizes, echoed back, with and without jitter), while both directions are
 // busy at once; closing one side ends the proxied connection; a retargeted proxy sends new connections to
-// the new port, and closes them at once while nothing listens there.
+// the new port, and closes them at once while nothing listens there; a paced link takes its bytes' time.
 #include "delay_proxy.h"
 
 #include <gtest/gtest.h>
@@ -159,6 +159,27 @@ TEST(DelayProxy, BytesArriveCompleteAndInOrderBothWays) {
                              << " us: " << got.size() << " of " << data.size();
     (*c)->close();
   }
+}
+
+// A paced link: 400 KB at 400 KB/s per direction takes at least a second (the crossings there and back
+// overlap) and arrives whole.
+TEST(DelayProxy, APacedLinkTakesItsBytesTime) {
+  EchoServer echo;
+  auto proxy = DelayProxy::start("127.0.0.1", echo.port(), LinkDelay{.bytes_per_s = 400000});
+  ASSERT_TRUE(proxy) << proxy.error().message;
+  auto c = net::tcp_connect("127.0.0.1", (*proxy)->port(), Clock::now() + 5s);
+  ASSERT_TRUE(c);
+  std::vector<uint8_t> data(400000);
+  std::mt19937 rng(5);
+  for (uint8_t& b : data) b = uint8_t(rng());
+  const auto t0 = Clock::now();
+  ASSERT_TRUE((*c)->write_all(data, Clock::now() + 30s));
+  const std::vector<uint8_t> got = read_exactly(**c, data.size());
+  const auto took = Clock::now() - t0;
+  EXPECT_TRUE(got == data);
+  EXPECT_GE(took, 900ms);  // at least one paced crossing of 400 KB (both crossings overlap in time)
+  EXPECT_LT(took, 20s);
+  (*c)->close();
 }
 
 TEST(DelayProxy, ClosingTheTargetClosesTheClient) {

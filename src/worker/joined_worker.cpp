@@ -4,10 +4,12 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,6 +35,39 @@ constexpr std::chrono::milliseconds kLeavingDeadline{2000};
 struct Held {
   node::SliceOffer offer;
   std::string path;
+};
+
+// Heartbeats from a thread of its own for as long as it lives, every `interval_s` (read afresh each time).
+// A volunteer round downloads slices, one of 170 MB takes half a minute on a phone's link, and a node
+// silent for 3 intervals is stale at the coordinator: its holdings and reservations would stop counting and
+// its slices would be assigned again elsewhere (docs/scale.md measured a swarm that never settled so).
+class HeartbeatsMeanwhile {
+ public:
+  HeartbeatsMeanwhile(std::function<void()> beat, const std::atomic<double>& interval_s)
+      : thread_([this, beat = std::move(beat), &interval_s] {
+          std::unique_lock lock(mu_);
+          while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_s.load()), [&] { return done_; })) {
+            lock.unlock();
+            beat();
+            lock.lock();
+          }
+        }) {}
+  ~HeartbeatsMeanwhile() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  HeartbeatsMeanwhile(const HeartbeatsMeanwhile&) = delete;
+  HeartbeatsMeanwhile& operator=(const HeartbeatsMeanwhile&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
 };
 
 // One served set: the state and the worker that serves it. Connections hold a shared_ptr for as long as
@@ -172,6 +207,7 @@ class Joiner {
   // Returns whether the coordinator says volunteering now would change something for this node. A leaving
   // heartbeat holds nothing: the coordinator forgets this node's ranges at once.
   bool heartbeat(bool leaving = false) {
+    std::lock_guard lock(market_mu_);
     node::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
                            .capacity_bytes = c_.budget_bytes, .load = load(), .leaving = leaving};
     if (!leaving) {
@@ -212,6 +248,7 @@ class Joiner {
     log("dropping " + it->offer.name + " (" + why + ")");
     std::error_code ec;
     fs::remove(it->path, ec);
+    std::lock_guard lock(market_mu_);
     held_.erase(it);
   }
 
@@ -245,6 +282,7 @@ class Joiner {
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     log("downloaded " + o.name + " (" + std::to_string(r->bytes_fetched) + " bytes in " + std::to_string(s) + " s)");
+    std::lock_guard lock(market_mu_);
     held_.push_back(std::move(h));
     return true;
   }
@@ -265,7 +303,10 @@ class Joiner {
   bool volunteer_round(const std::atomic<bool>& stop) {
     std::vector<node::RangeRef> holding;
     for (const Held& h : held_) holding.push_back(h.offer.range);
-    Result<node::VolunteerAnswer> v = client_->volunteer(node_id_, c_.budget_bytes, holding);
+    Result<node::VolunteerAnswer> v = [&] {
+      std::lock_guard lock(market_mu_);
+      return client_->volunteer(node_id_, c_.budget_bytes, holding);
+    }();
     if (!v) {
       log("volunteer: " + v.status().message());
       return false;
@@ -350,7 +391,9 @@ class Joiner {
       const bool told = heartbeat(/*leaving=*/now_away);
       if (!now_away && (volunteer_now || told || has_room() || rounds % 5 == 4)) {
         // After a change, at once again: the new holdings are heartbeaten, and volunteering with them
-        // replaces this node's pending reservation (which counts as a holder for other volunteers).
+        // replaces this node's pending reservation (which counts as a holder for other volunteers). While
+        // the rounds download, heartbeats go on from another thread.
+        HeartbeatsMeanwhile meanwhile([this] { heartbeat(); }, heartbeat_s_);
         for (int again = 0; again < 4 && volunteer_round(stop); ++again) {
           if (Status st = rebuild(); !st) log("cannot serve the new set: " + st.message());
           log("serving " + std::to_string(held_.size()) + " slice(s), " + std::to_string(held_bytes()) + " bytes");
@@ -361,7 +404,7 @@ class Joiner {
       ++rounds;
       std::unique_lock lock(mu);
       // Away, the relay is watched more often than the coordinator's interval: the way back is quick.
-      const double wait_s = now_away ? std::min(heartbeat_s_, 0.5) : heartbeat_s_;
+      const double wait_s = now_away ? std::min(heartbeat_s_.load(), 0.5) : heartbeat_s_.load();
       cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return stop.load(); });
     }
   }
@@ -417,8 +460,11 @@ class Joiner {
   std::string node_id_, address_;
   node::Catalogue catalogue_;
   node::Fingerprint fingerprint_;
-  std::vector<Held> held_;  // the market thread's
-  double heartbeat_s_ = 2;
+  std::vector<Held> held_;  // changed by the market thread only (under market_mu_), read by heartbeats
+  // One call on client_ at a time (the heartbeats meanwhile share it with the volunteer rounds), held_'s
+  // changes against a heartbeat's read, and the load figures.
+  std::mutex market_mu_;
+  std::atomic<double> heartbeat_s_ = 2;
   bool warned_fingerprint_ = false;
   mutable std::mutex served_mu_;
   std::shared_ptr<ServedSet> served_;

@@ -6,7 +6,8 @@
 //      slice's own per-expert digests); a bad one is deleted;
 //   3. volunteers its free budget, downloads what it is assigned (resumable, verified: node/slice_download.h),
 //      drops what it is told to drop, and serves the result;
-//   4. heartbeats every heartbeat_s (holdings with their SHA-256, address, fingerprint, capacity, load) and
+//   4. heartbeats every heartbeat_s (holdings with their SHA-256, address, fingerprint, capacity, load; from
+//      another thread while a volunteer round downloads, so a long download never makes the node stale) and
 //      volunteers again when its budget has room, after a drop, or when the heartbeat's answer says so;
 //   5. swaps when told (a needed range for one with enough other holders): downloads and verifies the new
 //      slice, serves both and heartbeats them, and only then stops serving the old one;

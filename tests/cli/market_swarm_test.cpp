@@ -10,6 +10,8 @@
 //     lacks: a full node holding a second replica (the spare, or the worker sharing that range) swaps it for
 //     the hole within 5 heartbeats, and a generation from the backbone file equals the monolithic one; a
 //     worker stopped with SIGTERM leaves the map at once.
+//   - a worker whose download takes longer than 3 heartbeats (its link to the coordinator paced) stays live
+//     at the coordinator all along: it heartbeats while it downloads.
 // Every backbone here runs from the backbone file (`--backbone-file`: no expert bytes), so a range no live
 // worker holds fails the run instead of being computed from a local copy (docs/invariants.md, invariant 5).
 // Time to full coverage and to re-coverage are printed ("[ measure ]") for docs/market.md.
@@ -26,6 +28,9 @@
 #include <thread>
 
 #include "cli_test_util.h"
+#if ESSAIM_TEST_DELAY_PROXY
+#include "delay_proxy.h"
+#endif
 #include "net/http_client.h"
 #include "model_fixture.h"
 
@@ -46,6 +51,7 @@ class Market {
                " --heartbeat-s " + std::to_string(heartbeat_s)) {}
 
   bool up() const { return coord_.port() != 0; }
+  uint16_t port() const { return coord_.port(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(coord_.port()); }
   std::string log() const { return coord_.stderr_text(); }
 
@@ -115,11 +121,16 @@ class Market {
   BackgroundProcess coord_;
 };
 
-std::unique_ptr<BackgroundProcess> join_worker(const Market& m, const std::string& token, const std::string& data_dir,
-                                               double budget_mb = 0.4) {
-  return std::make_unique<BackgroundProcess>("essaim-worker --coordinator " + m.url() + " --token " + token +
+std::unique_ptr<BackgroundProcess> join_worker_at(const std::string& coordinator_url, const std::string& token,
+                                                  const std::string& data_dir, double budget_mb = 0.4) {
+  return std::make_unique<BackgroundProcess>("essaim-worker --coordinator " + coordinator_url + " --token " + token +
                                              " --budget-mb " + std::to_string(budget_mb) + " --data-dir " + data_dir +
                                              " --listen 127.0.0.1:0");
+}
+
+std::unique_ptr<BackgroundProcess> join_worker(const Market& m, const std::string& token, const std::string& data_dir,
+                                               double budget_mb = 0.4) {
+  return join_worker_at(m.url(), token, data_dir, budget_mb);
 }
 
 // Each tiny slice is 325-375 KiB: a 0.4 MiB budget holds exactly one, so covering 4 slices needs all 4.
@@ -173,6 +184,42 @@ TEST(MarketSwarm, FromNothingToFullCoverageAndAnExactEval) {
   ASSERT_NE(again->port(), 0) << again->stderr_text();
   EXPECT_NE(again->stderr_text().find("re-verified"), std::string::npos) << again->stderr_text();
 }
+
+#if ESSAIM_TEST_DELAY_PROXY
+// The worker reaches the coordinator through a link paced at 40 KB/s per connection: its one slice (325-375
+// KiB) takes 8-9 s to download, more than 3 heartbeats of 1 s, while the heartbeats on their own connection
+// pass at once. Polled every 100 ms, the coordinator never saw the node silent for 3 heartbeats (stale).
+TEST(MarketSwarm, AWorkerStaysLiveAtTheCoordinatorWhileItDownloads) {
+  Market m(/*replicas=*/1, /*heartbeat_s=*/1);
+  ASSERT_TRUE(m.up()) << m.log();
+  auto link = bench::DelayProxy::start("127.0.0.1", m.port(), bench::LinkDelay{.bytes_per_s = 40000});
+  ASSERT_TRUE(link) << link.error().message;
+  auto [id, token] = m.add_node("slow-link");
+  ASSERT_FALSE(token.empty());
+  auto worker = join_worker_at("http://" + (*link)->address(), token, m.dir_ + "/slow");
+  ASSERT_NE(worker->port(), 0) << worker->stderr_text();
+  int64_t longest_silence_ms = 0;
+  bool held = false, stale = false;
+  for (const auto until = Clock::now() + std::chrono::seconds(60); !held && Clock::now() < until;) {
+    const json nodes = m.call("GET", "/api/nodes");
+    for (const json& n : nodes.value("nodes", json::array())) {
+      if (n.value("node_id", "") != id) continue;
+      if (!n["last_seen_ms_ago"].is_number()) continue;  // not heartbeated yet (listed as stale until then)
+      stale |= n.value("status", "") == "stale";
+      longest_silence_ms = std::max(longest_silence_ms, n["last_seen_ms_ago"].get<int64_t>());
+    }
+    held = m.coverage().second.count(id) > 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(held) << worker->stderr_text() << m.log();
+  const std::string log = worker->stderr_text();
+  const size_t in = log.find(" bytes in ");
+  ASSERT_NE(in, std::string::npos) << log;
+  EXPECT_GT(std::stod(log.substr(in + 10)), 3.0) << "the download must outlast 3 heartbeats: " << log;
+  EXPECT_FALSE(stale) << log;
+  EXPECT_LT(longest_silence_ms, 3000) << log;
+}
+#endif
 
 // essaim serve on the market (--coordinator) from the backbone file: /health is 503 with the reason while a range
 // has no live holder (a worker killed, no spare yet), and 200 again once a new worker has taken it.
