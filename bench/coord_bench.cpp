@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coord/coordinator.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "median.h"
 
 namespace {

@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "coord/coordinator.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 //   build/bench/fabric_bench --preset q35-122b --layers 2 --decode 4           # the 122B shapes (~3 GB file)
 //   build/bench/fabric_bench --backbone-flags "--worker-timeout-ms 5000 --hedge-factor 0"
 //
-// The backbone is built from `essaim serve`'s own swarm flags (cli/dispatch_flags.h): --backbone-flags is
-// parsed by the same code, so any backbone flag works here as it does there (e.g. a hot-expert cache once the
-// backbone has one); the bench itself sets --worker (the proxies) and --expert-output (the mode of the row).
+// The backbone is built from `essaim serve`'s own swarm flags (cli/dispatch_flags.h into
+// backbone/swarm_setup.h): --backbone-flags is parsed by the same code, so any backbone flag works here as
+// it does there (e.g. a hot-expert cache once the backbone has one); the bench itself sets --worker (the proxies) and --expert-output (the mode of the row).
 // tok/s counts every generated token over the wall time from submit to the last sequence's end (prefill
 // included); decode tok/s counts the tokens after each sequence's first over the time after the last first
 // token. Latencies are per sequence, submit to end.
@@ -144,9 +144,9 @@ json rates(const bench::ServedRun& r, int n) {
 }
 
 // The backbone `essaim serve` would build from these flags, dispatching to `addresses` in `mode`.
-cli::ExecutorChoice backbone(const Model& m, ThreadPool* pool, const Options& o,
+backbone::ExecutorChoice backbone(const Model& m, ThreadPool* pool, const Options& o,
                              const std::vector<std::string>& addresses, const std::string& mode) {
-  cli::DispatchFlags flags;
+  backbone::SwarmSetup flags;
   flags.timeout_ms = o.timeout_ms;
   CLI::App parser{"backbone flags"};
   cli::add_dispatch_flags(parser, flags);
@@ -160,7 +160,7 @@ cli::ExecutorChoice backbone(const Model& m, ThreadPool* pool, const Options& o,
   if (flags.expert_output != "f32") die("--backbone-flags: the bench sets --expert-output per row (--outputs)");
   flags.workers = addresses;
   flags.expert_output = mode;
-  Result<cli::ExecutorChoice> ex = cli::make_expert_executor(m, pool, flags, "fabric_bench");
+  Result<backbone::ExecutorChoice> ex = backbone::make_expert_executor(m, pool, flags, "fabric_bench");
   if (!ex) die(ex.status().message());
   if (!ex->remote) die("the backbone did not build a dispatcher");
   // The first handshake hashes the claimed experts (the weights check); with big experts that can outlast the
@@ -284,7 +284,7 @@ int run(const Options& o) {
     std::vector<std::string> addresses;
     for (const backbone::WorkerEndpoint& w : (*swarm)->map().workers) addresses.push_back(w.address);
     for (size_t mi = 0; mi < o.outputs.size(); ++mi) {
-      cli::ExecutorChoice ex = backbone(m, &pool, o, addresses, o.outputs[mi]);
+      backbone::ExecutorChoice ex = backbone(m, &pool, o, addresses, o.outputs[mi]);
       warm_up(m, ex.executor.get(), &pool, o);
       for (size_t si = 0; si < o.seqs.size(); ++si) {
         const int n = o.seqs[si];

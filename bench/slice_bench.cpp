@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
+#include "slice/gguf_slice.h"
+#include "slice/model_identity.h"
 #include "synth/synth.h"
 #include "median.h"
 

@@ -1,4 +1,4 @@
-// libFuzzer target for a backbone file's expert records (gguf/backbone_experts.h): a GGUF file that a
+// libFuzzer target for a backbone file's expert records (slice/backbone_experts.h): a GGUF file that a
 // backbone loads with --backbone-file. Any input must give an error value that says why, or records whose
 // shape-only tensors are consistent with them (one per kind per MoE layer, ne[2] = expert_count, sizes that
 // do not wrap) and can be added to the file once and only once.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "gguf/backbone_experts.h"
+#include "slice/backbone_experts.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace essaim;

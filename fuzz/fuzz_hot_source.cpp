@@ -12,7 +12,7 @@
 
 #include "backbone/hot_expert_cache.h"
 #include "backbone/slice_server_source.h"
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace essaim;

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "gguf/expert_slice.h"
-#include "gguf/slice_manifest.h"
+#include "slice/expert_slice.h"
+#include "slice/slice_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace essaim;

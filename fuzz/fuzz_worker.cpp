@@ -21,7 +21,7 @@
 #include <span>
 #include <thread>
 
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 #include "net/frame_connection.h"
 #include "net/pipe.h"
 #include "synth/synth.h"

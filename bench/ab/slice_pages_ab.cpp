@@ -22,7 +22,7 @@
 #include "ab_pairs.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "kernels/matmul.h"
 #include "moe/expert_ffn.h"
 

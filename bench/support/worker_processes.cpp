@@ -14,8 +14,8 @@
 #include <iterator>
 #include <sstream>
 
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
+#include "slice/gguf_slice.h"
+#include "slice/model_identity.h"
 
 extern char** environ;
 

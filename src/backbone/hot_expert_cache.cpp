@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 namespace essaim::backbone {
 namespace {

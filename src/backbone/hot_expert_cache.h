@@ -34,7 +34,7 @@
 
 #include "backbone/dispatch_stats.h"
 #include "core/status.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "moe/executor.h"
 
 namespace essaim::backbone {
@@ -86,7 +86,7 @@ struct HotChoiceOptions {
 std::vector<ExpertKey> choose_hot_set(std::vector<HotCandidate> candidates, const HotChoiceOptions& options);
 
 // One expert's bytes as fetched: its slabs concatenated in the digest's order (gate, up, down; a fused
-// gate_up slab stands for gate then up: gguf/expert_digest.h), and the tensors' formats.
+// gate_up slab stands for gate then up: slice/expert_digest.h), and the tensors' formats.
 struct FetchedExpert {
   struct Slab {
     GgmlType type = GgmlType::F32;

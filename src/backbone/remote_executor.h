@@ -48,7 +48,7 @@
 #include "backbone/worker_link.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "moe/executor.h"
 
 namespace essaim {

@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 
 namespace essaim::backbone {
 namespace {

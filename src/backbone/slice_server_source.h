@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backbone/hot_expert_cache.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace essaim::backbone {
 

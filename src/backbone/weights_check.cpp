@@ -2,9 +2,9 @@
 
 #include <memory>
 
-#include "gguf/backbone_experts.h"
-#include "gguf/expert_digest.h"
-#include "gguf/gguf_slice.h"
+#include "slice/backbone_experts.h"
+#include "slice/expert_digest.h"
+#include "slice/gguf_slice.h"
 
 namespace essaim::backbone {
 namespace {
@@ -16,7 +16,7 @@ std::string range_text(const proto::Holding& h) {
 
 }  // namespace
 
-// A backbone file carries every expert's digest (gguf/backbone_experts.h): nothing to hash.
+// A backbone file carries every expert's digest (slice/backbone_experts.h): nothing to hash.
 Result<PeerCheck> recorded_weights_check(const GgufFile& file) {
   ESSAIM_ASSIGN_OR_RETURN(BackboneExperts recorded, read_backbone_experts(file));
   auto st = std::make_shared<const BackboneExperts>(std::move(recorded));

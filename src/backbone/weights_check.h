@@ -1,5 +1,5 @@
 // The backbone's check that a worker's expert bytes are its own (docs/protocol.md, WEIGHTS): each announced
-// holding carries the content digest of its experts (gguf/expert_digest.h), and the backbone compares it
+// holding carries the content digest of its experts (slice/expert_digest.h), and the backbone compares it
 // with the digest of the same experts in its full model file before it accepts the worker.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(auto check, weights_check(model.file()));

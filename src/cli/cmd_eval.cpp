@@ -40,7 +40,7 @@ struct EvalArgs {
   int32_t batch = 0;
   int32_t threads = 0;
   bool json = false;
-  DispatchFlags swarm;
+  backbone::SwarmSetup swarm;
 };
 
 Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
@@ -87,7 +87,8 @@ Status run_eval(const EvalArgs& a) {
   }
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
-  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(*model, &pool, a.swarm, "essaim eval"));
+  ESSAIM_ASSIGN_OR_RETURN(backbone::ExecutorChoice chosen,
+                          backbone::make_expert_executor(*model, &pool, a.swarm, "essaim eval"));
   ExpertExecutor& experts = *chosen.executor;
   SequenceCache cache = model->new_cache({.kv_type = a.load.kv(),
                                           .n_ctx = std::max<int32_t>(int32_t(ids.size()), 1)});
@@ -108,7 +109,7 @@ Status run_eval(const EvalArgs& a) {
                a.model.c_str(), model->info().arch.c_str(), ids.size(), load_s, eval_s,
                double(ids.size()) / eval_s, pool.size(), pool.size() == 1 ? "" : "s");
   std::fprintf(stderr, "essaim eval: wrote %s [%zu, %zu] float32\n", a.logits_out.c_str(), ids.size(), V);
-  print_dispatch_stats(chosen, "essaim eval");
+  backbone::print_dispatch_stats(chosen, "essaim eval");
   if (a.load.source.is_backbone()) print_backbone_memory(*model, "essaim eval");
   if (a.json) {
     ESSAIM_ASSIGN_OR_RETURN(nlohmann::json logits_file, file_summary_json(a.logits_out));
@@ -122,7 +123,7 @@ Status run_eval(const EvalArgs& a) {
                      {"eval_s", eval_s},
                      {"eval_tok_s", eval_s > 0 ? double(ids.size()) / eval_s : 0.0},
                      {"files", nlohmann::json::array({logits_file})},
-                     {"dispatch", chosen.dispatching() ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                     {"dispatch", chosen.dispatching() ? nlohmann::json::parse(backbone::labelled_stats(chosen).to_json())
                                                            : nlohmann::json(nullptr)}};
     std::fputs((j.dump() + "\n").c_str(), stdout);
     if (std::fflush(stdout) != 0) return Status::error("cannot write the output");

@@ -45,7 +45,7 @@ struct PerplexityArgs {
   bool router_stats = false;
   bool mtp = false;
   bool json = false;
-  DispatchFlags swarm;
+  backbone::SwarmSetup swarm;
 };
 
 Result<std::string> read_text(const std::string& path) {
@@ -133,7 +133,8 @@ Status run_perplexity(const PerplexityArgs& a) {
   if (a.max_chunks > 0) n_chunks = std::min(n_chunks, size_t(a.max_chunks));
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
-  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(*model, &pool, a.swarm, "essaim perplexity"));
+  ESSAIM_ASSIGN_OR_RETURN(backbone::ExecutorChoice chosen,
+                          backbone::make_expert_executor(*model, &pool, a.swarm, "essaim perplexity"));
   RoutingRecorder recorder(*chosen.executor);
   ExpertExecutor& experts = a.router_stats ? static_cast<ExpertExecutor&>(recorder) : *chosen.executor;
   const size_t V = size_t(model->info().n_vocab);
@@ -178,7 +179,7 @@ Status run_perplexity(const PerplexityArgs& a) {
   std::fflush(human);
   std::fprintf(stderr, "perplexity: %zu tokens scored in %.2f s, %zu thread%s\n", size_t(tally.count), seconds,
                pool.size(), pool.size() == 1 ? "" : "s");
-  print_dispatch_stats(chosen, "essaim perplexity");
+  backbone::print_dispatch_stats(chosen, "essaim perplexity");
   if (a.mtp)
     std::fprintf(human, "MTP draft top-1 over %llu positions: %.4f agree with the main model's greedy next-next token, "
                  "%.4f with the text (the main model's own next-token top-1: %.4f)\n",

@@ -52,12 +52,12 @@ struct RunArgs {
   int32_t batch = 0;
   int32_t n_ctx = 0;
   bool json = false;
-  DispatchFlags swarm;
+  backbone::SwarmSetup swarm;
   SpecFlags spec;
 };
 
-Result<ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const DispatchFlags& swarm) {
-  return make_expert_executor(model, pool, swarm, "essaim run");
+Result<backbone::ExecutorChoice> make_executor(const Model& model, ThreadPool* pool, const backbone::SwarmSetup& swarm) {
+  return backbone::make_expert_executor(model, pool, swarm, "essaim run");
 }
 
 // What a generation gave, for the summary and --json.
@@ -108,7 +108,7 @@ Status generate_plain(const Model& model, ExpertExecutor* experts, ThreadPool& p
 
 // Speculative decoding (cmd_run_spec.h): the MTP block's experts on this process when it holds them
 // (--draft-experts backbone), else through the swarm's executor.
-Status generate_speculative(const RunArgs& a, const Model& model, const ExecutorChoice& chosen, ThreadPool& pool,
+Status generate_speculative(const RunArgs& a, const Model& model, const backbone::ExecutorChoice& chosen, ThreadPool& pool,
                             const CacheOptions& cache_options, std::span<const TokenId> prompt, size_t chunk,
                             Sampler& sampler, const std::function<bool(TokenId)>& on_token, Generation& g) {
   std::unique_ptr<LocalExpertExecutor> draft_local;
@@ -125,7 +125,7 @@ Status generate_speculative(const RunArgs& a, const Model& model, const Executor
   return Status::ok();
 }
 
-void print_summary(const RunArgs& a, const Model& model, const ExecutorChoice& chosen, const ThreadPool& pool,
+void print_summary(const RunArgs& a, const Model& model, const backbone::ExecutorChoice& chosen, const ThreadPool& pool,
                    double load_s, uint32_t seed, size_t n_prompt, const Generation& g) {
   std::fprintf(stderr, "\nessaim run: %s (%s), load %.3f s, seed %u, %zu thread%s\n", a.model.c_str(),
                model.info().arch.c_str(), load_s, seed, pool.size(), pool.size() == 1 ? "" : "s");
@@ -139,16 +139,16 @@ void print_summary(const RunArgs& a, const Model& model, const ExecutorChoice& c
                  (long long)g.spec->accepted,
                  g.spec->drafted ? 100.0 * double(g.spec->accepted) / double(g.spec->drafted) : 0.0,
                  g.spec->rounds ? double(g.spec->tokens) / double(g.spec->rounds) : 0.0);
-  print_dispatch_stats(chosen, "essaim run");
+  backbone::print_dispatch_stats(chosen, "essaim run");
   if (chosen.dispatching() && g.n_gen > 0) {
-    const uint64_t calls = labelled_stats(chosen).layer_calls;
+    const uint64_t calls = backbone::labelled_stats(chosen).layer_calls;
     std::fprintf(stderr, "essaim run: %llu layer calls for %d tokens (prompt included): %.2f per generated token\n",
                  (unsigned long long)calls, g.n_gen, double(calls) / double(g.n_gen));
   }
   if (a.load.source.is_backbone()) print_backbone_memory(model, "essaim run");
 }
 
-Status print_json(const RunArgs& a, const Model& model, const ExecutorChoice& chosen, const ThreadPool& pool,
+Status print_json(const RunArgs& a, const Model& model, const backbone::ExecutorChoice& chosen, const ThreadPool& pool,
                   double load_s, uint32_t seed, int32_t n_ctx, size_t chunk, size_t n_prompt, const Generation& g) {
   const nlohmann::json spec = g.spec ? nlohmann::json{{"drafter", a.spec.drafter}, {"draft_max", a.spec.draft_max},
                                                       {"steps", g.spec->rounds}, {"drafted", g.spec->drafted},
@@ -176,7 +176,7 @@ Status print_json(const RunArgs& a, const Model& model, const ExecutorChoice& ch
                    {"text", g.text},
                    {"files", nlohmann::json::array()},
                    {"speculative", spec},
-                   {"dispatch", chosen.dispatching() ? nlohmann::json::parse(labelled_stats(chosen).to_json())
+                   {"dispatch", chosen.dispatching() ? nlohmann::json::parse(backbone::labelled_stats(chosen).to_json())
                                                          : nlohmann::json(nullptr)}};
   std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
   if (std::fflush(stdout) != 0) return Status::error("cannot write the output");
@@ -209,7 +209,7 @@ Status run_generate(const RunArgs& a) {
   if (prompt.empty()) return Status::error("the prompt encodes to no tokens");
 
   ThreadPool pool(size_t(a.threads > 0 ? a.threads : 0));
-  ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_executor(*model, &pool, a.swarm));
+  ESSAIM_ASSIGN_OR_RETURN(backbone::ExecutorChoice chosen, make_executor(*model, &pool, a.swarm));
   const CacheOptions cache{.kv_type = a.load.kv(), .n_ctx = a.n_ctx};
   // The context size, from a cache that allocates nothing (speculative decoding makes its own caches).
   const int32_t n_ctx = model->new_nextn_cache(cache).n_ctx();

@@ -29,7 +29,7 @@ namespace {
 struct ServeArgs {
   ModelSource source;
   serve::ServerOptions server;
-  DispatchFlags swarm;
+  backbone::SwarmSetup swarm;
   SpecFlags spec;
   bool no_access_log = false;
   int64_t cache_ram_mib = 8192;  // --cache-ram
@@ -75,7 +75,7 @@ void note_ignored_llama_flags(const std::vector<std::pair<CLI::Option*, const ch
 
 // The layers whose experts no connected worker of `remote` serves, or nothing.
 std::optional<std::string> coverage_holes(const Model& model, const backbone::RemoteExpertExecutor& remote) {
-  const CoverageReport report = swarm_coverage(model, remote);
+  const backbone::CoverageReport report = backbone::swarm_coverage(model, remote);
   std::string why;
   for (const std::string& line : report.lines) {
     if (line.rfind("layer", 0) != 0) continue;  // a worker down whose experts others serve is no hole
@@ -109,9 +109,10 @@ int run_serve(ServeArgs& a) {
 
   if (!a.swarm.workers.empty() || !a.swarm.expert_map.empty() || !a.swarm.coordinator.empty() ||
       a.swarm.expert_output != "f32") {
-    const DispatchFlags swarm = a.swarm;
+    const backbone::SwarmSetup swarm = a.swarm;
     a.server.executor.make = [swarm](const Model& model, ThreadPool* pool) -> Result<std::unique_ptr<ExpertExecutor>> {
-      ESSAIM_ASSIGN_OR_RETURN(ExecutorChoice chosen, make_expert_executor(model, pool, swarm, "essaim serve"));
+      ESSAIM_ASSIGN_OR_RETURN(backbone::ExecutorChoice chosen,
+                              backbone::make_expert_executor(model, pool, swarm, "essaim serve"));
       return std::move(chosen.executor);
     };
     a.server.executor.stats = [](const ExpertExecutor& ex) -> std::optional<backbone::DispatchStats> {

@@ -23,8 +23,8 @@
 #include "cli/file_digest.h"
 #include "core/progress.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/slice_manifest.h"
+#include "slice/gguf_slice.h"
+#include "slice/slice_manifest.h"
 
 namespace essaim::cli {
 namespace {

@@ -24,7 +24,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/slice_selection.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "net/stream_server.h"
 #include "net/tcp.h"
 #include "worker/compute_device.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace essaim::cli {
 

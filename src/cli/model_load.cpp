@@ -86,7 +86,7 @@ void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& 
   m->excludes(b);
 }
 
-void check_model_source(const ModelSource& src, const DispatchFlags& swarm) {
+void check_model_source(const ModelSource& src, const backbone::SwarmSetup& swarm) {
   if (src.model.empty() && src.backbone_file.empty()) throw UsageError("give -m MODEL or --backbone-file FILE");
   if (!src.is_backbone()) return;
   if (!swarm.has_swarm())

@@ -39,7 +39,7 @@ struct ModelSource {
 void add_model_source_flags(CLI::App& cmd, ModelSource& src, const std::string& model_help = "GGUF model file");
 // Exactly one of the two; --backbone-file needs --worker, --expert-map or --coordinator, and no
 // --worker-audit (an audit recomputes answers from the experts' bytes). Throws UsageError.
-void check_model_source(const ModelSource& src, const DispatchFlags& swarm);
+void check_model_source(const ModelSource& src, const backbone::SwarmSetup& swarm);
 
 inline KvType kv_type_from_flag(const std::string& flag) { return flag == "f32" ? KvType::F32 : KvType::F16; }
 

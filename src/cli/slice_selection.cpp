@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "gguf/slice_manifest.h"
+#include "slice/slice_manifest.h"
 
 namespace essaim::cli {
 namespace {

@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
-#include "gguf/slice_manifest.h"
+#include "slice/gguf_slice.h"
+#include "slice/model_identity.h"
+#include "slice/slice_manifest.h"
 
 namespace essaim::coord {
 

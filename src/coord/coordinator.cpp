@@ -12,7 +12,7 @@
 #include "coord/api_parse.h"
 #include "coord/coordinator_impl.h"
 #include "coord/validate.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "net/metrics_text.h"
 
 namespace essaim::coord {

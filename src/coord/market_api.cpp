@@ -3,7 +3,7 @@
 
 #include "coord/api_parse.h"
 #include "coord/coordinator_impl.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace essaim::coord {
 

@@ -108,7 +108,7 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }  // file (= data) order
 
   // Adds tensors the file describes in metadata but does not store (a backbone file's routed experts,
-  // gguf/backbone_experts.h): data == nullptr, offset 0, appended after the stored ones. A name already
+  // slice/backbone_experts.h): data == nullptr, offset 0, appended after the stored ones. A name already
   // present is an error. Whoever reads such a tensor's bytes must check data first.
   Status add_shape_only_tensors(std::vector<GgufTensor> tensors);
 

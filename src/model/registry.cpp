@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "gguf/backbone_experts.h"
+#include "slice/backbone_experts.h"
 #include "model/architectures.h"
 #include "model/model.h"
 #include "kernels/quantize.h"

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/progress.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace essaim::node {
 namespace {

@@ -65,7 +65,7 @@ struct BuildFingerprint {
 using ModelId = std::array<uint8_t, 32>;
 std::string model_id_hex(const ModelId& id);
 
-// SHA-256 of the bytes a holding computes with (gguf/expert_digest.h): the identity of the weights
+// SHA-256 of the bytes a holding computes with (slice/expert_digest.h): the identity of the weights
 // themselves, where ModelId only names the layout.
 using ContentDigest = std::array<uint8_t, 32>;
 

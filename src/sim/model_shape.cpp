@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
 #include "synth/synth_quant_rule.h"

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "gguf/expert_slice.h"
-#include "gguf/model_identity.h"
+#include "slice/expert_slice.h"
+#include "slice/model_identity.h"
 #include "node/market_client.h"
 #include "node/slice_download.h"
 #include "net/stream_server.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 #include "kernels/kernel_traits.h"
 
 namespace essaim::worker {

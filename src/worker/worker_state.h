@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "moe/executor.h"
 #include "proto/messages.h"
 

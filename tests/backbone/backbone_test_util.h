@@ -25,7 +25,7 @@
 
 #include "backbone/remote_executor.h"
 #include "child_process.h"
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 #include "model/model.h"
 #include "net/pipe.h"
 #include "net/stream_server.h"

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "backbone_test_util.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/out_file.h"
+#include "slice/gguf_slice.h"
+#include "slice/out_file.h"
 #include "kernels/kernel_traits.h"
 #include "net/frame_connection.h"
 

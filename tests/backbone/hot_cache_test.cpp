@@ -18,7 +18,7 @@
 #include "backbone/hot_expert_cache.h"
 #include "backbone/slice_server_source.h"
 #include "backbone_test_util.h"
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 namespace essaim::backbone::testing {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "backbone/weights_check.h"
 #include "backbone_test_util.h"
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 namespace essaim::backbone::testing {
 namespace {

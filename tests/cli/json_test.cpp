@@ -7,7 +7,7 @@
 
 #include "cli_test_util.h"
 #include "gguf/gguf_file.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "model_fixture.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"

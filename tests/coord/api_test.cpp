@@ -20,7 +20,7 @@
 #include "coord/coordinator.h"
 #include "http_client.h"
 #include "raw_http_client.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "temp_dir.h"
 
 namespace essaim::coord {

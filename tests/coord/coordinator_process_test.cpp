@@ -21,8 +21,8 @@
 #include <sstream>
 #include <thread>
 
-#include "gguf/model_identity.h"
-#include "gguf/slice_manifest.h"
+#include "slice/model_identity.h"
+#include "slice/slice_manifest.h"
 #include "http_client.h"
 #include "child_process.h"
 #include "pg_cluster.h"

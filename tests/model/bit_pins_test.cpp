@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "kernels/blocks.h"
 #include "kernels/kernel_traits.h"
 #include "gguf_edit.h"

@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "model_test_util.h"
 #include "synth/synth.h"
 

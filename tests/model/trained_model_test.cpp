@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "model_test_util.h"
 #include "text/tokenizer.h"
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <random>
 
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 #include "node/slice_download.h"
 #include "net/http_server.h"
 #include "temp_dir.h"

@@ -9,9 +9,9 @@
 #include <functional>
 #include <random>
 
-#include "gguf/backbone_experts.h"
-#include "gguf/expert_digest.h"
-#include "gguf/gguf_slice.h"
+#include "slice/backbone_experts.h"
+#include "slice/expert_digest.h"
+#include "slice/gguf_slice.h"
 #include "slice_test_util.h"
 
 namespace essaim {

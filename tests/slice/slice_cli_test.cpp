@@ -9,7 +9,7 @@
 #include <fstream>
 #include <tuple>
 
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "slice_test_util.h"
 
 namespace essaim {

@@ -6,8 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "gguf/expert_slice.h"
-#include "gguf/gguf_slice.h"
+#include "slice/expert_slice.h"
+#include "slice/gguf_slice.h"
 #include "slice_test_util.h"
 
 namespace essaim {

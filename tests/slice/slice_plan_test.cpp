@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 #include "slice_test_util.h"
 
 namespace essaim {

@@ -3,8 +3,8 @@
 // verified.
 #include <gtest/gtest.h>
 
-#include "gguf/expert_slice.h"
-#include "gguf/gguf_slice.h"
+#include "slice/expert_slice.h"
+#include "slice/gguf_slice.h"
 #include "slice_test_util.h"
 #include "synth/synth.h"
 

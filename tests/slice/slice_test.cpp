@@ -5,9 +5,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 #include "slice_test_util.h"
 
 namespace essaim {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "gguf/gguf_writer.h"
 #include "temp_dir.h"
 

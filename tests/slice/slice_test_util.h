@@ -15,9 +15,9 @@
 
 #include "core/ggml_type.h"
 #include "core/status.h"
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 
 namespace essaim::testing {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 #include "moe/executor.h"
 #include "net/frame_connection.h"
 #include "net/pipe.h"

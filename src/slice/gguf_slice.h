@@ -11,7 +11,7 @@
 //   ESSAIM_ASSIGN_OR_RETURN(SliceManifest plan, plan_manifest(src, moe, {.experts_per_slice = 32}));
 //   ESSAIM_ASSIGN_OR_RETURN(SliceManifest done, write_plan(src, moe, plan, "out/"));  // + out/manifest.json
 //
-// File formats and keys: docs/slicing.md, names in gguf/slice_format.h.
+// File formats and keys: docs/slicing.md, names in slice/slice_format.h.
 #pragma once
 
 #include <array>
@@ -22,10 +22,10 @@
 
 #include "core/status.h"
 #include "gguf/gguf_file.h"
-#include "gguf/model_identity.h"
-#include "gguf/out_file.h"
-#include "gguf/slice_format.h"
-#include "gguf/slice_manifest.h"
+#include "slice/model_identity.h"
+#include "slice/out_file.h"
+#include "slice/slice_format.h"
+#include "slice/slice_manifest.h"
 
 namespace essaim {
 
@@ -79,7 +79,7 @@ Result<OutFile> expert_slice_file(const GgufFile& src, const MoeLayout& moe, con
 // writes zero digests of the same length (a plan only needs the file's size).
 enum class BackboneDigests : uint8_t { COMPUTE, PLACEHOLDER };
 // Every tensor but the routed experts, every KV, plus essaim.backbone.{version,source_model} and the
-// experts' description without their bytes (gguf/backbone_experts.h).
+// experts' description without their bytes (slice/backbone_experts.h).
 OutFile backbone_file(const GgufFile& src, const MoeLayout& moe, BackboneDigests digests = BackboneDigests::COMPUTE);
 
 struct SlicePlanOptions {

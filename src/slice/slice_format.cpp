@@ -1,4 +1,4 @@
-#include "gguf/slice_format.h"
+#include "slice/slice_format.h"
 
 #include <array>
 

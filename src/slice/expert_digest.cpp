@@ -1,4 +1,4 @@
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "gguf/out_file.h"
+#include "slice/out_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -17,7 +17,7 @@
 
 #include "core/progress.h"
 #include "core/status.h"
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 namespace essaim {
 

@@ -1,4 +1,4 @@
-#include "gguf/model_identity.h"
+#include "slice/model_identity.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "gguf/slice_format.h"
+#include "slice/slice_format.h"
 
 namespace essaim {
 namespace {

@@ -1,8 +1,8 @@
-#include "gguf/expert_slice.h"
+#include "slice/expert_slice.h"
 
 #include <algorithm>
 
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 namespace essaim {
 namespace {

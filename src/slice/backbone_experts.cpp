@@ -1,10 +1,10 @@
-#include "gguf/backbone_experts.h"
+#include "slice/backbone_experts.h"
 
 #include <algorithm>
 #include <span>
 #include <string>
 
-#include "gguf/expert_digest.h"
+#include "slice/expert_digest.h"
 
 namespace essaim {
 namespace {

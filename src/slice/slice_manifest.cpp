@@ -1,4 +1,4 @@
-#include "gguf/slice_manifest.h"
+#include "slice/slice_manifest.h"
 
 #include <sys/stat.h>
 

@@ -25,8 +25,8 @@
 
 #include "core/status.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
+#include "slice/gguf_slice.h"
+#include "slice/model_identity.h"
 
 namespace essaim {
 

@@ -1,10 +1,10 @@
-#include "gguf/gguf_slice.h"
+#include "slice/gguf_slice.h"
 
 #include <algorithm>
 #include <filesystem>
 
-#include "gguf/backbone_experts.h"
-#include "gguf/expert_digest.h"
+#include "slice/backbone_experts.h"
+#include "slice/expert_digest.h"
 #include "gguf/gguf_layout.h"
 
 namespace essaim {

@@ -17,7 +17,7 @@ namespace essaim {
 
 // A slice must not pass for a loadable model: llama.cpp refuses an unknown architecture up front.
 inline constexpr std::string_view kSliceArchitecture = "essaim-expert-slice";
-// v2 adds essaim.slice.expert_sha256 (per-expert content digests, gguf/expert_digest.h).
+// v2 adds essaim.slice.expert_sha256 (per-expert content digests, slice/expert_digest.h).
 inline constexpr uint32_t kSliceFormatVersion = 2;
 
 inline constexpr std::string_view kSliceKeyVersion = "essaim.slice.version";                          // u32
@@ -39,7 +39,7 @@ inline constexpr std::string_view kSliceKeyExpertSha256 = "essaim.slice.expert_s
 
 inline constexpr std::string_view kBackboneKeyVersion = "essaim.backbone.version";                    // u32
 inline constexpr std::string_view kBackboneKeySourceModel = "essaim.backbone.source_model";           // hex
-// v2 records what the routed experts are without their bytes (gguf/backbone_experts.h), so a backbone can
+// v2 records what the routed experts are without their bytes (slice/backbone_experts.h), so a backbone can
 // load from this file alone and bind its experts to the swarm. v1 files carry only the two keys above.
 inline constexpr uint32_t kBackboneFormatVersion = 2;
 inline constexpr std::string_view kBackboneKeyExpertCount = "essaim.backbone.expert_count";                // u32

@@ -22,9 +22,9 @@
 
 #include "core/status.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_slice.h"
-#include "gguf/model_identity.h"
-#include "gguf/slice_format.h"
+#include "slice/gguf_slice.h"
+#include "slice/model_identity.h"
+#include "slice/slice_format.h"
 
 namespace essaim {
 
@@ -62,7 +62,7 @@ class ExpertSlice {
   const MoeLayer* layer(uint32_t layer) const;
   std::span<const MoeLayer> layers() const { return layers_; }
 
-  // The content digests recorded when the slice was cut (gguf/expert_digest.h), expert_count of them for
+  // The content digests recorded when the slice was cut (slice/expert_digest.h), expert_count of them for
   // a held layer, in expert order; empty for a layer outside the slice.
   std::span<const Sha256Digest> recorded_digests(uint32_t layer) const;
   // Hashes every held expert's bytes and compares with the recorded digests: an error naming the first
