@@ -3,6 +3,9 @@
 // COMMIT or ROLLBACK, and by the server if the process dies.
 #include <libpq-fe.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "coord/sql_connection.h"
 
 namespace essaim::coord {
@@ -29,6 +32,7 @@ class PgConnection final : public SqlConnection {
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
       return Status::error(std::string("postgresql: ") + (r ? PQresultErrorMessage(r) : PQerrorMessage(c_)));
     }
+    count_changes(r);
     SqlRows rows;
     const int n = PQntuples(r), m = PQnfields(r);
     rows.reserve(size_t(n));
@@ -55,9 +59,17 @@ class PgConnection final : public SqlConnection {
   }
   Status commit() override { return query("COMMIT", {}).status(); }
   void rollback() override { PQclear(PQexec(c_, "ROLLBACK")); }
+  uint64_t rows_changed() const override { return rows_changed_; }
 
  private:
+  // A command's tag ("INSERT 0 3", "UPDATE 1", "DELETE 2") carries the rows it changed.
+  void count_changes(PGresult* r) {
+    const std::string tag = PQcmdStatus(r);
+    if (tag.rfind("INSERT", 0) != 0 && tag.rfind("UPDATE", 0) != 0 && tag.rfind("DELETE", 0) != 0) return;
+    rows_changed_ += std::strtoull(PQcmdTuples(r), nullptr, 10);
+  }
   PGconn* c_;
+  uint64_t rows_changed_ = 0;
 };
 
 }  // namespace
