@@ -111,14 +111,31 @@ Result<VolunteerChoice> Coordinator::Impl::decide_volunteer(const std::string& n
   return market.decide(*store, {node_id, held, budget_bytes, now_ms});
 }
 
+namespace {
+net::HttpReply volunteer_reply(const Catalogue& cat, const VolunteerChoice& choice) {
+  json assign = json::array(), drop = json::array(), swap = json::array();
+  for (size_t i : choice.assign) assign.push_back(slice_json(cat.slices[i]));
+  for (size_t i : choice.drop) drop.push_back(range_json(cat.slices[i]));
+  for (const SwapOrder& s : choice.swap) {
+    swap.push_back({{"take", slice_json(cat.slices[s.take])}, {"give_up", range_json(cat.slices[s.give_up])}});
+  }
+  return json_reply(200, {{"assign", assign}, {"drop", drop}, {"swap", swap}});
+}
+}  // namespace
+
 // Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on
 // this process or another sharing the database) get different slices. A swap's new slice is reserved too.
+// An asker that would be told nothing without deciding (MarketView) is told so with no transaction: its
+// reservations would stay none, so the store would not change.
 net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
   if (c.admin()) return error(403, "volunteering needs the node's own token", "forbidden");
   if (c.who.node.role != "worker") return error(403, "a backbone's token holds no experts: workers volunteer", "forbidden");
   Result<VolunteerRequest> v = parse_volunteer(c.req.body);
   if (!v) return error(400, v.status().message(), "invalid_body");
   if (v->node_id != c.who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
+  Result<bool> nothing = market.tells_nothing(*store, v->node_id, c.now_ms);
+  if (!nothing) return store_failed(nothing.status());
+  if (*nothing) return volunteer_reply(cat, {});
   VolunteerChoice choice;
   Status st = store->exclusive([&]() -> Status {
     std::vector<size_t> held;
@@ -136,13 +153,7 @@ net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
     return store->set_pending(v->node_id, reservations(cat, v->node_id, choice, c.now_ms), c.now_ms);
   });
   if (!st) return store_failed(st);
-  json assign = json::array(), drop = json::array(), swap = json::array();
-  for (size_t i : choice.assign) assign.push_back(slice_json(cat.slices[i]));
-  for (size_t i : choice.drop) drop.push_back(range_json(cat.slices[i]));
-  for (const SwapOrder& s : choice.swap) {
-    swap.push_back({{"take", slice_json(cat.slices[s.take])}, {"give_up", range_json(cat.slices[s.give_up])}});
-  }
-  return json_reply(200, {{"assign", assign}, {"drop", drop}, {"swap", swap}});
+  return volunteer_reply(cat, choice);
 }
 
 net::HttpReply Coordinator::Impl::expert_map(const ApiCall& c) {

@@ -52,9 +52,17 @@ Result<std::shared_ptr<const MarketState>> MarketView::current(Store& db, int64_
   return s;
 }
 
+Result<bool> MarketView::tells_nothing(Store& db, const std::string& node_id, int64_t now_ms) {
+  ESSAIM_ASSIGN_OR_RETURN(std::shared_ptr<const MarketState> s, current(db, now_ms));
+  // Without a reservation of its own the asker sees future_holders(""), all at `replicas`: choose_volunteer
+  // finds no needed slice, so it assigns, swaps and drops nothing.
+  const bool nothing = s->nothing_needed && !s->has_pending(node_id);
+  if (nothing) ++skipped_;
+  return nothing;
+}
+
 Result<VolunteerChoice> MarketView::decide(Store& db, const VolunteerAsk& ask) {
   ESSAIM_ASSIGN_OR_RETURN(std::shared_ptr<const MarketState> s, current(db, ask.now_ms));
-  // Without a reservation of its own the asker sees future_holders(""), all at `replicas`: nothing needed.
   if (s->nothing_needed && !s->has_pending(ask.node_id)) {
     ++skipped_;
     return VolunteerChoice{};

@@ -52,6 +52,9 @@ class MarketView {
   Result<std::shared_ptr<const MarketState>> current(Store& db, int64_t now_ms);
   // What decide_volunteer answers for `ask` on the store's rows now.
   Result<VolunteerChoice> decide(Store& db, const VolunteerAsk& ask);
+  // Whether decide() would answer `node_id` "nothing" without deciding (no reservation of its own, and
+  // every slice has its replicas): then it is, whatever it holds and whatever its budget.
+  Result<bool> tells_nothing(Store& db, const std::string& node_id, int64_t now_ms);
   // One heartbeat written (a leaving node's reservations forgotten with it), in one exclusive transaction
   // that moves the generation when the heartbeat can change a decision: the node holds or reserved
   // something (before or now) and its holdings, fingerprint, capacity or address changed, or it was stale.

@@ -23,7 +23,12 @@ class PgConnection final : public SqlConnection {
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const SqlValue& p : params) values.push_back(p ? p->c_str() : nullptr);
-    PGresult* r = PQexecParams(c_, sql.c_str(), int(values.size()), nullptr, values.data(), nullptr, nullptr, 0);
+    return rows_of(PQexecParams(c_, sql.c_str(), int(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
+  }
+  // Statements with no parameters, separated by ';': the last one's rows (the first failure stops them).
+  Result<SqlRows> exec_script(const std::string& sql) { return rows_of(PQexec(c_, sql.c_str())); }
+  // The rows of a result, which it frees.
+  Result<SqlRows> rows_of(PGresult* r) {
     struct Clear {
       PGresult* r;
       ~Clear() { PQclear(r); }
@@ -47,13 +52,13 @@ class PgConnection final : public SqlConnection {
     return rows;
   }
   Status begin(bool exclusive) override {
-    ESSAIM_RETURN_IF_ERROR(query("BEGIN", {}).status());
-    if (exclusive) {
-      Result<SqlRows> r = query(std::string("SELECT pg_advisory_xact_lock(") + kAdvisoryLockKey + ")", {});
-      if (!r) {
-        rollback();
-        return r.status();
-      }
+    if (!exclusive) return query("BEGIN", {}).status();
+    // One round trip for both (PQexec takes several statements without parameters): on a busy machine a
+    // round trip to the server costs more than the statement.
+    Result<SqlRows> r = exec_script(std::string("BEGIN; SELECT pg_advisory_xact_lock(") + kAdvisoryLockKey + ")");
+    if (!r) {
+      rollback();
+      return r.status();
     }
     return Status::ok();
   }
