@@ -262,7 +262,7 @@ essaim::Result<std::unique_ptr<essaim::coord::Store>> open_bench_store(const Opt
   const std::string url = pg->fresh_url();
   ESSAIM_ASSIGN_OR_RETURN(probe.pg, essaim::coord::open_pg_connection(url));
   probe.data_dir = pg->data_dir();
-  return essaim::coord::open_store(url);
+  return essaim::coord::open_store(url, o.threads);  // a connection per coordinator thread, as essaim coordinator
 }
 
 struct WriteDelta {

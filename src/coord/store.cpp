@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "coord/placement.h"
@@ -73,10 +75,57 @@ bool pending_changed(const std::map<PendingKey, int64_t>& before, const std::map
   return false;
 }
 
+// The store's connections, each used by one thread at a time: a statement outside a transaction borrows one
+// for itself; a transaction keeps one for its thread until it ends, and every store call that thread makes
+// meanwhile joins it. SQLite gets one (it has one writer at a time anyway); PostgreSQL as many as asked,
+// so the round trips of requests on different threads overlap.
+class ConnectionPool {
+ public:
+  explicit ConnectionPool(std::vector<std::unique_ptr<SqlConnection>> all) : all_(std::move(all)) {
+    for (const auto& c : all_) idle_.push_back(c.get());
+  }
+  const SqlConnection& first() const { return *all_.front(); }
+  // The connection of this thread's transaction, or nullptr.
+  SqlConnection* bound() {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = bound_.find(std::this_thread::get_id());
+    return it == bound_.end() ? nullptr : it->second;
+  }
+  // An idle connection (waits for one), bound to this thread when `for_transaction`.
+  SqlConnection* take(bool for_transaction) {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return !idle_.empty(); });
+    SqlConnection* c = idle_.back();
+    idle_.pop_back();
+    if (for_transaction) bound_[std::this_thread::get_id()] = c;
+    return c;
+  }
+  void give_back(SqlConnection* c) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bound_.erase(std::this_thread::get_id());  // a thread borrows for a statement only while unbound
+      idle_.push_back(c);
+    }
+    idle_cv_.notify_one();
+  }
+  struct Borrowed {
+    ConnectionPool& pool;
+    SqlConnection* c;
+    ~Borrowed() { pool.give_back(c); }
+  };
+
+ private:
+  std::vector<std::unique_ptr<SqlConnection>> all_;
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::vector<SqlConnection*> idle_;
+  std::map<std::thread::id, SqlConnection*> bound_;
+};
+
 class SqlStore final : public Store {
  public:
-  explicit SqlStore(std::unique_ptr<SqlConnection> c) : c_(std::move(c)) {}
-  std::string kind() const override { return c_->kind(); }
+  explicit SqlStore(std::vector<std::unique_ptr<SqlConnection>> c) : pool_(std::move(c)) {}
+  std::string kind() const override { return pool_.first().kind(); }
 
   Status init() {
     return tx(true, [&]() -> Status {
@@ -442,55 +491,57 @@ class SqlStore final : public Store {
   }
   void bad() {
     if (++invalid_rows_ <= 5) std::fprintf(stderr, "essaim coordinator: skipped an invalid row read from the %s store\n",
-                                            c_->kind().c_str());
+                                            kind().c_str());
   }
 
-  // The connection is one per store: every statement holds the lock (transactions hold it throughout).
+  // In this thread's transaction when it has one, else on a connection of its own for the statement.
   Result<SqlRows> q(const std::string& sql, const std::vector<SqlValue>& params = {}) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    return c_->query(sql, params);
+    if (SqlConnection* c = pool_.bound()) return c->query(sql, params);
+    ConnectionPool::Borrowed b{pool_, pool_.take(false)};
+    return b.c->query(sql, params);
   }
 
-  // One transaction per public call; calls made inside exclusive() join its transaction.
+  // One transaction per public call; calls made inside exclusive() (or any transaction) join it.
   Status tx(bool exclusive, const std::function<Status()>& body) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (depth_ > 0) return body();
-    ESSAIM_RETURN_IF_ERROR(c_->begin(exclusive));
-    const uint64_t rows_before = c_->rows_changed();
-    ++depth_;
+    if (pool_.bound()) return body();
+    ConnectionPool::Borrowed b{pool_, pool_.take(true)};
+    SqlConnection& c = *b.c;
+    ESSAIM_RETURN_IF_ERROR(c.begin(exclusive));
+    const uint64_t rows_before = c.rows_changed();
     Status st = body();
-    --depth_;
     if (!st) {
-      c_->rollback();
+      c.rollback();
       return st;
     }
-    Status committed = c_->commit();
+    Status committed = c.commit();
     if (!committed) {
-      c_->rollback();
+      c.rollback();
       return committed;
     }
-    if (const uint64_t rows = c_->rows_changed() - rows_before; rows > 0) {
+    if (const uint64_t rows = c.rows_changed() - rows_before; rows > 0) {
       ++write_transactions_;
       rows_written_ += rows;
     }
     return committed;
   }
 
-  std::unique_ptr<SqlConnection> c_;
-  std::recursive_mutex mu_;
-  int depth_ = 0;
+  ConnectionPool pool_;
   std::atomic<uint64_t> write_transactions_{0}, rows_written_{0};
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> open_store(const std::string& spec) {
-  std::unique_ptr<SqlConnection> c;
+Result<std::unique_ptr<Store>> open_store(const std::string& spec, int connections) {
+  std::vector<std::unique_ptr<SqlConnection>> c;
   if (spec.rfind("postgresql://", 0) == 0 || spec.rfind("postgres://", 0) == 0) {
-    ESSAIM_ASSIGN_OR_RETURN(c, open_pg_connection(spec));
+    for (int i = 0; i < std::max(1, connections); ++i) {
+      ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<SqlConnection> one, open_pg_connection(spec));
+      c.push_back(std::move(one));
+    }
   } else {
     if (spec.empty()) return Status::error("--db is empty: give a SQLite file path or a postgresql:// URL");
-    ESSAIM_ASSIGN_OR_RETURN(c, open_sqlite_connection(spec));
+    ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<SqlConnection> one, open_sqlite_connection(spec));
+    c.push_back(std::move(one));
   }
   auto store = std::make_unique<SqlStore>(std::move(c));
   ESSAIM_RETURN_IF_ERROR(store->init());

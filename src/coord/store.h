@@ -146,7 +146,9 @@ class Store {
   std::atomic<uint64_t> invalid_rows_{0};
 };
 
-// "postgresql://..." or "postgres://..." → PostgreSQL; anything else is a SQLite file path (created).
-Result<std::unique_ptr<Store>> open_store(const std::string& spec);
+// "postgresql://..." or "postgres://..." → PostgreSQL, with `connections` connections (threads calling the
+// store at once each use their own: give the coordinator's thread count); anything else is a SQLite file
+// path (created), one connection.
+Result<std::unique_ptr<Store>> open_store(const std::string& spec, int connections = 1);
 
 }  // namespace essaim::coord
