@@ -135,8 +135,9 @@ class Store {
   virtual Result<std::optional<int64_t>> market_generation() = 0;
   virtual Status bump_market_generation() = 0;
 
-  // Runs `body` as one exclusive transaction: every store call `body` makes joins it, and no other
-  // coordinator process sharing the database runs an exclusive() body at the same time.
+  // Runs `body` as one exclusive transaction: every store call `body` makes (on this thread) joins it, and
+  // no other exclusive() body — another thread's on this store, or another coordinator process's sharing
+  // the database — runs at the same time.
   virtual Status exclusive(const std::function<Status()>& body) = 0;
 
   uint64_t invalid_rows() const { return invalid_rows_.load(); }
