@@ -3,8 +3,11 @@
 // COMMIT or ROLLBACK, and by the server if the process dies.
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <unordered_map>
 
 #include "coord/sql_connection.h"
 
@@ -23,7 +26,9 @@ class PgConnection final : public SqlConnection {
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const SqlValue& p : params) values.push_back(p ? p->c_str() : nullptr);
-    return rows_of(PQexecParams(c_, sql.c_str(), int(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
+    const std::string* name = prepared(sql, int(values.size()));
+    if (!name) return rows_of(PQexecParams(c_, sql.c_str(), int(values.size()), nullptr, values.data(), nullptr, nullptr, 0));
+    return rows_of(PQexecPrepared(c_, name->c_str(), int(values.size()), values.data(), nullptr, nullptr, 0));
   }
   // Statements with no parameters, separated by ';': the last one's rows (the first failure stops them).
   Result<SqlRows> exec_script(const std::string& sql) { return rows_of(PQexec(c_, sql.c_str())); }
@@ -67,6 +72,24 @@ class PgConnection final : public SqlConnection {
   uint64_t rows_changed() const override { return rows_changed_; }
 
  private:
+  // The server-side statement for `sql`, prepared on its first use on this connection, or nullptr (not a
+  // row statement, or refused: then it runs unprepared and reports its own error). The store's statements
+  // are a small fixed set, so the map stays small; parsing and planning were a third of the server's CPU
+  // per request (docs/scale.md).
+  const std::string* prepared(const std::string& sql, int n_params) {
+    if (auto it = prepared_.find(sql); it != prepared_.end()) return &it->second;
+    static constexpr const char* kRowStatements[] = {"SELECT", "INSERT", "UPDATE", "DELETE"};
+    if (std::none_of(std::begin(kRowStatements), std::end(kRowStatements),
+                     [&](const char* k) { return sql.rfind(k, 0) == 0; })) {
+      return nullptr;
+    }
+    const std::string name = "essaim_" + std::to_string(prepared_.size());
+    PGresult* r = PQprepare(c_, name.c_str(), sql.c_str(), n_params, nullptr);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) return nullptr;
+    return &prepared_.emplace(sql, name).first->second;
+  }
   // A command's tag ("INSERT 0 3", "UPDATE 1", "DELETE 2") carries the rows it changed.
   void count_changes(PGresult* r) {
     const std::string tag = PQcmdStatus(r);
@@ -75,6 +98,7 @@ class PgConnection final : public SqlConnection {
   }
   PGconn* c_;
   uint64_t rows_changed_ = 0;
+  std::unordered_map<std::string, std::string> prepared_;  // SQL text -> prepared statement name
 };
 
 }  // namespace
