@@ -1,10 +1,11 @@
 #!/bin/bash
 # CPU seconds of coord_load_bench (coordinator and clients) and of the PostgreSQL server's processes over
 # 10 s of a 20 s, 10,000-node run (docs/scale.md, "The coordinator at 10,000 nodes"). Run from the
-# repository root after building build/bench/coord_load_bench; as root (the server runs as postgres).
+# repository root after building build/bench/coord_load_bench (or BENCH=another build of it); as root (the
+# server runs as postgres).
 set -e
 out=$(mktemp)
-build/bench/coord_load_bench --nodes 10000 --heartbeat-s 10 --seconds 20 --clients 8 --store postgres >"$out" &
+"${BENCH:-build/bench/coord_load_bench}" --nodes 10000 --heartbeat-s 10 --seconds 20 --clients 8 --store postgres >"$out" &
 bench=$!
 sleep 12
 ticks() {  # utime + stime of the given pids, in clock ticks
