@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <condition_variable>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -184,7 +184,7 @@ class SqlStore final : public Store {
   Result<HeartbeatChange> record_heartbeat(const NodeRow& f, const std::vector<HoldingRow>& holdings) override {
     HeartbeatChange ch;
     Status st = tx(false, [&]() -> Status {
-      // The row and whether it has live reservations in one statement: a PostgreSQL store is bound by round trips.
+      // The row and whether it has live reservations in one statement: one round trip less to a PostgreSQL server.
       ESSAIM_ASSIGN_OR_RETURN(
           SqlRows node, q(std::string(kNodeColumns) + ", (SELECT COUNT(*) FROM pending WHERE node_id = $1 AND until_ms > $2)"
                                                       " + (SELECT COUNT(*) FROM pending_give_up WHERE node_id = $1 AND"
