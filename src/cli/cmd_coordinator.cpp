@@ -61,7 +61,8 @@ int run(const Args& a) {
     std::fprintf(stderr, "essaim coordinator: %s\n", cat.status().message().c_str());
     return 1;
   }
-  Result<std::unique_ptr<coord::Store>> store = coord::open_store(a.db);
+  // A PostgreSQL connection per coordinator thread, so their round trips to the server overlap.
+  Result<std::unique_ptr<coord::Store>> store = coord::open_store(a.db, coord::CoordinatorConfig{}.threads);
   if (!store) {
     std::fprintf(stderr, "essaim coordinator: %s\n", store.status().message().c_str());
     return 1;

@@ -252,6 +252,18 @@ net::HttpReply Coordinator::Impl::metrics(const ApiCall& c) {
   t.sample("essaim_coord_store_errors_total", {}, double(store_errors.load()));
   t.family("essaim_coord_store_invalid_rows_total", "counter", "rows read back that failed validation");
   t.sample("essaim_coord_store_invalid_rows_total", {}, double(store->invalid_rows()));
+  const StoreWrites w = store->writes();
+  t.family("essaim_coord_store_write_transactions_total", "counter", "committed store transactions that changed a row");
+  t.sample("essaim_coord_store_write_transactions_total", {}, double(w.transactions));
+  t.family("essaim_coord_store_rows_written_total", "counter", "store rows inserted, updated or deleted");
+  t.sample("essaim_coord_store_rows_written_total", {}, double(w.rows));
+  const MarketViewCounters m = market.counters();
+  t.family("essaim_coord_market_rereads_total", "counter", "rereads of the market's rows from the store");
+  t.sample("essaim_coord_market_rereads_total", {}, double(m.reloads));
+  t.family("essaim_coord_volunteer_answers_total", "counter",
+           "volunteer answers and heartbeat volunteer flags: decided, or nothing without deciding");
+  t.sample("essaim_coord_volunteer_answers_total", {{"how", "decided"}}, double(m.decisions));
+  t.sample("essaim_coord_volunteer_answers_total", {{"how", "nothing_needed"}}, double(m.skipped));
   if (Result<MarketSnapshot> s = snapshot(*store)) {
     std::map<std::string, int64_t> by_status = {{"active", 0}, {"stale", 0}, {"dropped", 0}, {"revoked", 0}};
     for (const NodeRow& n : s->nodes) ++by_status[node_status(n, c.now_ms, cfg.heartbeat_s)];

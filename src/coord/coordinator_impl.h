@@ -8,6 +8,7 @@
 
 #include "coord/coordinator.h"
 #include "coord/dashboard_history.h"
+#include "coord/market_view.h"
 
 namespace essaim::coord {
 
@@ -25,7 +26,8 @@ struct ApiCall {
   bool admin() const { return who.kind == Caller::ADMIN; }
 };
 
-// Everything one decision needs, read in one go.
+// Every node, holding and usage row, read in one go (the pages that list every node: metrics, dashboard).
+// Decisions read MarketView's state instead: only what they need.
 Result<MarketSnapshot> snapshot(Store& db);
 
 struct Coordinator::Impl {
@@ -36,14 +38,16 @@ struct Coordinator::Impl {
   std::once_flag stopped;
   std::atomic<uint64_t> requests{0}, unauthorized{0}, bytes_served{0}, downloads{0}, store_errors{0};
   DashboardHistory history;
+  MarketView market;
 
   Impl(const Catalogue& c, std::unique_ptr<Store> s, CoordinatorConfig config)
-      : cat(c), store(std::move(s)), cfg(std::move(config)), pool(size_t(std::max(1, cfg.threads))) {}
+      : cat(c), store(std::move(s)), cfg(std::move(config)), pool(size_t(std::max(1, cfg.threads))),
+        market(cat, {.heartbeat_s = cfg.heartbeat_s, .replicas = cfg.replicas}) {}
 
   int64_t now() const;
   Caller authenticate(const std::string& authorization);
   net::HttpReply route(const net::HttpRequestView& req);
-  // What a volunteer holding `held` with this budget is told now (reads the store; reserves nothing).
+  // What a volunteer holding `held` with this budget is told now (MarketView; reserves nothing).
   Result<VolunteerChoice> decide_volunteer(const std::string& node_id, const std::vector<size_t>& held,
                                            int64_t budget_bytes, int64_t now_ms);
   // One handler per endpoint (the route table in coordinator.cpp lists them).

@@ -36,14 +36,10 @@ net::HttpReply Coordinator::Impl::coverage(const ApiCall& c) {
     }
     accepted.push_back({f.node_id, h.layer, h.expert_first, h.expert_count, h.sha256});
   }
-  Status stored = store->exclusive([&]() -> Status {
-    ESSAIM_RETURN_IF_ERROR(store->heartbeat(f, accepted));
-    return hb->leaving ? store->set_pending(f.node_id, {}, c.now_ms) : Status::ok();
-  });
-  if (!stored) return store_failed(stored);
+  if (Status stored = market.heartbeat(*store, f, accepted, hb->leaving, c.now_ms); !stored) return store_failed(stored);
   if (history.wants_coverage(c.now_ms)) {
-    if (Result<MarketSnapshot> s = snapshot(*store)) {
-      note_coverage(c.now_ms, count_holders(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s));
+    if (Result<std::shared_ptr<const MarketState>> s = market.current(*store, c.now_ms)) {
+      note_coverage(c.now_ms, count_holders(cat, (*s)->snapshot.nodes, (*s)->snapshot.holdings, c.now_ms, cfg.heartbeat_s));
     }
   }
   // Whether volunteering now would change anything for this node (an assignment, a swap, a drop): a node
@@ -67,11 +63,11 @@ net::HttpReply Coordinator::Impl::coverage(const ApiCall& c) {
 }
 
 net::HttpReply Coordinator::Impl::demand(const ApiCall& c) {
-  Result<MarketSnapshot> s = snapshot(*store);
-  if (!s) return store_failed(s.status());
-  const std::vector<RangeDemand> d =
-      compute_demand(cat, count_holders(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s),
-                     usage_shares(cat, s->usage), cfg.replicas);
+  Result<std::shared_ptr<const MarketState>> state = market.current(*store, c.now_ms);
+  if (!state) return store_failed(state.status());
+  const MarketSnapshot& s = (*state)->snapshot;
+  const std::vector<RangeDemand> d = compute_demand(cat, count_holders(cat, s.nodes, s.holdings, c.now_ms, cfg.heartbeat_s),
+                                                    usage_shares(cat, s.usage), cfg.replicas);
   json ranges = json::array();
   for (const RangeDemand& r : d) {
     const CatalogueSlice& c = cat.slices[r.slice];
@@ -112,38 +108,11 @@ net::HttpReply Coordinator::Impl::usage(const ApiCall& c) {
 
 Result<VolunteerChoice> Coordinator::Impl::decide_volunteer(const std::string& node_id, const std::vector<size_t>& held,
                                                             int64_t budget_bytes, int64_t now_ms) {
-  ESSAIM_ASSIGN_OR_RETURN(MarketSnapshot s, snapshot(*store));
-  ESSAIM_ASSIGN_OR_RETURN(std::vector<PendingRow> pending, store->list_pending(now_ms));
-  return coord::decide_volunteer(cat, s, pending, {node_id, held, budget_bytes, now_ms},
-                                 {.heartbeat_s = cfg.heartbeat_s, .replicas = cfg.replicas});
+  return market.decide(*store, {node_id, held, budget_bytes, now_ms});
 }
 
-// Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on
-// this process or another sharing the database) get different slices. A swap's new slice is reserved too.
-net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
-  if (c.admin()) return error(403, "volunteering needs the node's own token", "forbidden");
-  if (c.who.node.role != "worker") return error(403, "a backbone's token holds no experts: workers volunteer", "forbidden");
-  Result<VolunteerRequest> v = parse_volunteer(c.req.body);
-  if (!v) return error(400, v.status().message(), "invalid_body");
-  if (v->node_id != c.who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
-  VolunteerChoice choice;
-  Status st = store->exclusive([&]() -> Status {
-    std::vector<size_t> held;
-    if (v->has_holding) {
-      for (const RangeRef& r : v->holding) {
-        if (std::optional<size_t> i = cat.find(r.layer, r.expert_first, r.expert_count)) held.push_back(*i);
-      }
-    } else {
-      ESSAIM_ASSIGN_OR_RETURN(std::vector<HoldingRow> holdings, store->list_holdings());
-      for (const HoldingRow& h : holdings) {
-        if (h.node_id != v->node_id) continue;
-        if (std::optional<size_t> i = cat.find(h.layer, h.expert_first, h.expert_count)) held.push_back(*i);
-      }
-    }
-    ESSAIM_ASSIGN_OR_RETURN(choice, decide_volunteer(v->node_id, held, v->budget_bytes, c.now_ms));
-    return store->set_pending(v->node_id, reservations(cat, v->node_id, choice, c.now_ms), c.now_ms);
-  });
-  if (!st) return store_failed(st);
+namespace {
+net::HttpReply volunteer_reply(const Catalogue& cat, const VolunteerChoice& choice) {
   json assign = json::array(), drop = json::array(), swap = json::array();
   for (size_t i : choice.assign) assign.push_back(slice_json(cat.slices[i]));
   for (size_t i : choice.drop) drop.push_back(range_json(cat.slices[i]));
@@ -152,12 +121,47 @@ net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
   }
   return json_reply(200, {{"assign", assign}, {"drop", drop}, {"swap", swap}});
 }
+}  // namespace
+
+// Volunteer: read, decide and reserve in one exclusive transaction, so two volunteers asking at once (on
+// this process or another sharing the database) get different slices. A swap's new slice is reserved too.
+// An asker that would be told nothing without deciding (MarketView) is told so with no transaction: its
+// reservations would stay none, so the store would not change.
+net::HttpReply Coordinator::Impl::volunteer(const ApiCall& c) {
+  if (c.admin()) return error(403, "volunteering needs the node's own token", "forbidden");
+  if (c.who.node.role != "worker") return error(403, "a backbone's token holds no experts: workers volunteer", "forbidden");
+  Result<VolunteerRequest> v = parse_volunteer(c.req.body);
+  if (!v) return error(400, v.status().message(), "invalid_body");
+  if (v->node_id != c.who.node.node_id) return error(403, "node_id is not the token's node", "forbidden");
+  Result<bool> nothing = market.tells_nothing(*store, v->node_id, c.now_ms);
+  if (!nothing) return store_failed(nothing.status());
+  if (*nothing) return volunteer_reply(cat, {});
+  VolunteerChoice choice;
+  Status st = store->exclusive([&]() -> Status {
+    std::vector<size_t> held;
+    if (v->has_holding) {
+      for (const RangeRef& r : v->holding) {
+        if (std::optional<size_t> i = cat.find(r.layer, r.expert_first, r.expert_count)) held.push_back(*i);
+      }
+    } else {
+      ESSAIM_ASSIGN_OR_RETURN(std::vector<HoldingRow> holdings, store->holdings_of(v->node_id));
+      for (const HoldingRow& h : holdings) {
+        if (std::optional<size_t> i = cat.find(h.layer, h.expert_first, h.expert_count)) held.push_back(*i);
+      }
+    }
+    ESSAIM_ASSIGN_OR_RETURN(choice, decide_volunteer(v->node_id, held, v->budget_bytes, c.now_ms));
+    return store->set_pending(v->node_id, reservations(cat, v->node_id, choice, c.now_ms), c.now_ms);
+  });
+  if (!st) return store_failed(st);
+  return volunteer_reply(cat, choice);
+}
 
 net::HttpReply Coordinator::Impl::expert_map(const ApiCall& c) {
-  Result<MarketSnapshot> s = snapshot(*store);
-  if (!s) return store_failed(s.status());
+  Result<std::shared_ptr<const MarketState>> state = market.current(*store, c.now_ms);
+  if (!state) return store_failed(state.status());
+  const MarketSnapshot& s = (*state)->snapshot;
   json workers = json::array();
-  for (const MapWorker& w : coord::expert_map(cat, s->nodes, s->holdings, c.now_ms, cfg.heartbeat_s)) {
+  for (const MapWorker& w : coord::expert_map(cat, s.nodes, s.holdings, c.now_ms, cfg.heartbeat_s)) {
     json holdings = json::array();
     for (size_t i : w.slices) holdings.push_back(range_json(cat.slices[i]));
     workers.push_back({{"address", w.address}, {"label", w.node_id}, {"holdings", holdings}});

@@ -6,6 +6,7 @@
 //   ESSAIM_ASSIGN_OR_RETURN(SqlRows rows, c->query("SELECT name FROM nodes WHERE node_id = $1", {id}));
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,8 @@ class SqlConnection {
   virtual Status begin(bool exclusive) = 0;
   virtual Status commit() = 0;
   virtual void rollback() = 0;
+  // Rows inserted, updated or deleted through this connection so far (rolled-back ones included).
+  virtual uint64_t rows_changed() const = 0;
 };
 
 // WAL, synchronous=FULL, a busy timeout so several processes may share the file.

@@ -53,6 +53,7 @@ class SqliteConnection final : public SqlConnection {
   Status begin(bool /*exclusive*/) override { return query("BEGIN IMMEDIATE", {}).status(); }
   Status commit() override { return query("COMMIT", {}).status(); }
   void rollback() override { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
+  uint64_t rows_changed() const override { return uint64_t(sqlite3_total_changes64(db_)); }
 
  private:
   Status error(const char* what) { return Status::error(std::string("sqlite ") + what + ": " + sqlite3_errmsg(db_)); }

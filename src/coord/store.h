@@ -11,6 +11,11 @@
 //
 // Rows read back are untrusted (a killed process, or another program, may have written them): each is
 // validated; a row that does not validate is skipped and counted in invalid_rows(), never trusted.
+//
+// The market generation (meta 'market_generation') moves in the same transaction as every write that can
+// change a market decision, so a process may keep the decisions' rows in memory (coord/market_view.h) and
+// reread them only when it moved: the store bumps it itself for reservations, revocations, drops and usage;
+// a heartbeat's effect depends on the market's freshness rule, so its writer bumps it (MarketView).
 #pragma once
 
 #include <atomic>
@@ -74,6 +79,19 @@ struct WorkIncrement {
   int64_t pairs = 0, audits = 0, audits_failed = 0;
 };
 
+// What a heartbeat found before it wrote: enough for its writer to tell whether a decision may change.
+struct HeartbeatChange {
+  std::optional<NodeRow> before;  // the node's row before (nullopt: no such node, or an invalid row)
+  bool had_holdings = false;      // any holding row before
+  bool holdings_changed = false;  // the holding rows differ from the new ones (then they were replaced)
+  bool has_pending = false;       // reservations live at the heartbeat's time
+};
+
+// Writes through this store since it was opened: transactions that changed a row, and rows changed.
+struct StoreWrites {
+  uint64_t transactions = 0, rows = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -85,9 +103,17 @@ class Store {
   virtual Result<std::optional<NodeRow>> node_by_token_sha256(const std::string& hex) = 0;
   virtual Result<std::vector<NodeRow>> list_nodes() = 0;  // registration order
 
-  // One heartbeat: the node's address, fingerprint, capacity, load and time, and its holdings replaced.
-  virtual Status heartbeat(const NodeRow& fields, const std::vector<HoldingRow>& holdings) = 0;
+  // One heartbeat: the node's address, fingerprint, capacity, load and time, and its holdings replaced
+  // (rewritten only when they differ). Does not move the market generation (see above).
+  virtual Result<HeartbeatChange> record_heartbeat(const NodeRow& fields, const std::vector<HoldingRow>& holdings) = 0;
+  Status heartbeat(const NodeRow& fields, const std::vector<HoldingRow>& holdings) {
+    return record_heartbeat(fields, holdings).status();
+  }
   virtual Result<std::vector<HoldingRow>> list_holdings() = 0;
+  virtual Result<std::vector<HoldingRow>> holdings_of(const std::string& node_id) = 0;  // (layer, expert_first) order
+  // The nodes that hold something or have a reservation live at now_ms, in registration order: the only
+  // nodes a market decision reads (an idle node changes no holder count, reservation or swarm room).
+  virtual Result<std::vector<NodeRow>> list_market_nodes(int64_t now_ms) = 0;
 
   virtual Status add_usage(int64_t layer, const std::vector<int64_t>& counts) = 0;
   // Multiplies every usage count by usage_decay_factor(now - the last decay, half_life_ms), rounded, at most
@@ -105,17 +131,25 @@ class Store {
   virtual Status add_work(const std::string& node_id, const WorkIncrement& w, const std::string& reason) = 0;
   virtual Result<std::vector<WorkRow>> list_work() = 0;
 
-  // Runs `body` as one exclusive transaction: every store call `body` makes joins it, and no other
-  // coordinator process sharing the database runs an exclusive() body at the same time.
+  // nullopt while the stored value is unreadable (a reader must then not trust what it kept); 0 before the first bump.
+  virtual Result<std::optional<int64_t>> market_generation() = 0;
+  virtual Status bump_market_generation() = 0;
+
+  // Runs `body` as one exclusive transaction: every store call `body` makes (on this thread) joins it, and
+  // no other exclusive() body — another thread's on this store, or another coordinator process's sharing
+  // the database — runs at the same time.
   virtual Status exclusive(const std::function<Status()>& body) = 0;
 
   uint64_t invalid_rows() const { return invalid_rows_.load(); }
+  virtual StoreWrites writes() const = 0;
 
  protected:
   std::atomic<uint64_t> invalid_rows_{0};
 };
 
-// "postgresql://..." or "postgres://..." → PostgreSQL; anything else is a SQLite file path (created).
-Result<std::unique_ptr<Store>> open_store(const std::string& spec);
+// "postgresql://..." or "postgres://..." → PostgreSQL, with `connections` connections (threads calling the
+// store at once each use their own: give the coordinator's thread count); anything else is a SQLite file
+// path (created), one connection.
+Result<std::unique_ptr<Store>> open_store(const std::string& spec, int connections = 1);
 
 }  // namespace essaim::coord

@@ -1,6 +1,7 @@
 // A throw-away PostgreSQL server for tests: initdb in a temp dir, pg_ctl start on a free port with its unix
 // socket in that dir, stopped and removed at the end. As root, the server runs as the `postgres` user
-// (runuser), which owns the dir. No system service is touched. url() is a libpq URL for the store.
+// (runuser), which owns the dir. No system service is touched. fresh_url() is a libpq URL for the store.
+// bench/coord_load_bench starts its PostgreSQL with it too.
 #pragma once
 
 #include <unistd.h>
@@ -50,6 +51,7 @@ class PgCluster {
   }
   bool ok() const { return started_; }
   const std::string& why() const { return why_; }
+  std::string data_dir() const { return dir_ + "/data"; }  // postmaster.pid, the server's pid on its first line
   // A fresh database per call, so tests do not see each other's rows.
   std::string fresh_url() {
     const std::string db = "t" + std::to_string(++databases_);

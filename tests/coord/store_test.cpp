@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "coord/sql_connection.h"
 #include "coord/store.h"
@@ -189,6 +190,75 @@ TEST_P(StoreTest, ExclusiveRollsBackOnError) {
   EXPECT_TRUE(store_->list_nodes()->empty());
   EXPECT_TRUE(store_->exclusive([&] { return store_->add_node(node(2)); }));
   EXPECT_EQ(store_->list_nodes()->size(), 1u);
+}
+
+// The market generation moves in the transaction of every write that can change a decision, and not for
+// one that cannot (a renewal of the same reservations, usage of nothing, revoking no node).
+TEST_P(StoreTest, TheMarketGenerationMovesWithWhatDecisionsRead) {
+  const auto generation = [&] { return store_->market_generation().value().value(); };
+  EXPECT_EQ(generation(), 0);
+  ASSERT_TRUE(store_->add_node(node(1)));
+  EXPECT_EQ(generation(), 0);  // a node with nothing held or reserved is in no decision
+  const PendingRow take{node_id(1), 3, 0, 5000, false};
+  ASSERT_TRUE(store_->set_pending(node_id(1), {take}, 1000));
+  EXPECT_EQ(generation(), 1);
+  PendingRow later = take;
+  later.until_ms = 6000;
+  ASSERT_TRUE(store_->set_pending(node_id(1), {later}, 2000));  // renewed, expiring later: no change
+  EXPECT_EQ(generation(), 1);
+  ASSERT_TRUE(store_->set_pending(node_id(1), {take}, 2000));  // expiring sooner: a reader must reread
+  EXPECT_EQ(generation(), 2);
+  ASSERT_TRUE(store_->set_pending(node_id(1), {}, 2000));
+  EXPECT_EQ(generation(), 3);
+  ASSERT_TRUE(store_->set_pending(node_id(1), {}, 2000));
+  EXPECT_EQ(generation(), 3);
+  ASSERT_TRUE(store_->add_usage(2, {0, 0, 0}));
+  EXPECT_EQ(generation(), 3);
+  ASSERT_TRUE(store_->add_usage(2, {0, 4, 0}));
+  EXPECT_EQ(generation(), 4);
+  ASSERT_TRUE(store_->add_work(node_id(1), {.pairs = 5}, ""));
+  EXPECT_EQ(generation(), 4);
+  ASSERT_TRUE(store_->add_work(node_id(1), {.pairs = 1, .audits = 1, .audits_failed = 1}, "failed"));  // dropped
+  EXPECT_EQ(generation(), 5);
+  EXPECT_FALSE(*store_->revoke_node(node_id(9)));
+  EXPECT_EQ(generation(), 5);
+  EXPECT_TRUE(*store_->revoke_node(node_id(1)));
+  EXPECT_EQ(generation(), 6);
+  ASSERT_TRUE(store_->bump_market_generation());
+  EXPECT_EQ(generation(), 7);
+}
+
+// Threads sharing one store (on PostgreSQL with a connection each): exclusive read-then-write bodies stay
+// serialised, a transaction's calls stay in it, and concurrent bumps all count.
+TEST_P(StoreTest, ThreadsOnSeveralConnectionsStaySerialised) {
+  auto s = open_store(spec_, 4);
+  ASSERT_TRUE(s) << s.status().message();
+  Store& db = **s;
+  ASSERT_TRUE(db.add_node(node(1)));
+  constexpr int kThreads = 4, kEach = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        // Read the ledger, then write read + 1 through a call that would otherwise be its own transaction.
+        Status st = db.exclusive([&]() -> Status {
+          ESSAIM_ASSIGN_OR_RETURN(std::vector<WorkRow> w, db.list_work());
+          const int64_t seen = w.empty() ? 0 : w[0].pairs_credited;
+          ESSAIM_RETURN_IF_ERROR(db.add_work(node_id(1), {.pairs = 1}, ""));
+          ESSAIM_ASSIGN_OR_RETURN(std::vector<WorkRow> after, db.list_work());
+          if (after.size() != 1 || after[0].pairs_credited != seen + 1) return Status::error("not serialised");
+          return Status::ok();
+        });
+        if (!st || !db.bump_market_generation()) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(db.list_work()->at(0).pairs_credited, kThreads * kEach);
+  EXPECT_EQ(db.market_generation().value().value(), kThreads * kEach);
+  EXPECT_GE(db.writes().transactions, uint64_t(2 * kThreads * kEach));
 }
 
 // Rows written by someone else: a node id, a digest, a status that do not validate are skipped, not trusted.
