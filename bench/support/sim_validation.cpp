@@ -84,7 +84,7 @@ Result<DensePoint> dense_point(const Model& m, ThreadPool& pool, const BatchDeco
 // Seconds per expert at `rows` rows each: k experts of `layer` (the next group of k each repetition) over
 // `rows` copies of a real activation row, on one thread; the median of the repetitions.
 double time_expert_rows(const Model& m, LocalExpertExecutor& one_thread, int32_t layer,
-                        const std::vector<uint8_t>& act_row, int64_t rows) {
+                        const std::vector<uint8_t>& act_row, int64_t rows, int32_t first_group) {
   const int32_t k = m.info().n_expert_used, X = m.info().n_expert;
   const int32_t groups = std::max(1, X / k);
   std::vector<uint8_t> act;
@@ -94,7 +94,7 @@ double time_expert_rows(const Model& m, LocalExpertExecutor& one_thread, int32_t
   const ExpertLayer* l = m.expert_store().any(layer);
   std::vector<double> reps;
   for (int rep = -1; rep < 7; ++rep) {  // one warm-up
-    const int32_t g = (rep + 1) % groups;
+    const int32_t g = (first_group + 3 * (rep + 1)) % groups;
     for (int64_t r = 0; r < rows; ++r)
       for (int32_t s = 0; s < k; ++s) ids[size_t(r) * size_t(k) + size_t(s)] = (g * k + s) % X;
     const auto t0 = Clock::now();
@@ -115,7 +115,7 @@ Result<json> expert_cost_points(const Model& m, const std::map<int32_t, std::vec
     const GgmlType down = m.expert_store().any(layer)->down.type;
     if (!done.insert(down).second) continue;
     for (int64_t rows : {1, 2, 4, 8, 16, 64}) {
-      const double s = time_expert_rows(m, one_thread, layer, row, rows);
+      const double s = time_expert_rows(m, one_thread, layer, row, rows, 0);
       if (!(s > 0)) return Status::error("calibration: the expert timing batch of layer " + std::to_string(layer) + " failed");
       points.push_back({{"down_type", std::string(type_traits(down).name)}, {"rows_per_expert", rows},
                         {"seconds_per_expert", s}, {"layer", layer}});
@@ -127,6 +127,8 @@ Result<json> expert_cost_points(const Model& m, const std::map<int32_t, std::vec
 }
 
 }  // namespace
+
+int host_cores() { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
 json SimCalibration::to_json() const {
   json dense = json::array();
@@ -190,7 +192,7 @@ Result<RealCell> run_real_cell(const Model& m, const std::vector<WorkerProcess>&
 }
 
 json validation_scenario(const SimSetup& s, const SimCalibration& cal) {
-  const int cores = s.host_cores > 0 ? s.host_cores : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = s.host_cores > 0 ? s.host_cores : host_cores();
   const double warmup_s = 3;
   // Loopback behind the proxies: the round trip is the proxy's, bandwidth is not limited (1 Tbit/s here).
   const json process = {{"name", "process"}, {"share", 1}, {"budget_mb", 1 << 20}, {"speed", 1},

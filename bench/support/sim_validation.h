@@ -9,7 +9,9 @@
 //    layer_ms + row_us × sequences per MoE layer;
 //  - the expert FFN: one worker thread's LocalExpertExecutor (what essaim-worker --threads 1 runs) on k
 //    experts × r rows per expert, per down type, as seconds per expert at r rows (data/expert_cost.json's
-//    format).
+//    format). Timed alone: a calibration timed with every core doing the same at once (the workers of a
+//    layer call compute together) made the simulation 30-60 % slow on this loaded machine, as the cores'
+//    sharing then counts twice (in the measured cost and in the simulated host); docs/scale.md.
 // Shared by bench/sim_validate_bench and tests/sim/sim_timing_test.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(SimCalibration cal, calibrate_for_sim(model, pool, {.decode = 8}, 16));
@@ -31,6 +33,8 @@
 #include "worker_processes.h"
 
 namespace essaim::bench {
+
+int host_cores();  // std::thread::hardware_concurrency(), at least 1
 
 struct SimCalibration {
   double layer_ms = 0, row_us = 0;      // the dense path per MoE layer: layer_ms + row_us × sequences (wall)
