@@ -1,8 +1,8 @@
 // essaim-sim against a real multi-process run of the same configuration (docs/scale.md, "Validated before
 // believed"; bench/support/sim_validation.h says what runs on each side and what is calibrated): for every
 // round trip × sequences cell, aggregate tok/s and p50 token latency measured over N essaim-worker processes
-// behind delaying proxies, the same from essaim-sim, and their ratios (simulated / measured). One
-// calibration, on the spot, for all cells. Prints one JSON document; --check exits 1 when a cell misses the
+// behind delaying proxies (medians over --repeat rounds), the same from essaim-sim, and their ratios
+// (simulated / measured). One calibration, on the spot, for all cells. Prints one JSON document; --check exits 1 when a cell misses the
 // tolerance.
 //
 //   build/bench/sim_validate_bench --data-dir /tmp/essaim-bench                       # tiny synth, 8 layers
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "decode_steps.h"
+#include "median.h"
 #include "sim_validation.h"
 #include "worker_processes.h"
 
@@ -33,6 +34,7 @@ struct Options {
   std::vector<int> seqs = {1, 16};
   std::vector<int> rtt_ms = {5, 20};
   int decode = 16;
+  int repeat = 3;
   double sim_seconds = 60;
   double tolerance = 0.15;
   bool check = false;
@@ -49,26 +51,47 @@ T must(Result<T> r) {
   return std::move(*r);
 }
 
+// Each cell measured `repeat` times, the rounds one after another (load from elsewhere drifts over minutes, so
+// every cell sees each period alike): the medians over the rounds of each round's tok/s and p50.
+bench::RealCell median_cell(const std::vector<bench::RealCell>& rounds) {
+  bench::RealCell m{.cell = rounds.front().cell};
+  std::vector<double> tok_s, p50;
+  for (const bench::RealCell& r : rounds) {
+    tok_s.push_back(r.tok_s);
+    p50.push_back(r.p50_s);
+    m.step_s.insert(m.step_s.end(), r.step_s.begin(), r.step_s.end());
+  }
+  m.tok_s = bench::median(tok_s);
+  m.p50_s = bench::median(p50);
+  return m;
+}
+
 // The workers' processes stay up for every cell (each cell puts its own proxies in front of them).
 json run_cells(const Options& o, const std::string& path, const Model& m, const std::vector<bench::WorkerProcess>& procs,
                ThreadPool& pool, const bench::SimCalibration& cal, bool& all_within) {
-  json cells = json::array();
-  for (int rtt : o.rtt_ms) {
-    for (int n : o.seqs) {
-      const bench::CellConfig cell{.rtt_ms = rtt, .sequences = n};
-      const bench::RealCell real = must(bench::run_real_cell(m, procs, cell, pool, cal));
-      const json scenario = bench::validation_scenario(
-          {.model_file = path, .workers = o.workers, .cell = cell, .sim_seconds = o.sim_seconds}, cal);
-      const json sim = must(bench::run_essaim_sim(o.sim_bin, scenario, o.data_dir));
-      json row = bench::compare_cell(real, sim, o.tolerance);
-      all_within = all_within && row["within"].get<bool>();
-      std::fprintf(stderr, "sim_validate_bench: %d ms, %d sequences: real %.1f tok/s p50 %.1f ms, sim %.1f tok/s p50 %.1f ms\n",
-                   rtt, n, real.tok_s, 1e3 * real.p50_s, row["sim"]["tok_s"].get<double>(),
-                   row["sim"]["p50_ms"].get<double>());
-      cells.push_back(row);
-    }
+  std::vector<bench::CellConfig> cells;
+  for (int rtt : o.rtt_ms)
+    for (int n : o.seqs) cells.push_back({.rtt_ms = rtt, .sequences = n});
+  std::vector<std::vector<bench::RealCell>> rounds(cells.size());
+  for (int round = 0; round < o.repeat; ++round)
+    for (size_t c = 0; c < cells.size(); ++c) rounds[c].push_back(must(bench::run_real_cell(m, procs, cells[c], pool, cal)));
+  json out = json::array();
+  for (size_t c = 0; c < cells.size(); ++c) {
+    const bench::RealCell real = median_cell(rounds[c]);
+    const json scenario = bench::validation_scenario(
+        {.model_file = path, .workers = o.workers, .cell = cells[c], .sim_seconds = o.sim_seconds}, cal);
+    const json sim = must(bench::run_essaim_sim(o.sim_bin, scenario, o.data_dir));
+    json row = bench::compare_cell(real, sim, o.tolerance);
+    json per_round = json::array();
+    for (const bench::RealCell& r : rounds[c]) per_round.push_back({{"tok_s", r.tok_s}, {"p50_ms", 1e3 * r.p50_s}});
+    row["real"]["rounds"] = per_round;
+    all_within = all_within && row["within"].get<bool>();
+    std::fprintf(stderr, "sim_validate_bench: %d ms, %d sequences: real %.1f tok/s p50 %.1f ms, sim %.1f tok/s p50 %.1f ms\n",
+                 cells[c].rtt_ms, cells[c].sequences, real.tok_s, 1e3 * real.p50_s, row["sim"]["tok_s"].get<double>(),
+                 row["sim"]["p50_ms"].get<double>());
+    out.push_back(row);
   }
-  return cells;
+  return out;
 }
 
 int run(const Options& o) {
@@ -105,6 +128,7 @@ int run(const Options& o) {
               {"worker_threads", 1},
               {"backbone_threads", pool.size()},
               {"timed_decode_steps", o.decode},
+              {"rounds", o.repeat},
               {"sim_seconds", o.sim_seconds},
               {"load_average", {load_before, bench::load_average()}},
               {"calibration", cal.to_json()},
@@ -134,6 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--seqs", o.seqs, "Concurrent sequences (default 1,16)")->delimiter(',')->check(CLI::Range(1, 1024));
   app.add_option("--rtt-ms", o.rtt_ms, "Round trips per request in ms (default 5,20)")->delimiter(',')->check(CLI::Range(1, 10000));
   app.add_option("--decode", o.decode, "Timed decode steps per cell and per calibration run (default 16)")->check(CLI::Range(1, 4096));
+  app.add_option("--repeat", o.repeat, "Rounds of real measurements of every cell, medians over them (default 3)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--sim-seconds", o.sim_seconds, "Simulated decode seconds per cell (default 60)")->check(CLI::Range(1.0, 3600.0));
   app.add_option("--tolerance", o.tolerance, "Largest |ratio - 1| a cell may have (default 0.15)")->check(CLI::Range(0.0, 10.0));
   app.add_flag("--check", o.check, "Exit 1 when a cell is outside the tolerance");
