@@ -2,7 +2,7 @@
 // believed"; bench/support/sim_validation.h says what runs on each side and what is calibrated): for every
 // round trip × sequences cell, aggregate tok/s and p50 token latency measured over N essaim-worker processes
 // behind delaying proxies (medians over --repeat rounds), the same from essaim-sim, and their ratios
-// (simulated / measured). One calibration, on the spot, for all cells. Prints one JSON document; --check exits 1 when a cell misses the
+// (simulated / measured). One calibration for all cells, on the spot: the median of one per round. Prints one JSON document; --check exits 1 when a cell misses the
 // tolerance.
 //
 //   build/bench/sim_validate_bench --data-dir /tmp/essaim-bench                       # tiny synth, 8 layers
@@ -52,9 +52,10 @@ T must(Result<T> r) {
 }
 
 // Each cell measured `repeat` times, the rounds one after another (load from elsewhere drifts over minutes, so
-// every cell sees each period alike): the medians over the rounds of each round's tok/s and p50.
+// every cell and the calibration see each period alike): the medians over the rounds of tok/s and of p50.
 bench::RealCell median_cell(const std::vector<bench::RealCell>& rounds) {
-  bench::RealCell m{.cell = rounds.front().cell};
+  bench::RealCell m;
+  m.cell = rounds.front().cell;
   std::vector<double> tok_s, p50;
   for (const bench::RealCell& r : rounds) {
     tok_s.push_back(r.tok_s);
@@ -67,14 +68,21 @@ bench::RealCell median_cell(const std::vector<bench::RealCell>& rounds) {
 }
 
 // The workers' processes stay up for every cell (each cell puts its own proxies in front of them).
+// Each round calibrates, then measures every cell; the simulation takes the median calibration.
 json run_cells(const Options& o, const std::string& path, const Model& m, const std::vector<bench::WorkerProcess>& procs,
-               ThreadPool& pool, const bench::SimCalibration& cal, bool& all_within) {
+               ThreadPool& pool, bench::SimCalibration& cal, bool& all_within) {
   std::vector<bench::CellConfig> cells;
   for (int rtt : o.rtt_ms)
     for (int n : o.seqs) cells.push_back({.rtt_ms = rtt, .sequences = n});
+  const int max_n = *std::max_element(o.seqs.begin(), o.seqs.end());
+  std::vector<bench::SimCalibration> calibrations;
   std::vector<std::vector<bench::RealCell>> rounds(cells.size());
-  for (int round = 0; round < o.repeat; ++round)
-    for (size_t c = 0; c < cells.size(); ++c) rounds[c].push_back(must(bench::run_real_cell(m, procs, cells[c], pool, cal)));
+  for (int round = 0; round < o.repeat; ++round) {
+    calibrations.push_back(must(bench::calibrate_for_sim(m, pool, {.decode = o.decode}, std::max(max_n, 16))));
+    for (size_t c = 0; c < cells.size(); ++c)
+      rounds[c].push_back(must(bench::run_real_cell(m, procs, cells[c], pool, calibrations.back())));
+  }
+  cal = bench::median_calibration(calibrations);
   json out = json::array();
   for (size_t c = 0; c < cells.size(); ++c) {
     const bench::RealCell real = median_cell(rounds[c]);
@@ -110,8 +118,7 @@ int run(const Options& o) {
   for (const auto& s : slices) procs.push_back(must(bench::start_worker(o.worker_bin, 1, s)));
   ThreadPool pool(size_t(o.threads));
   const double load_before = bench::load_average();
-  const int max_n = *std::max_element(o.seqs.begin(), o.seqs.end());
-  const bench::SimCalibration cal = must(bench::calibrate_for_sim(m, pool, {.decode = o.decode}, std::max(max_n, 16)));
+  bench::SimCalibration cal;
   bool all_within = true;
   const json cells = run_cells(o, path, m, procs, pool, cal, all_within);
   bench::stop_workers(procs);

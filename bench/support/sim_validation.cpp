@@ -139,7 +139,8 @@ json SimCalibration::to_json() const {
           {"dense_measured", dense},
           {"distinct_experts_per_layer_call", {{"measured", distinct_experts}, {"uniform", distinct_experts_uniform}}},
           {"expert_cost", expert_cost},
-          {"decode_steps", decode.decode}};
+          {"decode_steps", decode.decode},
+          {"rounds", rounds}};
 }
 
 Result<SimCalibration> calibrate_for_sim(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int max_n) {
@@ -167,6 +168,26 @@ Result<SimCalibration> calibrate_for_sim(const Model& m, ThreadPool& pool, const
   const double X = double(m.info().n_expert), k = double(m.info().n_expert_used);
   c.distinct_experts_uniform = X * (1.0 - std::pow(1.0 - k / X, double(max_n)));
   ESSAIM_ASSIGN_OR_RETURN(c.expert_cost, expert_cost_points(m, timed.first_row));
+  return c;
+}
+
+SimCalibration median_calibration(const std::vector<SimCalibration>& rounds) {
+  SimCalibration c = rounds.front();
+  const auto median_of = [&](auto field) {
+    std::vector<double> v;
+    for (const SimCalibration& r : rounds) v.push_back(field(r));
+    return median(v);
+  };
+  c.layer_ms = median_of([](const SimCalibration& r) { return r.layer_ms; });
+  c.row_us = median_of([](const SimCalibration& r) { return r.row_us; });
+  for (size_t i = 0; i < c.dense_step_s.size(); ++i)
+    c.dense_step_s[i] = median_of([i](const SimCalibration& r) { return r.dense_step_s[i]; });
+  c.distinct_experts = median_of([](const SimCalibration& r) { return r.distinct_experts; });
+  json& points = c.expert_cost["points"];
+  for (size_t i = 0; i < points.size(); ++i)
+    points[i]["seconds_per_expert"] =
+        median_of([i](const SimCalibration& r) { return r.expert_cost["points"][i]["seconds_per_expert"].get<double>(); });
+  c.rounds = int(rounds.size());
   return c;
 }
 

@@ -45,12 +45,17 @@ struct SimCalibration {
   double distinct_experts_uniform = 0;  // what uniform routing gives there (the simulation's routing)
   BatchDecodeOptions decode;
   std::vector<std::vector<int32_t>> reference_tokens;  // monolithic tokens of the largest batch
+  int rounds = 1;                       // calibrations this is the median of
   nlohmann::json to_json() const;       // everything but the tokens
 };
 
 // Monolithic runs at 1 and max_n sequences (the backbone's dense path, `pool`'s threads), then the expert
 // FFN on one thread. The machine's load counts in both, as it does in the real run measured beside it.
 Result<SimCalibration> calibrate_for_sim(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int max_n);
+
+// Parameter by parameter, the median of calibrations made at different times (the dense path's per-layer and
+// per-row costs, every expert cost point); the tokens and the rest from the first. Needs at least one.
+SimCalibration median_calibration(const std::vector<SimCalibration>& rounds);
 
 struct CellConfig {
   int rtt_ms = 20;
