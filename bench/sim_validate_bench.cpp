@@ -56,14 +56,16 @@ T must(Result<T> r) {
 bench::RealCell median_cell(const std::vector<bench::RealCell>& rounds) {
   bench::RealCell m;
   m.cell = rounds.front().cell;
-  std::vector<double> tok_s, p50;
+  std::vector<double> tok_s, p50, outside;
   for (const bench::RealCell& r : rounds) {
     tok_s.push_back(r.tok_s);
     p50.push_back(r.p50_s);
+    outside.push_back(r.outside_calls_s);
     m.step_s.insert(m.step_s.end(), r.step_s.begin(), r.step_s.end());
   }
   m.tok_s = bench::median(tok_s);
   m.p50_s = bench::median(p50);
+  m.outside_calls_s = bench::median(outside);
   return m;
 }
 
@@ -78,7 +80,7 @@ json run_cells(const Options& o, const std::string& path, const Model& m, const 
   std::vector<bench::SimCalibration> calibrations;
   std::vector<std::vector<bench::RealCell>> rounds(cells.size());
   for (int round = 0; round < o.repeat; ++round) {
-    calibrations.push_back(must(bench::calibrate_for_sim(m, pool, {.decode = o.decode}, std::max(max_n, 16))));
+    calibrations.push_back(must(bench::calibrate_for_sim(m, procs, pool, {.decode = o.decode}, std::max(max_n, 16))));
     for (size_t c = 0; c < cells.size(); ++c)
       rounds[c].push_back(must(bench::run_real_cell(m, procs, cells[c], pool, calibrations.back())));
   }

@@ -56,12 +56,10 @@ struct DensePoint {
   double experts_per_call = 0;
 };
 
-Result<DensePoint> dense_point(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int n,
-                               TimedExpertExecutor& timed, BatchRun& run) {
-  timed.call_s.clear();
-  timed.call_experts.clear();
-  ESSAIM_ASSIGN_OR_RETURN(run, batch_decode(m, o, n, timed, nullptr, pool));
-  const size_t forwards = size_t(o.decode) + 2;  // prefill, the warm-up step, the timed steps
+// Per timed step, its time minus the time inside its expert calls (every forward pass makes the same number
+// of calls: the prefill, the warm-up step, then the timed steps): the median, and the distinct experts per call.
+Result<DensePoint> outside_expert_calls(const TimedExpertExecutor& timed, const BatchRun& run, int decode) {
+  const size_t forwards = size_t(decode) + 2;
   if (timed.call_s.empty() || timed.call_s.size() % forwards != 0)
     return Status::error("calibration: the forward passes did not make the same number of expert calls");
   const size_t per = timed.call_s.size() / forwards;
@@ -79,6 +77,14 @@ Result<DensePoint> dense_point(const Model& m, ThreadPool& pool, const BatchDeco
   p.step_s = median(dense);
   p.experts_per_call = experts / double(run.step_s.size() * per);
   return p;
+}
+
+Result<DensePoint> dense_point(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int n,
+                               TimedExpertExecutor& timed, BatchRun& run) {
+  timed.call_s.clear();
+  timed.call_experts.clear();
+  ESSAIM_ASSIGN_OR_RETURN(run, batch_decode(m, o, n, timed, nullptr, pool));
+  return outside_expert_calls(timed, run, o.decode);
 }
 
 // Seconds per expert at `rows` rows each: k experts of `layer` (the next group of k each repetition) over
@@ -126,6 +132,39 @@ Result<json> expert_cost_points(const Model& m, const std::map<int32_t, std::vec
               {"points", points}};
 }
 
+constexpr int kDenseRttMs = 1;
+
+struct RemoteRun {
+  BatchRun run;
+  DensePoint outside;  // the step time outside the executor's calls
+};
+
+// batch_decode over the workers behind proxies at rtt_ms (none at 0), through a timing wrapper; refused
+// unless the tokens equal `reference` (where it has the sequence) and nothing fell back.
+Result<RemoteRun> remote_run(const Model& m, const std::vector<WorkerProcess>& procs, int rtt_ms, int n,
+                             const BatchDecodeOptions& o, ThreadPool& pool,
+                             const std::vector<std::vector<int32_t>>& reference) {
+  ESSAIM_ASSIGN_OR_RETURN(DelayedWorkers delayed, behind_delay(procs, rtt_ms));
+  backbone::DispatchOptions dopt;
+  dopt.timeout = std::chrono::milliseconds(60000);
+  dopt.link.connect_timeout = std::chrono::seconds(60);
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::RemoteExpertExecutor> remote,
+                          backbone::remote_executor_for_model(m, delayed.map, &pool, dopt));
+  for (int i = 0; i < 600 && remote->connected() < procs.size(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (remote->connected() != procs.size()) return Status::error("not every worker connected: " + remote->stats().to_json());
+  TimedExpertExecutor timed(*remote);
+  RemoteRun r;
+  ESSAIM_ASSIGN_OR_RETURN(r.run, batch_decode(m, o, n, timed, remote.get(), pool));
+  ESSAIM_ASSIGN_OR_RETURN(r.outside, outside_expert_calls(timed, r.run, o.decode));
+  if (remote->stats().fallbacks() > 0) return Status::error("fallbacks in the real run: " + remote->stats().to_json());
+  for (size_t i = 0; i < r.run.tokens.size() && i < reference.size(); ++i)
+    if (r.run.tokens[i] != reference[i])
+      return Status::error("sequence " + std::to_string(i) + " generated other tokens than the monolithic run");
+  remote.reset();  // the links close before the proxies go
+  return r;
+}
+
 }  // namespace
 
 int host_cores() { return int(std::max(1u, std::thread::hardware_concurrency())); }
@@ -139,27 +178,38 @@ json SimCalibration::to_json() const {
           {"dense_measured", dense},
           {"distinct_experts_per_layer_call", {{"measured", distinct_experts}, {"uniform", distinct_experts_uniform}}},
           {"expert_cost", expert_cost},
+          {"monolithic_dense_ms_per_step_at_largest_batch", 1e3 * monolithic_dense_s},
           {"decode_steps", decode.decode},
           {"rounds", rounds}};
 }
 
-Result<SimCalibration> calibrate_for_sim(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int max_n) {
-  ThreadPool one(1);
-  LocalExpertExecutor local(m.expert_store(), &one);  // experts as one worker thread computes them
-  TimedExpertExecutor timed(local);
+Result<SimCalibration> calibrate_for_sim(const Model& m, const std::vector<WorkerProcess>& procs, ThreadPool& pool,
+                                         const BatchDecodeOptions& o, int max_n) {
   SimCalibration c;
   c.decode = o;
-  const int moe_layers = m.info().n_layer;
+  // The reference tokens, the distinct experts per call and real activation rows: a monolithic run with the
+  // experts on one thread.
+  ThreadPool one(1);
+  LocalExpertExecutor local(m.expert_store(), &one);
+  TimedExpertExecutor timed(local);
+  BatchRun mono;
+  ESSAIM_ASSIGN_OR_RETURN(DensePoint p, dense_point(m, pool, o, max_n, timed, mono));
+  c.distinct_experts = p.experts_per_call;
+  c.monolithic_dense_s = p.step_s;
+  c.reference_tokens = std::move(mono.tokens);
+  // The dense path as it runs between the workers' answers: the step time outside the executor's calls over
+  // the proxies at kDenseRttMs, a round trip that is none of the cells'. On a machine other sessions load,
+  // the same work takes longer in a process that never sleeps (a monolithic run: 29.6 ms a step at 16
+  // sequences of the 122B shape; directly connected: 25.7 ms) than in one that waits for the network
+  // between layers (16.5 ms), as the scheduler favours a thread back from a sleep.
   for (int n : {1, max_n}) {
     if (!c.dense_sequences.empty() && n == c.dense_sequences.back()) break;
-    BatchRun run;
-    ESSAIM_ASSIGN_OR_RETURN(DensePoint p, dense_point(m, pool, o, n, timed, run));
+    ESSAIM_ASSIGN_OR_RETURN(RemoteRun r, remote_run(m, procs, kDenseRttMs, n, o, pool, c.reference_tokens));
     c.dense_sequences.push_back(n);
-    c.dense_step_s.push_back(p.step_s);
-    c.distinct_experts = p.experts_per_call;
-    c.reference_tokens = std::move(run.tokens);
+    c.dense_step_s.push_back(r.outside.step_s);
   }
   // dense per step = a + b·sequences, spread over the MoE layers (the simulation charges it per layer).
+  const int moe_layers = m.info().n_layer;
   const double d1 = c.dense_step_s.front(), dn = c.dense_step_s.back();
   const double b = max_n > 1 ? std::max(0.0, (dn - d1) / double(max_n - 1)) : 0.0;
   const double a = std::max(0.0, d1 - b);
@@ -183,6 +233,7 @@ SimCalibration median_calibration(const std::vector<SimCalibration>& rounds) {
   for (size_t i = 0; i < c.dense_step_s.size(); ++i)
     c.dense_step_s[i] = median_of([i](const SimCalibration& r) { return r.dense_step_s[i]; });
   c.distinct_experts = median_of([](const SimCalibration& r) { return r.distinct_experts; });
+  c.monolithic_dense_s = median_of([](const SimCalibration& r) { return r.monolithic_dense_s; });
   json& points = c.expert_cost["points"];
   for (size_t i = 0; i < points.size(); ++i)
     points[i]["seconds_per_expert"] =
@@ -193,23 +244,10 @@ SimCalibration median_calibration(const std::vector<SimCalibration>& rounds) {
 
 Result<RealCell> run_real_cell(const Model& m, const std::vector<WorkerProcess>& procs, const CellConfig& cell,
                                ThreadPool& pool, const SimCalibration& cal) {
-  ESSAIM_ASSIGN_OR_RETURN(DelayedWorkers delayed, behind_delay(procs, cell.rtt_ms));
-  backbone::DispatchOptions dopt;
-  dopt.timeout = std::chrono::milliseconds(60000);
-  dopt.link.connect_timeout = std::chrono::seconds(60);
-  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::RemoteExpertExecutor> remote,
-                          backbone::remote_executor_for_model(m, delayed.map, &pool, dopt));
-  for (int i = 0; i < 600 && remote->connected() < procs.size(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (remote->connected() != procs.size()) return Status::error("not every worker connected: " + remote->stats().to_json());
-  ESSAIM_ASSIGN_OR_RETURN(BatchRun run, batch_decode(m, cal.decode, cell.sequences, *remote, remote.get(), pool));
-  if (remote->stats().fallbacks() > 0) return Status::error("fallbacks in the real run: " + remote->stats().to_json());
-  for (size_t i = 0; i < run.tokens.size() && i < cal.reference_tokens.size(); ++i)
-    if (run.tokens[i] != cal.reference_tokens[i])
-      return Status::error("sequence " + std::to_string(i) + " generated other tokens than the monolithic run");
-  remote.reset();  // the links close before the proxies go
-  return RealCell{.cell = cell, .tok_s = run.tokens_per_s(cell.sequences), .p50_s = median(run.step_s),
-                  .step_s = run.step_s};
+  ESSAIM_ASSIGN_OR_RETURN(RemoteRun r, remote_run(m, procs, cell.rtt_ms, cell.sequences, cal.decode, pool,
+                                                  cal.reference_tokens));
+  return RealCell{.cell = cell, .tok_s = r.run.tokens_per_s(cell.sequences), .p50_s = median(r.run.step_s),
+                  .step_s = r.run.step_s, .outside_calls_s = r.outside.step_s};
 }
 
 json validation_scenario(const SimSetup& s, const SimCalibration& cal) {
@@ -254,7 +292,8 @@ json compare_cell(const RealCell& real, const json& sim_report, double tolerance
   const bool within = std::abs(r_tok - 1) <= tolerance && std::abs(r_p50 - 1) <= tolerance;
   return {{"rtt_ms", real.cell.rtt_ms},
           {"sequences", real.cell.sequences},
-          {"real", {{"tok_s", real.tok_s}, {"p50_ms", 1e3 * real.p50_s}, {"steps", real.step_s.size()}}},
+          {"real", {{"tok_s", real.tok_s}, {"p50_ms", 1e3 * real.p50_s}, {"steps", real.step_s.size()},
+                    {"outside_expert_calls_ms", 1e3 * real.outside_calls_s}}},
           {"sim", {{"tok_s", sim_tok_s}, {"p50_ms", 1e3 * sim_p50}, {"steps", sim_report["token_latency_s"]["steps"]}}},
           {"ratio", {{"tok_s", r_tok}, {"p50", r_p50}}},
           {"within", within}};

@@ -4,9 +4,11 @@
 // by essaim-sim with the model's shape read from the same GGUF file, the harness's placement, the proxies'
 // round trip, every process computing on one host of this machine's cores, and costs calibrated here, on
 // the spot, once for all cells:
-//  - the backbone's dense path: monolithic decode steps at 1 and at the largest batch with a timing
-//    wrapper around the expert executor; step time minus time inside the expert calls, fitted as
-//    layer_ms + row_us × sequences per MoE layer;
+//  - the backbone's dense path: decode steps over the same workers behind proxies at 1 ms (a round trip
+//    none of the cells has) at 1 and at the largest batch, with a timing wrapper around the executor; step
+//    time minus the time inside its calls, fitted as layer_ms + row_us × sequences per MoE layer (the same
+//    split of a monolithic run, which never waits, gave nearly twice as much on this loaded machine: it is
+//    reported, not used);
 //  - the expert FFN: one worker thread's LocalExpertExecutor (what essaim-worker --threads 1 runs) on k
 //    experts × r rows per expert, per down type, as seconds per expert at r rows (data/expert_cost.json's
 //    format). Timed alone: a calibration timed with every core doing the same at once (the workers of a
@@ -14,7 +16,7 @@
 //    sharing then counts twice (in the measured cost and in the simulated host); docs/scale.md.
 // Shared by bench/sim_validate_bench and tests/sim/sim_timing_test.
 //
-//   ESSAIM_ASSIGN_OR_RETURN(SimCalibration cal, calibrate_for_sim(model, pool, {.decode = 8}, 16));
+//   ESSAIM_ASSIGN_OR_RETURN(SimCalibration cal, calibrate_for_sim(model, procs, pool, {.decode = 8}, 16));
 //   ESSAIM_ASSIGN_OR_RETURN(RealCell real, run_real_cell(model, procs, {.rtt_ms = 20, .sequences = 1}, pool, cal));
 //   json scenario = validation_scenario({.model_file = path, .workers = 4, .cell = {20, 1}}, cal);
 //   ESSAIM_ASSIGN_OR_RETURN(json sim, run_essaim_sim(sim_bin, scenario, scratch_dir));
@@ -41,6 +43,7 @@ struct SimCalibration {
   nlohmann::json expert_cost;           // {"what", "points": [{down_type, rows_per_expert, seconds_per_expert}]}
   std::vector<int> dense_sequences;     // the batches measured, and the dense seconds per step at each
   std::vector<double> dense_step_s;
+  double monolithic_dense_s = 0;        // the same split of a monolithic run at the largest batch
   double distinct_experts = 0;          // per layer call at the largest batch, measured
   double distinct_experts_uniform = 0;  // what uniform routing gives there (the simulation's routing)
   BatchDecodeOptions decode;
@@ -49,9 +52,11 @@ struct SimCalibration {
   nlohmann::json to_json() const;       // everything but the tokens
 };
 
-// Monolithic runs at 1 and max_n sequences (the backbone's dense path, `pool`'s threads), then the expert
-// FFN on one thread. The machine's load counts in both, as it does in the real run measured beside it.
-Result<SimCalibration> calibrate_for_sim(const Model& m, ThreadPool& pool, const BatchDecodeOptions& o, int max_n);
+// A monolithic run of max_n sequences (the reference tokens, real activation rows), runs over `procs`
+// behind proxies at 1 ms at 1 and max_n sequences (the dense path, `pool`'s threads), then the expert FFN on
+// one thread. The machine's load counts in all, as it does in the real run measured beside it.
+Result<SimCalibration> calibrate_for_sim(const Model& m, const std::vector<WorkerProcess>& procs, ThreadPool& pool,
+                                         const BatchDecodeOptions& o, int max_n);
 
 // Parameter by parameter, the median of calibrations made at different times (the dense path's per-layer and
 // per-row costs, every expert cost point); the tokens and the rest from the first. Needs at least one.
@@ -66,6 +71,9 @@ struct RealCell {
   CellConfig cell;
   double tok_s = 0, p50_s = 0;
   std::vector<double> step_s;
+  // Median over the steps of the step time outside the executor's calls: the backbone's dense path as it
+  // ran here (beside the calibration's, measured in a monolithic run).
+  double outside_calls_s = 0;
 };
 
 // The workers behind one proxy each at the cell's round trip, a RemoteExpertExecutor over them (the bench

@@ -48,7 +48,7 @@ TEST(SimTiming, FourWorkersAt20msOneSequenceAgreeWithTheRealRun) {
   }
   ThreadPool pool(2);
   const bench::CellConfig cell{.rtt_ms = 20, .sequences = 1};
-  Result<bench::SimCalibration> cal = bench::calibrate_for_sim(m, pool, {.decode = 24}, 1);
+  Result<bench::SimCalibration> cal = bench::calibrate_for_sim(m, workers.procs, pool, {.decode = 24}, 1);
   ASSERT_TRUE(cal) << cal.status().message();
   Result<bench::RealCell> real = bench::run_real_cell(m, workers.procs, cell, pool, *cal);
   workers.stop();
