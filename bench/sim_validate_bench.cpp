@@ -36,6 +36,7 @@ struct Options {
   int decode = 16;
   int repeat = 3;
   double sim_seconds = 60;
+  int sim_cores = 0;
   double tolerance = 0.15;
   bool check = false;
 };
@@ -89,7 +90,9 @@ json run_cells(const Options& o, const std::string& path, const Model& m, const 
   for (size_t c = 0; c < cells.size(); ++c) {
     const bench::RealCell real = median_cell(rounds[c]);
     const json scenario = bench::validation_scenario(
-        {.model_file = path, .workers = o.workers, .cell = cells[c], .sim_seconds = o.sim_seconds}, cal);
+        {.model_file = path, .workers = o.workers, .cell = cells[c], .host_cores = o.sim_cores,
+         .sim_seconds = o.sim_seconds},
+        cal);
     const json sim = must(bench::run_essaim_sim(o.sim_bin, scenario, o.data_dir));
     json row = bench::compare_cell(real, sim, o.tolerance);
     json per_round = json::array();
@@ -139,6 +142,7 @@ int run(const Options& o) {
               {"timed_decode_steps", o.decode},
               {"rounds", o.repeat},
               {"sim_seconds", o.sim_seconds},
+              {"sim_cores", o.sim_cores > 0 ? o.sim_cores : bench::host_cores()},
               {"load_average", {load_before, bench::load_average()}},
               {"calibration", cal.to_json()},
               {"cells", cells},
@@ -170,6 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "Rounds of real measurements of every cell, medians over them (default 3)")
       ->check(CLI::Range(1, 100));
   app.add_option("--sim-seconds", o.sim_seconds, "Simulated decode seconds per cell (default 60)")->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--sim-cores", o.sim_cores, "Cores of the simulated machine (default: this machine's)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--tolerance", o.tolerance, "Largest |ratio - 1| a cell may have (default 0.15)")->check(CLI::Range(0.0, 10.0));
   app.add_flag("--check", o.check, "Exit 1 when a cell is outside the tolerance");
   CLI11_PARSE(app, argc, argv);
