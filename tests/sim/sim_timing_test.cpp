@@ -1,9 +1,10 @@
 // essaim-sim's timing validated against a real multi-process run (docs/scale.md, "Validated before
 // believed"), on the small scenario where the round trip dominates: the tiny synth qwen3moe (8 MoE layers),
 // 4 essaim-worker processes behind delaying proxies at 20 ms, one sequence. Calibrated on the spot
-// (bench/support/sim_validation.h); medians of 24 timed steps. The simulated tok/s and p50 token latency
-// must be within 15 % of the measured ones, and a simulator whose timing model is broken (the round trip
-// doubled in the simulation only) must miss, so the comparison can fail.
+// (bench/support/sim_validation.h); medians of 24 timed steps (tok/s as sequences / median step). The
+// simulated tok/s and p50 token latency must be within 15 % of the measured ones, and a simulator whose
+// timing model is broken (the round trip doubled in the simulation only) must miss, so the comparison can
+// fail.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,10 +55,14 @@ TEST(SimTiming, FourWorkersAt20msOneSequenceAgreeWithTheRealRun) {
   workers.stop();
   ASSERT_TRUE(real) << real.status().message();
 
+  // tok/s from the median step (N / p50) rather than the mean: on a shared CI machine one descheduled step
+  // moves the mean of 24 by several percent, and the simulation has no such outliers.
+  bench::RealCell robust = *real;
+  robust.tok_s = double(cell.sequences) / real->p50_s;
   json scenario = bench::validation_scenario({.model_file = *path, .workers = kWorkers, .cell = cell}, *cal);
   Result<json> sim = bench::run_essaim_sim(ESSAIM_SIM_BIN, scenario, dir.string());
   ASSERT_TRUE(sim) << sim.status().message();
-  const json row = bench::compare_cell(*real, *sim, 0.15);
+  const json row = bench::compare_cell(robust, *sim, 0.15);
   std::printf("measured and simulated: %s\n", row.dump().c_str());
   EXPECT_TRUE(row["within"].get<bool>()) << row.dump() << "\ncalibration " << cal->to_json().dump();
   EXPECT_GT((*sim)["token_latency_s"]["steps"].get<int>(), 100);  // the simulated median is over many steps
@@ -66,7 +71,7 @@ TEST(SimTiming, FourWorkersAt20msOneSequenceAgreeWithTheRealRun) {
   scenario["classes"][0]["rtt_ms"] = 2 * cell.rtt_ms;
   Result<json> broken = bench::run_essaim_sim(ESSAIM_SIM_BIN, scenario, dir.string());
   ASSERT_TRUE(broken) << broken.status().message();
-  const json broken_row = bench::compare_cell(*real, *broken, 0.15);
+  const json broken_row = bench::compare_cell(robust, *broken, 0.15);
   EXPECT_FALSE(broken_row["within"].get<bool>()) << broken_row.dump();
   std::filesystem::remove_all(dir);
 }
