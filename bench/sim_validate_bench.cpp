@@ -2,8 +2,8 @@
 // believed"; bench/support/sim_validation.h says what runs on each side and what is calibrated): for every
 // round trip × sequences cell, aggregate tok/s and p50 token latency measured over N essaim-worker processes
 // behind delaying proxies (medians over --repeat rounds), the same from essaim-sim, and their ratios
-// (simulated / measured). One calibration for all cells, on the spot: the median of one per round. Prints one JSON document; --check exits 1 when a cell misses the
-// tolerance.
+// (simulated / measured). One calibration for all cells, on the spot: the median of one per round. Prints
+// one JSON document; --check exits 1 when a cell misses the tolerance.
 //
 //   build/bench/sim_validate_bench --data-dir /tmp/essaim-bench                       # tiny synth, 8 layers
 //   build/bench/sim_validate_bench --preset q35-122b --layers 2 --rtt-ms 5,20 --seqs 1,16 --decode 8
