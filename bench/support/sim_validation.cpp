@@ -141,18 +141,27 @@ struct RemoteRun {
 
 // batch_decode over the workers behind proxies at rtt_ms (none at 0), through a timing wrapper; refused
 // unless the tokens equal `reference` (where it has the sequence) and nothing fell back.
-Result<RemoteRun> remote_run(const Model& m, const std::vector<WorkerProcess>& procs, int rtt_ms, int n,
-                             const BatchDecodeOptions& o, ThreadPool& pool,
-                             const std::vector<std::vector<int32_t>>& reference) {
-  ESSAIM_ASSIGN_OR_RETURN(DelayedWorkers delayed, behind_delay(procs, rtt_ms));
+// A RemoteExpertExecutor over `delayed` (the bench defaults: first replica, no hedging, no audits, a 60 s
+// deadline), once every worker is connected.
+Result<std::unique_ptr<backbone::RemoteExpertExecutor>> connected_executor(const Model& m, const DelayedWorkers& delayed,
+                                                                            size_t workers, ThreadPool& pool) {
   backbone::DispatchOptions dopt;
   dopt.timeout = std::chrono::milliseconds(60000);
   dopt.link.connect_timeout = std::chrono::seconds(60);
   ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::RemoteExpertExecutor> remote,
                           backbone::remote_executor_for_model(m, delayed.map, &pool, dopt));
-  for (int i = 0; i < 600 && remote->connected() < procs.size(); ++i)
+  for (int i = 0; i < 600 && remote->connected() < workers; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (remote->connected() != procs.size()) return Status::error("not every worker connected: " + remote->stats().to_json());
+  if (remote->connected() != workers) return Status::error("not every worker connected: " + remote->stats().to_json());
+  return remote;
+}
+
+Result<RemoteRun> remote_run(const Model& m, const std::vector<WorkerProcess>& procs, int rtt_ms, int n,
+                             const BatchDecodeOptions& o, ThreadPool& pool,
+                             const std::vector<std::vector<int32_t>>& reference) {
+  ESSAIM_ASSIGN_OR_RETURN(DelayedWorkers delayed, behind_delay(procs, rtt_ms));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::RemoteExpertExecutor> remote,
+                          connected_executor(m, delayed, procs.size(), pool));
   TimedExpertExecutor timed(*remote);
   RemoteRun r;
   ESSAIM_ASSIGN_OR_RETURN(r.run, batch_decode(m, o, n, timed, remote.get(), pool));
@@ -163,6 +172,32 @@ Result<RemoteRun> remote_run(const Model& m, const std::vector<WorkerProcess>& p
       return Status::error("sequence " + std::to_string(i) + " generated other tokens than the monolithic run");
   remote.reset();  // the links close before the proxies go
   return r;
+}
+
+// What a layer call costs beyond the injected round trip and the expert's compute (the proxy's threads
+// waking, the request and the answer through both processes): calls of one expert on one row to each worker
+// in turn over the proxies at kDenseRttMs, the median call minus that round trip and the calibrated cost of
+// one expert on one row.
+Result<double> call_overhead_s(const Model& m, const std::vector<WorkerProcess>& procs, ThreadPool& pool,
+                               int32_t layer, const std::vector<uint8_t>& act_row, double one_expert_s) {
+  ESSAIM_ASSIGN_OR_RETURN(DelayedWorkers delayed, behind_delay(procs, kDenseRttMs));
+  ESSAIM_ASSIGN_OR_RETURN(std::unique_ptr<backbone::RemoteExpertExecutor> remote,
+                          connected_executor(m, delayed, procs.size(), pool));
+  const int32_t k = m.info().n_expert_used, X = m.info().n_expert;
+  const ExpertLayer* l = m.expert_store().any(layer);
+  std::vector<int32_t> ids(size_t(k), -1);  // [1][k]: one slot asked, the others not
+  std::vector<float> out(size_t(k) * size_t(m.info().n_embd));
+  std::vector<double> calls;
+  const int n = 8 * int(procs.size());
+  for (int c = -1; c < n; ++c) {  // one warm-up
+    ids[0] = int32_t((int64_t(std::max(c, 0)) * X / n + X / (2 * n)) % X);  // spread over every worker's range
+    const auto t0 = Clock::now();
+    ESSAIM_RETURN_IF_ERROR(remote->compute({.layer = layer, .n_rows = 1, .k = k, .act_type = l->activation_type(),
+                                            .act = act_row, .ids = ids}, out));
+    if (c >= 0) calls.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  remote.reset();  // the links close before the proxies go
+  return std::max(0.0, median(calls) - kDenseRttMs / 1e3 - one_expert_s);
 }
 
 }  // namespace
@@ -179,6 +214,7 @@ json SimCalibration::to_json() const {
           {"distinct_experts_per_layer_call", {{"measured", distinct_experts}, {"uniform", distinct_experts_uniform}}},
           {"expert_cost", expert_cost},
           {"monolithic_dense_ms_per_step_at_largest_batch", 1e3 * monolithic_dense_s},
+          {"call_overhead_ms", call_overhead_ms},
           {"decode_steps", decode.decode},
           {"rounds", rounds}};
 }
@@ -218,6 +254,10 @@ Result<SimCalibration> calibrate_for_sim(const Model& m, const std::vector<Worke
   const double X = double(m.info().n_expert), k = double(m.info().n_expert_used);
   c.distinct_experts_uniform = X * (1.0 - std::pow(1.0 - k / X, double(max_n)));
   ESSAIM_ASSIGN_OR_RETURN(c.expert_cost, expert_cost_points(m, timed.first_row));
+  const auto& [layer, row] = *timed.first_row.begin();
+  ESSAIM_ASSIGN_OR_RETURN(const double overhead, call_overhead_s(m, procs, pool, layer, row,
+                                                                 c.expert_cost["points"][0]["seconds_per_expert"]));
+  c.call_overhead_ms = 1e3 * overhead;
   return c;
 }
 
@@ -233,6 +273,7 @@ SimCalibration median_calibration(const std::vector<SimCalibration>& rounds) {
   for (size_t i = 0; i < c.dense_step_s.size(); ++i)
     c.dense_step_s[i] = median_of([i](const SimCalibration& r) { return r.dense_step_s[i]; });
   c.distinct_experts = median_of([](const SimCalibration& r) { return r.distinct_experts; });
+  c.call_overhead_ms = median_of([](const SimCalibration& r) { return r.call_overhead_ms; });
   c.monolithic_dense_s = median_of([](const SimCalibration& r) { return r.monolithic_dense_s; });
   json& points = c.expert_cost["points"];
   for (size_t i = 0; i < points.size(); ++i)
@@ -253,10 +294,11 @@ Result<RealCell> run_real_cell(const Model& m, const std::vector<WorkerProcess>&
 json validation_scenario(const SimSetup& s, const SimCalibration& cal) {
   const int cores = s.host_cores > 0 ? s.host_cores : host_cores();
   const double warmup_s = 3;
-  // Loopback behind the proxies: the round trip is the proxy's, bandwidth is not limited (1 Tbit/s here).
+  // Loopback behind the proxies: the round trip is the proxy's plus the calibrated cost of a call through
+  // them (the link's latency), bandwidth is not limited (1 Tbit/s here).
   const json process = {{"name", "process"}, {"share", 1}, {"budget_mb", 1 << 20}, {"speed", 1},
                         {"uplink_mbps", 1e6}, {"downlink_mbps", 1e6}, {"bandwidth_sigma", 0},
-                        {"rtt_ms", s.cell.rtt_ms}, {"rtt_sigma", 0}, {"online_hours", 0}};
+                        {"rtt_ms", s.cell.rtt_ms + cal.call_overhead_ms}, {"rtt_sigma", 0}, {"online_hours", 0}};
   return {{"workers", s.workers}, {"backbones", 1}, {"seed", 1}, {"hours", (warmup_s + s.sim_seconds) / 3600},
           {"warmup_s", warmup_s}, {"heartbeat_s", 1}, {"probe_every_s", 0}, {"probe_steps", 1'000'000},
           {"sequences", s.cell.sequences}, {"replicas", 1},

@@ -14,6 +14,9 @@
 //    format). Timed alone: a calibration timed with every core doing the same at once (the workers of a
 //    layer call compute together) made the simulation 30-60 % slow on this loaded machine, as the cores'
 //    sharing then counts twice (in the measured cost and in the simulated host); docs/scale.md.
+//  - the transport: calls of one expert on one row to each worker over the proxies at 1 ms; the median
+//    call minus that millisecond and one expert's cost is a call's overhead, added to the simulated links'
+//    round trip (on a machine this loaded, a proxy's thread can wait milliseconds to be scheduled).
 // Shared by bench/sim_validate_bench and tests/sim/sim_timing_test.
 //
 //   ESSAIM_ASSIGN_OR_RETURN(SimCalibration cal, calibrate_for_sim(model, procs, pool, {.decode = 8}, 16));
@@ -44,6 +47,9 @@ struct SimCalibration {
   std::vector<int> dense_sequences;     // the batches measured, and the dense seconds per step at each
   std::vector<double> dense_step_s;
   double monolithic_dense_s = 0;        // the same split of a monolithic run at the largest batch
+  // A layer call's cost beyond the injected round trip and the compute (the proxy's threads waking, the
+  // request and answer through both processes), added to every simulated link's round trip.
+  double call_overhead_ms = 0;
   double distinct_experts = 0;          // per layer call at the largest batch, measured
   double distinct_experts_uniform = 0;  // what uniform routing gives there (the simulation's routing)
   BatchDecodeOptions decode;

@@ -68,7 +68,7 @@ TEST(SimTiming, FourWorkersAt20msOneSequenceAgreeWithTheRealRun) {
   EXPECT_GT((*sim)["token_latency_s"]["steps"].get<int>(), 100);  // the simulated median is over many steps
 
   // The same simulation with its round trip doubled (the real run unchanged) must fall outside.
-  scenario["classes"][0]["rtt_ms"] = 2 * cell.rtt_ms;
+  scenario["classes"][0]["rtt_ms"] = scenario["classes"][0]["rtt_ms"].get<double>() + cell.rtt_ms;
   Result<json> broken = bench::run_essaim_sim(ESSAIM_SIM_BIN, scenario, dir.string());
   ASSERT_TRUE(broken) << broken.status().message();
   const json broken_row = bench::compare_cell(robust, *broken, 0.15);
