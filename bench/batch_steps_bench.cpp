@@ -18,26 +18,23 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backbone/remote_executor.h"
 #include "core/thread_pool.h"
+#include "batch_decode.h"
+#include "decode_steps.h"
 #include "delay_proxy.h"
 #include "model/model.h"
-#include "synth/synth.h"
 #include "worker_processes.h"
 
 namespace essaim {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model;
@@ -66,90 +63,27 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
 }
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = 0;
-  in >> l;
-  return l;
-}
+using bench::cpu_name;
+using bench::load_average;
 
 std::string ensure_model(const Options& o) {
   if (!o.model.empty()) return o.model;
-  const bool big = o.preset == "q35-122b";
-  if (!big && o.preset != "tiny") die("--preset is tiny or q35-122b");
-  const std::string path = o.data_dir + "/qwen3moe-" + o.preset + "-" + std::to_string(o.layers) + "l-q4_k_m.gguf";
-  if (std::filesystem::exists(path)) return path;
-  std::filesystem::create_directories(o.data_dir);
-  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = big ? SynthPreset::Q35_122B : SynthPreset::TINY,
-                                       .layers = o.layers, .types = SynthTypeMix::Q4_K_M, .seed = 1});
-  if (!plan) die(plan.status().message());
-  std::fprintf(stderr, "batch_steps_bench: writing %s\n", path.c_str());
-  Result<SynthSummary> s = synth_write(*plan, path + ".part");
-  if (!s) die(s.status().message());
-  std::filesystem::rename(path + ".part", path);
-  return path;
+  Result<std::string> path = bench::ensure_synth_model(o.data_dir, o.preset, o.layers, "batch_steps_bench");
+  if (!path) die(path.status().message());
+  return *path;
 }
 
-struct Run {
-  std::vector<std::vector<int32_t>> tokens;  // [N][decode] generated
-  std::vector<double> step_s;                // timed decode steps (the first step warms up and is dropped)
-  double prefill_s = 0;
-  backbone::DispatchStats before, after;     // around the decode steps
-};
-
-// N sequences (prompt of sequence i seeded by i) prefilled in one step, then `decode` + 1 greedy steps of all
-// N at once; the first decode step is not timed.
+// The serve scheduler's loop (bench/support/batch_decode.h); a failed step ends the benchmark.
+using Run = bench::BatchRun;
 Run continuous_decode(const Model& m, const Options& o, int N, ExpertExecutor& ex,
                       const backbone::RemoteExpertExecutor* remote, ThreadPool& pool) {
-  const size_t V = size_t(m.info().n_vocab);
-  Run r;
-  std::vector<SequenceCache> caches;                 // [N]
-  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(N));  // [N][prompt]
-  std::vector<std::vector<float>> logits(static_cast<size_t>(N), std::vector<float>(V));  // [N][V]
-  for (int i = 0; i < N; ++i) {
-    caches.push_back(m.new_cache({.n_ctx = o.prompt + o.decode + 2}));
-    std::mt19937 rng(uint32_t(1000 + i));
-    for (int t = 0; t < o.prompt; ++t) prompts[size_t(i)].push_back(int32_t(rng() % uint32_t(V)));
-  }
-  std::vector<BatchItem> items(static_cast<size_t>(N));
-  for (int i = 0; i < N; ++i)
-    items[size_t(i)] = {.tokens = prompts[size_t(i)], .cache = &caches[size_t(i)], .logits_mode = LogitsMode::LAST,
-                        .logits = logits[size_t(i)]};
-  auto t0 = Clock::now();
-  Status s = m.forward_batch({.items = items, .experts = &ex, .pool = &pool});
-  if (!s) die(s.message());
-  r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  std::vector<int32_t> next(static_cast<size_t>(N));  // [N] this step's token of each sequence
-  r.tokens.resize(size_t(N));
-  for (int step = 0; step <= o.decode; ++step) {
-    if (step == 1 && remote) r.before = remote->stats();
-    for (int i = 0; i < N; ++i) {
-      const std::vector<float>& l = logits[size_t(i)];
-      next[size_t(i)] = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-      r.tokens[size_t(i)].push_back(next[size_t(i)]);
-      items[size_t(i)].tokens = std::span<const int32_t>(&next[size_t(i)], 1);
-    }
-    t0 = Clock::now();
-    s = m.forward_batch({.items = items, .experts = &ex, .pool = &pool});
-    if (!s) die(s.message());
-    if (step > 0) r.step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  if (remote) r.after = remote->stats();
-  return r;
+  Result<Run> r = bench::batch_decode(m, {.prompt = o.prompt, .decode = o.decode}, N, ex, remote, pool);
+  if (!r) die(r.status().message());
+  return std::move(*r);
 }
 
 json row(const std::string& executor, int rtt, int N, const Run& r, double tps_1, int moe_layers) {
-  double total = 0;
-  for (double t : r.step_s) total += t;
-  const double tps = double(N) * double(r.step_s.size()) / total;
+  const double tps = r.tokens_per_s(N);
   json j = {{"executor", executor},
             {"rtt_ms", rtt},
             {"sequences", N},

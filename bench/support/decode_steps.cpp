@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
-#include "synth/synth.h"
+#include "batch_decode.h"
 #include "median.h"
 
 namespace essaim::bench {
@@ -18,17 +17,15 @@ double load_average() {
   return l;
 }
 
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
 Result<std::string> ensure_q35_122b_model(const std::string& data_dir, uint32_t layers, const std::string& who) {
-  const std::string path = data_dir + "/qwen3moe-q35-122b-" + std::to_string(layers) + "l-q4_k_m.gguf";
-  if (std::filesystem::exists(path)) return path;
-  std::filesystem::create_directories(data_dir);
-  ESSAIM_ASSIGN_OR_RETURN(SynthPlan plan, synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::Q35_122B,
-                                                      .layers = layers, .types = SynthTypeMix::Q4_K_M, .seed = 1}));
-  std::fprintf(stderr, "%s: writing %s\n", who.c_str(), path.c_str());
-  ESSAIM_ASSIGN_OR_RETURN(SynthSummary summary, synth_write(plan, path + ".part"));
-  (void)summary;
-  std::filesystem::rename(path + ".part", path);
-  return path;
+  return ensure_synth_model(data_dir, "q35-122b", layers, who);
 }
 
 Result<DecodeRun> decode_steps(const Model& m, const std::vector<int32_t>& prompt, int n, ExpertExecutor& experts,

@@ -21,6 +21,7 @@
 namespace essaim::bench {
 
 double load_average();  // the 1-minute load average (/proc/loadavg), 0 when unreadable
+std::string cpu_name();  // /proc/cpuinfo's first "model name", "unknown" when unreadable
 
 // <data_dir>/qwen3moe-q35-122b-<layers>l-q4_k_m.gguf, written (to .part, then renamed) when missing; `who`
 // names the tool in the progress line on stderr.

@@ -16,7 +16,7 @@ Result<CostModel> CostModel::from_json(std::string_view text) {
         !p["rows_per_expert"].is_number() || !p.contains("seconds_per_expert") || !p["seconds_per_expert"].is_number())
       return Status::error("expert cost calibration: a point needs down_type, rows_per_expert, seconds_per_expert");
     const std::string t = p["down_type"].get<std::string>();
-    const GgmlType type = t == "Q4_K" ? GgmlType::Q4_K : t == "Q6_K" ? GgmlType::Q6_K : GgmlType::COUNT;
+    const GgmlType type = ggml_type_from_name(t).value_or(GgmlType::COUNT);
     const double rows = p["rows_per_expert"].get<double>(), s = p["seconds_per_expert"].get<double>();
     if (type == GgmlType::COUNT || !(rows >= 1) || !(s > 0) || !std::isfinite(s))
       return Status::error("expert cost calibration: bad point (" + t + ")");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "slice/gguf_slice.h"
 #include "slice/model_identity.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -32,6 +33,28 @@ ModelShape qwen35_122b() {
   return m;
 }
 
+Result<ModelShape> model_shape_from_gguf(const std::string& path) {
+  ESSAIM_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
+  ESSAIM_ASSIGN_OR_RETURN(MoeLayout moe, moe_layout(f));
+  if (moe.layers.empty()) return Status::error(path + ": no layer has routed experts");
+  if (moe.expert_used_count == 0) return Status::error(path + ": the file does not say how many experts a token uses");
+  ModelShape m;
+  m.n_layers = int32_t(moe.layers.size());
+  m.n_experts = int32_t(moe.expert_count);
+  m.k = int32_t(moe.expert_used_count);
+  m.n_embd = moe.n_embd;
+  m.n_ff = moe.n_ff;
+  for (const MoeLayer& l : moe.layers) {
+    const GgufTensor* down = l.tensor(ExpertTensorKind::DOWN);
+    const GgufTensor* gate = moe.gate_up_fused ? l.tensor(ExpertTensorKind::GATE_UP) : l.tensor(ExpertTensorKind::GATE);
+    if (!down || !gate) return Status::error(path + ": layer " + std::to_string(l.layer) + " lacks its gate or down experts");
+    m.down_type.push_back(down->type);
+    m.act_type = type_traits(gate->type).vec_dot_type;
+    m.expert_bytes.push_back(int64_t(moe.expert_bytes(l)));
+  }
+  return m;
+}
+
 uint64_t ModelShape::request_bytes(uint64_t rows, uint64_t pairs) const {
   auto [it, fresh] = request_memo_.try_emplace({rows, pairs}, 0);
   if (fresh) {
@@ -57,7 +80,9 @@ uint64_t ModelShape::response_bytes(uint64_t pairs, bool bf16) const {
   return it->second;
 }
 
-coord::Catalogue slice_catalogue(const ModelShape& m, int64_t experts_per_slice) {
+namespace {
+
+coord::Catalogue empty_catalogue(const ModelShape& m) {
   coord::Catalogue c;
   c.model_identity = std::string(64, 'e');
   c.architecture = "qwen35moe";
@@ -66,12 +91,36 @@ coord::Catalogue slice_catalogue(const ModelShape& m, int64_t experts_per_slice)
   c.n_expert_used = m.k;
   c.protocol_version = proto::kProtocolVersion;
   c.kernel_abi = "sim";
+  return c;
+}
+
+void add_slice(coord::Catalogue& c, const ModelShape& m, int64_t layer, int64_t first, int64_t count) {
+  const std::string name = "sim.L" + std::to_string(layer) + ".E" + std::to_string(first) + ".gguf";
+  const Sha256Digest d = sha256({reinterpret_cast<const uint8_t*>(name.data()), name.size()});
+  c.slices.push_back({name, layer, first, count, count * m.expert_bytes[size_t(layer)], digest_hex(d)});
+}
+
+}  // namespace
+
+coord::Catalogue slice_catalogue(const ModelShape& m, int64_t experts_per_slice) {
+  coord::Catalogue c = empty_catalogue(m);
   for (int64_t l = 0; l < m.n_layers; ++l) {
     for (int64_t first = 0; first < m.n_experts; first += experts_per_slice) {
-      const int64_t count = std::min<int64_t>(experts_per_slice, m.n_experts - first);
-      const std::string name = "sim.L" + std::to_string(l) + ".E" + std::to_string(first) + ".gguf";
-      const Sha256Digest d = sha256({reinterpret_cast<const uint8_t*>(name.data()), name.size()});
-      c.slices.push_back({name, l, first, count, count * m.expert_bytes[size_t(l)], digest_hex(d)});
+      add_slice(c, m, l, first, std::min<int64_t>(experts_per_slice, m.n_experts - first));
+    }
+  }
+  return c;
+}
+
+coord::Catalogue range_catalogue(const ModelShape& m, int64_t parts, std::vector<std::vector<size_t>>& held_by_part) {
+  coord::Catalogue c = empty_catalogue(m);
+  held_by_part.assign(size_t(parts), {});
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t first = m.n_experts * p / parts, end = m.n_experts * (p + 1) / parts;
+      if (end == first) continue;
+      held_by_part[size_t(p)].push_back(c.slices.size());
+      add_slice(c, m, l, first, end - first);
     }
   }
   return c;

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "coord/placement.h"
 #include "core/ggml_type.h"
+#include "core/status.h"
 
 namespace essaim::sim {
 
@@ -35,9 +37,17 @@ struct ModelShape {
 };
 
 ModelShape qwen35_122b();
+// The routed experts of a GGUF model (the file a real run serves): its MoE layers in order (layer l of the
+// shape is the l-th layer with experts), experts, top-k, widths, each layer's expert bytes and down type,
+// and the activation format its gate weights take. Errors name what the file lacks.
+Result<ModelShape> model_shape_from_gguf(const std::string& path);
 // `experts_per_slice` experts per one-layer slice (the last one of a layer shorter when it does not divide);
 // digests are stand-ins (the bytes are not made), sizes are the expert bytes (the slice file's GGUF header,
 // a few KB, is left out).
 coord::Catalogue slice_catalogue(const ModelShape& m, int64_t experts_per_slice);
+// The bench harness's placement (bench/support/worker_processes.h ensure_slices): part p of `parts` holds
+// experts [p·X/parts, (p+1)·X/parts) of every layer, one slice per (layer, part) (none for an empty range);
+// held_by_part[p] lists part p's catalogue slices.
+coord::Catalogue range_catalogue(const ModelShape& m, int64_t parts, std::vector<std::vector<size_t>>& held_by_part);
 
 }  // namespace essaim::sim

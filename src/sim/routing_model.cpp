@@ -52,6 +52,18 @@ Result<RoutingModel> RoutingModel::from_json(std::string_view text, int32_t n_la
   return m;
 }
 
+Result<RoutingModel> RoutingModel::uniform(int32_t n_layers, int32_t n_experts, int32_t k) {
+  if (n_layers < 1 || n_experts < k || k < 1) return Status::error("uniform routing: bad model shape");
+  RoutingModel m;
+  m.k_ = k;
+  const std::vector<double> share(static_cast<size_t>(n_experts), 1.0 / double(n_experts));
+  for (int32_t l = 0; l < n_layers; ++l) {
+    m.pick_.emplace_back(share.begin(), share.end());
+    m.shares_.push_back(share);
+  }
+  return m;
+}
+
 void RoutingModel::draw(int32_t layer, std::mt19937_64& rng, std::vector<int32_t>& ids) const {
   ids.clear();
   auto& pick = const_cast<std::discrete_distribution<int32_t>&>(pick_[size_t(layer)]);  // stateless draws

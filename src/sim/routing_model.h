@@ -23,6 +23,8 @@ class RoutingModel {
  public:
   static Result<RoutingModel> from_json(std::string_view text, int32_t n_layers, int32_t n_experts, int32_t k,
                                         uint64_t seed);
+  // Every expert equally likely (a synth model's seeded random router picks close to that).
+  static Result<RoutingModel> uniform(int32_t n_layers, int32_t n_experts, int32_t k);
   void draw(int32_t layer, std::mt19937_64& rng, std::vector<int32_t>& ids) const;
   const std::vector<double>& shares(int32_t layer) const { return shares_[size_t(layer)]; }
   int32_t k() const { return k_; }

@@ -1,5 +1,7 @@
 #include "sim/scenario.h"
 
+#include "sim/cost_model.h"
+
 #include <cmath>
 #include <functional>
 #include <map>
@@ -127,6 +129,24 @@ std::map<std::string, Reader> scenario_fields(Scenario& s, double& hot_cache_mb)
       {"idle_pool", boolean(s.idle_pool)},
       {"diurnal", boolean(s.diurnal)},
       {"coverage_every_s", number(s.coverage_every_s, 1, 1e6)},
+      {"model_file", [&s](const json& v) -> Status {
+         if (!v.is_string() || v.get<std::string>().size() > 4096) return Status::error("must be a path of at most 4096 characters");
+         s.model_file = v.get<std::string>();
+         return Status::ok();
+       }},
+      {"expert_cost", [&s](const json& v) -> Status {
+         ESSAIM_RETURN_IF_ERROR(CostModel::from_json(v.dump()).status());
+         s.expert_cost_json = v.dump();
+         return Status::ok();
+       }},
+      {"routing", [&s](const json& v) -> Status {
+         if (!v.is_string() || (v.get<std::string>() != "measured" && v.get<std::string>() != "uniform"))
+           return Status::error("must be \"measured\" or \"uniform\"");
+         s.uniform_routing = v.get<std::string>() == "uniform";
+         return Status::ok();
+       }},
+      {"fixed_placement", boolean(s.fixed_placement)},
+      {"shared_host_cores", integer(s.shared_host_cores, 0, 1024)},
   };
 }
 
@@ -175,8 +195,12 @@ std::string scenario_json(const Scenario& s) {
                   {"map_refresh_s", s.map_refresh_s},
                   {"heartbeat_while_downloading", s.heartbeat_while_downloading}, {"idle_pool", s.idle_pool},
                   {"diurnal", s.diurnal},
-                  {"coverage_every_s", s.coverage_every_s}, {"classes", classes}};
-  return j.dump();
+                  {"coverage_every_s", s.coverage_every_s}, {"classes", classes},
+                  {"model_file", s.model_file}, {"routing", s.uniform_routing ? "uniform" : "measured"},
+                  {"fixed_placement", s.fixed_placement}, {"shared_host_cores", s.shared_host_cores}};
+  json out = j;
+  if (!s.expert_cost_json.empty()) out["expert_cost"] = json::parse(s.expert_cost_json);
+  return out.dump();
 }
 
 }  // namespace essaim::sim

@@ -73,6 +73,19 @@ struct Scenario {
   bool diurnal = false;            // phones away more at night (offline times scaled by the hour)
   double coverage_every_s = 300;
   std::vector<DeviceClass> classes;  // empty: phone / laptop / GPU box (default_classes)
+  // A small configuration that one machine also runs for real (the timing validation, docs/scale.md):
+  // the model of a GGUF file instead of Qwen3.5-122B-A10B (its MoE layers, experts, top-k, widths and
+  // expert bytes; opened when the run starts), expert costs measured for that model (an object as
+  // data/expert_cost.json; empty: the compiled-in one), router picks drawn uniformly (a synth model's random
+  // router) instead of the trained model's statistics, the bench harness's fixed placement (worker w holds
+  // experts [w·X/N, (w+1)·X/N) of every layer from the start; no market rounds, no churn), and every
+  // backbone's and worker's compute on one host of `shared_host_cores` cores, where a class's `speed` and
+  // `backbone_speed` do not apply (0: each node computes on its own host).
+  std::string model_file;
+  std::string expert_cost_json;
+  bool uniform_routing = false;
+  bool fixed_placement = false;
+  int64_t shared_host_cores = 0;
 };
 
 std::vector<DeviceClass> default_classes();

@@ -1,5 +1,5 @@
-// A backbone in the simulation: bursts of decode steps over `sequences` sequences; each of the 48 layers
-// runs the dense path (a stated cost), draws the router's picks, and dispatches as RemoteExpertExecutor
+// A backbone in the simulation: bursts of decode steps over `sequences` sequences; each of the model's layers
+// runs the dense path (a stated or calibrated cost), draws the router's picks, and dispatches as RemoteExpertExecutor
 // does: experts in the hot-expert cache computed here, the others sent to one live replica each
 // (ReplicaChooser over the expert map the coordinator lists), a late request hedged to another replica
 // holding all its experts (ReplicaChooser::hedge_after), answers collected until the deadline, whatever
@@ -116,8 +116,9 @@ class BackboneSim {
 
 void BackboneSim::layer_call(int32_t layer) {
   const Scenario& sc = w_.sc;
-  sg4::this_actor::execute((sc.backbone_layer_ms / 1e3 + sc.backbone_row_us / 1e6 * double(sc.sequences)) *
-                           sc.backbone_speed * kCoreFlops);
+  sg4::Host* host = w_.backbones[b_];
+  w_.start_compute(host, w_.backbone_flops(sc.backbone_layer_ms / 1e3 + sc.backbone_row_us / 1e6 * double(sc.sequences)))
+      ->wait();
   refresh_map();
   std::map<int32_t, std::vector<int32_t>> tokens_of;  // expert -> the tokens (rows) picking it
   std::vector<int32_t> ids, all;
@@ -167,13 +168,13 @@ void BackboneSim::layer_call(int32_t layer) {
   }
   // The own share (hot experts, experts no worker lists) runs while the answers come, as in the executor;
   // fallbacks and audits after the answers. A host of speed backbone_speed takes local_s / speed.
-  sg4::ExecPtr own = sg4::this_actor::exec_async(std::max(local_s, 1e-9) * kCoreFlops);
+  sg4::ExecPtr own = w_.start_compute(host, std::max(local_s, 1e-9) * kCoreFlops);
   double after_s = 0;
   collect(layer, out, after_s);
   own->wait();
   chooser_.decay_unused(was_candidate, load_);
   for (const auto& [worker, o] : per_worker) load_[worker] = 0;
-  if (after_s > 0) sg4::this_actor::execute(after_s * kCoreFlops);
+  if (after_s > 0) w_.start_compute(host, after_s * kCoreFlops)->wait();
 }
 
 void BackboneSim::collect(int32_t layer, std::map<uint64_t, Outgoing>& out, double& local_s) {

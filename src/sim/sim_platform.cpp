@@ -30,6 +30,10 @@ void build_platform(World& w, std::mt19937_64& rng) {
   sg4::NetZone* zone = sg4::create_star_zone("swarm");
   const Scenario& s = w.sc;
   w.slice_server = add_host(zone, "slices", 1, 10'000, 10'000, 2);
+  if (s.shared_host_cores > 0) {
+    // Not on the network: actors stay on their own hosts (their links) and run their compute here.
+    w.shared_cpu = zone->create_host("machine", kCoreFlops)->set_core_count(int(s.shared_host_cores));
+  }
   for (int64_t b = 0; b < s.backbones; ++b) {
     const std::string name = "backbone-" + std::to_string(b);
     w.backbones.push_back(add_host(zone, name, s.backbone_speed, s.backbone_mbps, s.backbone_mbps, s.backbone_rtt_ms));

@@ -26,7 +26,7 @@ void serve_expert_calls(World& w, size_t i) {
       delete c;
       continue;
     }
-    sg4::this_actor::execute(w.call_seconds(c->layer, c->expert_rows) * kCoreFlops);
+    w.start_compute(n.host, w.call_seconds(c->layer, c->expert_rows) * kCoreFlops)->wait();
     int64_t pairs = 0;
     for (const auto& er : c->expert_rows) pairs += er.second;
     const uint64_t bytes = w.shape.response_bytes(uint64_t(pairs), w.sc.bf16_wire);
@@ -170,6 +170,25 @@ void worker_life(World& w, size_t i) {
     n.online = false;
     const double away = exponential(rng, c.offline_hours * 3600) * (w.sc.diurnal ? night_factor(World::now_s()) : 1.0);
     sg4::this_actor::sleep_for(std::min(away, std::max(0.0, w.end_s - World::now_s())));
+  }
+}
+
+void fixed_worker_life(World& w, size_t i) {
+  WorkerNode& n = w.workers[i];
+  std::mt19937_64 rng(w.sc.seed * 0x100000001b3ull + i);
+  sg4::this_actor::sleep_for(std::uniform_real_distribution<double>(0, double(w.sc.heartbeat_s))(rng));
+  n.online = true;
+  n.joined_s = World::now_s();
+  n.held = w.fixed_held[i];
+  ++w.report.joins;
+  w.market->add_node(n.id, World::now_ms());
+  n.server = sg4::Actor::create("serve-" + n.id, n.host, [&w, i] { serve_expert_calls(w, i); });
+  n.server->daemonize();
+  // Started with its slices (as the harness starts essaim-worker --slice ...): it only heartbeats them, so
+  // the backbone's map lists it.
+  while (World::now_s() < w.end_s) {
+    w.market->heartbeat(n.id, n.held, n.budget_bytes, false, World::now_ms());
+    sg4::this_actor::sleep_for(std::min(double(w.sc.heartbeat_s), std::max(1e-3, w.end_s - World::now_s())));
   }
 }
 

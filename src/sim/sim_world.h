@@ -91,6 +91,9 @@ struct World {
   std::vector<sg4::Host*> backbones;
   std::vector<sg4::Mailbox*> backbone_inbox;  // answers
   sg4::Host* slice_server = nullptr;
+  // The one machine every backbone and worker computes on (scenario shared_host_cores), or null.
+  sg4::Host* shared_cpu = nullptr;
+  std::vector<std::vector<size_t>> fixed_held;  // fixed placement: [worker] -> its catalogue slices
   double end_s = 0;
   SimReport report;
   std::unique_ptr<IdlePool> idle;
@@ -99,10 +102,17 @@ struct World {
   static int64_t now_ms() { return kEpochMs + int64_t(sg4::Engine::get_clock() * 1000.0); }
   // Calibrated seconds of the experts of one call (rows per expert) on a calibrating core.
   double call_seconds(int32_t layer, const std::vector<std::pair<int32_t, int64_t>>& expert_rows) const;
+  // Starts `flops` on the node's own host, or on the shared machine when there is one (its cores are shared
+  // by whatever runs at the same time: SimGrid divides a host's speed among its executions).
+  sg4::ExecPtr start_compute(sg4::Host* own, double flops) const;
+  // Flops of `seconds` of the backbone's stated work (its host runs backbone_speed times a calibrating core;
+  // on the shared machine, one core of it).
+  double backbone_flops(double seconds) const { return seconds * (shared_cpu ? 1.0 : sc.backbone_speed) * kCoreFlops; }
 };
 
 void build_platform(World& w, std::mt19937_64& rng);  // sim_platform.cpp
 void worker_life(World& w, size_t i);                  // sim_worker.cpp
+void fixed_worker_life(World& w, size_t i);            // sim_worker.cpp
 void backbone_main(World& w, size_t b);                // sim_backbone.cpp
 
 }  // namespace essaim::sim

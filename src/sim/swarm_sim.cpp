@@ -10,6 +10,14 @@
 
 namespace essaim::sim {
 
+sg4::ExecPtr World::start_compute(sg4::Host* own, double flops) const {
+  sg4::ExecPtr e = sg4::this_actor::exec_init(flops);
+  if (shared_cpu) e->set_host(shared_cpu);
+  else e->set_host(own);
+  e->start();
+  return e;
+}
+
 double World::call_seconds(int32_t layer, const std::vector<std::pair<int32_t, int64_t>>& expert_rows) const {
   double s = 0;
   for (const auto& [e, rows] : expert_rows) s += cost.expert_seconds(rows, shape.down_type[size_t(layer)]);
@@ -19,11 +27,21 @@ double World::call_seconds(int32_t layer, const std::vector<std::pair<int32_t, i
 namespace {
 
 Status load_model(World& w) {
-  w.shape = qwen35_122b();
-  w.cat = slice_catalogue(w.shape, w.sc.experts_per_slice);
-  ESSAIM_ASSIGN_OR_RETURN(w.cost, CostModel::from_json(expert_cost_json()));
-  ESSAIM_ASSIGN_OR_RETURN(w.routing, RoutingModel::from_json(router_stats_json(), w.shape.n_layers, w.shape.n_experts,
-                                                             w.shape.k, w.sc.seed));
+  if (w.sc.model_file.empty()) {
+    w.shape = qwen35_122b();
+  } else {
+    ESSAIM_ASSIGN_OR_RETURN(w.shape, model_shape_from_gguf(w.sc.model_file));
+  }
+  w.cat = w.sc.fixed_placement ? range_catalogue(w.shape, w.sc.workers, w.fixed_held)
+                               : slice_catalogue(w.shape, w.sc.experts_per_slice);
+  ESSAIM_ASSIGN_OR_RETURN(w.cost, CostModel::from_json(w.sc.expert_cost_json.empty() ? expert_cost_json()
+                                                                                     : std::string_view(w.sc.expert_cost_json)));
+  if (w.sc.uniform_routing) {
+    ESSAIM_ASSIGN_OR_RETURN(w.routing, RoutingModel::uniform(w.shape.n_layers, w.shape.n_experts, w.shape.k));
+  } else {
+    ESSAIM_ASSIGN_OR_RETURN(w.routing, RoutingModel::from_json(router_stats_json(), w.shape.n_layers,
+                                                               w.shape.n_experts, w.shape.k, w.sc.seed));
+  }
   w.slice_of.assign(size_t(w.shape.n_layers), std::vector<size_t>(size_t(w.shape.n_experts), 0));
   for (size_t i = 0; i < w.cat.slices.size(); ++i) {
     const coord::CatalogueSlice& s = w.cat.slices[i];
@@ -92,7 +110,8 @@ Result<SimReport> run_swarm(const Scenario& s, int* argc, char** argv) {
   w.idle = std::make_unique<IdlePool>(w);
   sg4::Actor::create("idle-pool", w.slice_server, [&w] { w.idle->dispatch(); });
   for (size_t i = 0; i < w.workers.size(); ++i) {
-    sg4::Actor::create("life-" + w.workers[i].id, w.workers[i].host, [&w, i] { worker_life(w, i); });
+    sg4::Actor::create("life-" + w.workers[i].id, w.workers[i].host,
+                       [&w, i] { w.sc.fixed_placement ? fixed_worker_life(w, i) : worker_life(w, i); });
   }
   for (size_t b = 0; b < w.backbones.size(); ++b) {
     sg4::Actor::create("backbone-" + std::to_string(b), w.backbones[b], [&w, b] { backbone_main(w, b); });

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,6 +18,8 @@
 #include "sim/scenario.h"
 #include "sim/sim_data.h"
 #include "sim/sim_report.h"
+#include "synth/synth.h"
+#include "temp_dir.h"
 
 namespace essaim::sim {
 namespace {
@@ -61,6 +64,96 @@ TEST(SimScenario, HostileDocumentsAreRefusedByName) {
     ASSERT_FALSE(s) << doc;
     EXPECT_NE(s.status().message().find(why), std::string::npos) << doc << ": " << s.status().message();
   }
+}
+
+TEST(SimScenario, AOneMachineRunIsDescribed) {
+  Result<Scenario> s = parse_scenario(R"({"model_file": "m.gguf", "routing": "uniform", "fixed_placement": true,
+      "shared_host_cores": 2, "expert_cost": {"points": [{"down_type": "q6_k", "rows_per_expert": 1,
+      "seconds_per_expert": 0.001}]}})");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->model_file, "m.gguf");
+  EXPECT_TRUE(s->uniform_routing);
+  EXPECT_TRUE(s->fixed_placement);
+  EXPECT_EQ(s->shared_host_cores, 2);
+  Result<CostModel> cost = CostModel::from_json(s->expert_cost_json);
+  ASSERT_TRUE(cost) << cost.status().message();
+  EXPECT_DOUBLE_EQ(cost->expert_seconds(2, GgmlType::Q6_K), 0.002);
+  Result<Scenario> again = parse_scenario(scenario_json(*s));
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(scenario_json(*again), scenario_json(*s));
+  const Result<Scenario> plain = parse_scenario("{}");
+  EXPECT_TRUE(plain->model_file.empty() && !plain->uniform_routing && !plain->fixed_placement);
+  EXPECT_EQ(plain->shared_host_cores, 0);
+  for (const auto& [doc, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"routing": "zipf"})", "scenario.routing"},
+           {R"({"model_file": 3})", "scenario.model_file"},
+           {R"({"shared_host_cores": -1})", "scenario.shared_host_cores"},
+           {R"({"fixed_placement": "yes"})", "scenario.fixed_placement"},
+           {R"({"expert_cost": {"points": []}})", "scenario.expert_cost"},
+           {R"({"expert_cost": {"points": [{"down_type": "Q9_K", "rows_per_expert": 1, "seconds_per_expert": 1}]}})",
+            "scenario.expert_cost"}}) {
+    Result<Scenario> bad = parse_scenario(doc);
+    ASSERT_FALSE(bad) << doc;
+    EXPECT_NE(bad.status().message().find(why), std::string::npos) << doc << ": " << bad.status().message();
+  }
+}
+
+TEST(SimModel, ShapeOfAGgufFileAndTheHarnessPlacement) {
+  const std::string dir = essaim::testing::make_temp_dir("essaim-sim-shape");
+  const std::string path = dir + "/tiny.gguf";
+  Result<SynthPlan> plan = synth_plan({.arch = SynthArch::QWEN3MOE, .preset = SynthPreset::TINY, .layers = 3,
+                                       .types = SynthTypeMix::Q4_K_M, .seed = 1});
+  ASSERT_TRUE(plan) << plan.status().message();
+  ASSERT_TRUE(synth_write(*plan, path));
+  Result<ModelShape> m = model_shape_from_gguf(path);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->n_layers, 3);
+  EXPECT_EQ(m->n_experts, 6);
+  EXPECT_EQ(m->k, 2);
+  EXPECT_EQ(m->n_embd, 256);
+  EXPECT_EQ(m->act_type, GgmlType::Q8_K);
+  ASSERT_EQ(m->expert_bytes.size(), 3u);
+  ASSERT_EQ(m->down_type.size(), 3u);
+  for (int64_t b : m->expert_bytes) EXPECT_GT(b, 0);
+  // 6 experts on 4 workers as bench/support/worker_processes.cpp cuts them: 1, 2, 1, 2 of every layer.
+  std::vector<std::vector<size_t>> held;
+  const coord::Catalogue cat = range_catalogue(*m, 4, held);
+  ASSERT_EQ(held.size(), 4u);
+  ASSERT_EQ(cat.slices.size(), 12u);
+  const std::vector<int64_t> counts = {1, 2, 1, 2};
+  for (size_t p = 0; p < 4; ++p) {
+    ASSERT_EQ(held[p].size(), 3u);
+    for (size_t s : held[p]) {
+      EXPECT_EQ(cat.slices[s].expert_count, counts[p]);
+      EXPECT_EQ(cat.slices[s].bytes, counts[p] * m->expert_bytes[size_t(cat.slices[s].layer)]);
+    }
+  }
+  // More workers than experts: the empty ranges hold nothing.
+  const coord::Catalogue wide = range_catalogue(*m, 8, held);
+  EXPECT_EQ(wide.slices.size(), 18u);
+  EXPECT_TRUE(held[0].empty());
+  Result<ModelShape> missing = model_shape_from_gguf(dir + "/absent.gguf");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("absent.gguf"), std::string::npos) << missing.status().message();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SimModel, UniformRoutingPicksEveryExpertAlike) {
+  Result<RoutingModel> r = RoutingModel::uniform(2, 64, 8);
+  ASSERT_TRUE(r) << r.status().message();
+  for (double x : r->shares(1)) EXPECT_DOUBLE_EQ(x, 1.0 / 64);
+  std::mt19937_64 rng(5);
+  std::vector<int32_t> ids;
+  std::vector<int> picks(64, 0);
+  for (int t = 0; t < 4000; ++t) {
+    r->draw(0, rng, ids);
+    ASSERT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), 8u);
+    for (int32_t e : ids) ++picks[size_t(e)];
+  }
+  // 500 expected picks each; a skewed draw would leave some far off.
+  EXPECT_GT(*std::min_element(picks.begin(), picks.end()), 400);
+  EXPECT_LT(*std::max_element(picks.begin(), picks.end()), 600);
+  EXPECT_FALSE(RoutingModel::uniform(2, 4, 8));
 }
 
 TEST(SimModel, Qwen122bExpertBytesFollowTheQ4KMRule) {
