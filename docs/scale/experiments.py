@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Runs essaim-sim's experiments of docs/scale.md and plots them (matplotlib).
 
-  /usr/bin/python3 docs/scale/experiments.py throughput   # tok/s and token latency vs workers
+  /usr/bin/python3 docs/scale/experiments.py throughput [WORKERS [BACKBONES [LEAN]]]
+      # tok/s and token latency vs workers; lists comma-separated (default 100,300,1000,3000,10000 and
+      # 1,4,16), LEAN "plain", "lean" or "both" (default); runs whose JSON exists are kept, not run again
+  /usr/bin/python3 docs/scale/experiments.py table        # the throughput table of docs/scale.md, as markdown
   /usr/bin/python3 docs/scale/experiments.py diurnal      # coverage over 24 h of diurnal churn
   /usr/bin/python3 docs/scale/experiments.py plot         # plots from the JSON already written
 
@@ -35,9 +38,10 @@ def run(name, scenario, args=()):
 
 def throughput_scenario(workers, backbones, lean):
     # No churn; the market asked for as many replicas as the budgets can hold (about one per 40 workers of
-    # the default mix), so holders grow with the swarm; a burst of 4 decode steps every 2 minutes.
+    # the default mix), so holders grow with the swarm; a burst of 4 decode steps every 2 minutes; slices
+    # served as from a CDN (each download limited by the worker's downlink only).
     s = {"workers": workers, "backbones": backbones, "hours": 0.5, "warmup_s": 1200, "probe_every_s": 120,
-         "probe_steps": 4, "replicas": max(2, workers // 40), "heartbeat_while_downloading": True,
+         "probe_steps": 4, "replicas": max(2, workers // 40), "slice_server_mbps": 0,
          "coverage_every_s": 600,
          "classes": [{"name": "phone", "share": 0.6, "budget_mb": 1536, "speed": 0.5, "uplink_mbps": 10,
                       "downlink_mbps": 40, "rtt_ms": 40},
@@ -50,11 +54,39 @@ def throughput_scenario(workers, backbones, lean):
     return s
 
 
-def throughput(workers_list=(100, 300), backbones_list=(1, 4, 16)):
-    for lean in (False, True):
-        for b in backbones_list:
-            for w in workers_list:
-                run("throughput_w%d_b%d%s" % (w, b, "_lean" if lean else ""), throughput_scenario(w, b, lean))
+def throughput_name(workers, backbones, lean):
+    return "throughput_w%d_b%d%s" % (workers, backbones, "_lean" if lean else "")
+
+
+def throughput(workers="100,300,1000,3000,10000", backbones="1,4,16", lean="both"):
+    leans = {"plain": (False,), "lean": (True,), "both": (False, True)}[lean]
+    for w in (int(x) for x in workers.split(",")):
+        for b in (int(x) for x in backbones.split(",")):
+            for l in leans:
+                if not os.path.exists(os.path.join(RUNS, throughput_name(w, b, l) + ".json")):
+                    run(throughput_name(w, b, l), throughput_scenario(w, b, l))
+
+
+def table():
+    print("| workers | backbones | lean | replicas | tok/s (all backbones) | token latency p50 / p99 "
+          "| pairs fallen back | slices with all replicas at 20 min | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for n in (x[:-5] for x in os.listdir(RUNS) if x.startswith("throughput_") and x.endswith(".json")):
+        r = load(n)
+        sc = r["scenario"]
+        rows.append((sc["workers"], sc["backbones"], sc["bf16_wire"], r))
+    for w, b, lean, r in sorted(rows, key=lambda x: x[:3]):
+        lat, pairs = r["token_latency_s"], r["pairs"]
+        full = [p["replicated"] for p in r["coverage"]["points"] if p["t_s"] == r["scenario"]["warmup_s"]]
+        print("| %s | %d | %s | %d | %.2f | %.1f / %.1f s | %.1f %% | %s | %s |" % (
+            "{:,}".format(w), b, "4 GB hot cache + bf16" if lean else "—", r["scenario"]["replicas"], r["tok_s"],
+            lat["p50"], lat["p99"], 100.0 * pairs["fallback"] / max(1, pairs["total"]),
+            "%.2f" % full[0] if full else "—", wall(r["wall_s"])))
+
+
+def wall(s):
+    return "%d s" % round(s) if s < 120 else "%d min %02d s" % (s // 60, round(s % 60))
 
 
 def diurnal(workers=1000):
@@ -109,6 +141,6 @@ def plot():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "plot"
-    {"throughput": throughput, "diurnal": diurnal, "plot": plot}[what]()
-    if what != "plot":
+    {"throughput": throughput, "diurnal": diurnal, "plot": plot, "table": table}[what](*sys.argv[2:])
+    if what not in ("plot", "table"):
         plot()

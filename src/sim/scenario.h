@@ -55,6 +55,9 @@ struct Scenario {
   double backbone_rtt_ms = 2;
   double backbone_speed = 16;
   bool backbone_copy = true;
+  // The slice server's link, shared by every download (0: no link of its own, as slices on a CDN: each
+  // download is limited by the worker's downlink only).
+  double slice_server_mbps = 10'000;
   int64_t hot_cache_bytes = 0;     // 0: no hot-expert cache
   bool bf16_wire = false;
   // Dispatch rules, as the backbone's flags.
