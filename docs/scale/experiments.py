@@ -5,6 +5,9 @@
       # tok/s and token latency vs workers; lists comma-separated (default 100,300,1000,3000,10000 and
       # 1,4,16), LEAN "plain", "lean" or "both" (default); runs whose JSON exists are kept, not run again
   /usr/bin/python3 docs/scale/experiments.py table        # the throughput table of docs/scale.md, as markdown
+  /usr/bin/python3 docs/scale/experiments.py bottleneck [WORKERS [BACKBONES [LEAN]]]
+      # one throughput cell (default 1,000 workers, 1 and 16 backbones, lean) with each part 10x faster
+  /usr/bin/python3 docs/scale/experiments.py bottleneck_table
   /usr/bin/python3 docs/scale/experiments.py diurnal      # coverage over 24 h of diurnal churn
   /usr/bin/python3 docs/scale/experiments.py plot         # plots from the JSON already written
 
@@ -67,12 +70,51 @@ def throughput(workers="100,300,1000,3000,10000", backbones="1,4,16", lean="both
                     run(throughput_name(w, b, l), throughput_scenario(w, b, l))
 
 
+# What each part would change if it were 10 times faster: a run of one throughput cell per variant.
+BOTTLENECK_VARIANTS = {
+    "worker_compute_x10": lambda s: [c.update(speed=c["speed"] * 10) for c in s["classes"]],
+    "worker_uplink_x10": lambda s: [c.update(uplink_mbps=c["uplink_mbps"] * 10) for c in s["classes"]],
+    "worker_rtt_div10": lambda s: [c.update(rtt_ms=c["rtt_ms"] / 10) for c in s["classes"]],
+    "backbone_link_x10": lambda s: s.update(backbone_mbps=10000),
+    "backbone_compute_x10": lambda s: s.update(backbone_layer_ms=0.05, backbone_row_us=2, backbone_speed=160),
+}
+
+
+def bottleneck(workers="1000", backbones="1,16", lean="lean"):
+    for w in (int(x) for x in workers.split(",")):
+        for b in (int(x) for x in backbones.split(",")):
+            for l in {"plain": (False,), "lean": (True,), "both": (False, True)}[lean]:
+                for name, change in BOTTLENECK_VARIANTS.items():
+                    path = "bottleneck_w%d_b%d%s_%s" % (w, b, "_lean" if l else "", name)
+                    if os.path.exists(os.path.join(RUNS, path + ".json")):
+                        continue
+                    sc = throughput_scenario(w, b, l)
+                    change(sc)
+                    run(path, sc)
+
+
+def bottleneck_table():
+    print("| run | variant | tok/s | × | token latency p50 / p99 | pairs fallen back | wall |")
+    print("|---|---|---|---|---|---|---|")
+    for n in run_names("bottleneck_"):
+        r = load(n)
+        sc = r["scenario"]
+        base = load(throughput_name(sc["workers"], sc["backbones"], sc["bf16_wire"]))
+        variant = next(v for v in BOTTLENECK_VARIANTS if n.endswith(v))
+        lat, pairs = r["token_latency_s"], r["pairs"]
+        print("| %s workers, %d backbone%s%s | %s | %.2f (%.2f) | %.2f | %.1f / %.1f s | %.1f %% | %s |" % (
+            "{:,}".format(sc["workers"]), sc["backbones"], "s" if sc["backbones"] > 1 else "",
+            ", cache + bf16" if sc["bf16_wire"] else "", variant.replace("_", " "), r["tok_s"], base["tok_s"],
+            r["tok_s"] / base["tok_s"], lat["p50"], lat["p99"], 100.0 * pairs["fallback"] / max(1, pairs["total"]),
+            wall(r["wall_s"])))
+
+
 def table():
     print("| workers | backbones | lean | replicas | tok/s (all backbones) | token latency p50 / p99 "
           "| pairs fallen back | slices with all replicas at 20 min | wall |")
     print("|---|---|---|---|---|---|---|---|---|")
     rows = []
-    for n in (x[:-5] for x in os.listdir(RUNS) if x.startswith("throughput_") and x.endswith(".json")):
+    for n in run_names("throughput_"):
         r = load(n)
         sc = r["scenario"]
         rows.append((sc["workers"], sc["backbones"], sc["bf16_wire"], r))
@@ -95,6 +137,12 @@ def diurnal(workers=1000):
         ["--workers", str(workers)])
 
 
+def run_names(prefix):
+    """The runs written so far whose names start with prefix (not a run in progress's scenario file)."""
+    return sorted(n[:-5] for n in os.listdir(RUNS)
+                  if n.startswith(prefix) and n.endswith(".json") and not n.endswith(".scenario.json"))
+
+
 def load(name):
     with open(os.path.join(RUNS, name + ".json")) as f:
         return json.load(f)
@@ -104,7 +152,7 @@ def plot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    names = sorted(n[:-5] for n in os.listdir(RUNS) if n.startswith("throughput_") and n.endswith(".json"))
+    names = run_names("throughput_")
     series = {}
     for n in names:
         r = load(n)
@@ -122,7 +170,7 @@ def plot():
     b.set_xscale("log"); b.set_xlabel("workers"); b.set_ylabel("token latency (s)"); b.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "throughput.png"), dpi=110)
-    for n in sorted(x[:-5] for x in os.listdir(RUNS) if x.startswith("diurnal_") and x.endswith(".json")):
+    for n in run_names("diurnal_"):
         r = load(n)
         pts = r["coverage"]["points"]
         fig, a = plt.subplots(figsize=(9, 3.5))
@@ -141,6 +189,7 @@ def plot():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "plot"
-    {"throughput": throughput, "diurnal": diurnal, "plot": plot, "table": table}[what](*sys.argv[2:])
-    if what not in ("plot", "table"):
+    {"throughput": throughput, "diurnal": diurnal, "plot": plot, "table": table, "bottleneck": bottleneck,
+     "bottleneck_table": bottleneck_table}[what](*sys.argv[2:])
+    if what in ("throughput", "diurnal"):
         plot()
