@@ -141,6 +141,11 @@ std::vector<int64_t> MarketIndex::future_holders(const std::string& asker) const
   return h;
 }
 
+const std::vector<size_t>* MarketIndex::map_slices(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.in_room ? &it->second.valid : nullptr;
+}
+
 // The other room nodes that lack `slice` and have room for it: those with room for its size, less those
 // that will hold it, less the asker if it is one of the first and not of the second.
 int64_t MarketIndex::takers(size_t slice, const Terms* asker) const {

@@ -40,6 +40,9 @@ class MarketIndex {
   VolunteerChoice decide(const VolunteerAsk& ask, int64_t replicas) const;
   // The holder counts `asker` decides from: holders now, plus every other live node's pending moves.
   std::vector<int64_t> future_holders(const std::string& asker) const;
+  // What expert_map lists for the node: its valid holdings, sorted, if it is a healthy holder with an address
+  // and one; else nullptr.
+  const std::vector<size_t>* map_slices(const std::string& node_id) const;
   // The first time after now_ms at which a node with these rows changes its terms (its heartbeat goes stale
   // or a reservation expires); INT64_MAX if never.
   static int64_t term_boundary(const NodeRow* row, const std::vector<const PendingRow*>& pending, int64_t now_ms,

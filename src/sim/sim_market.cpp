@@ -69,14 +69,11 @@ bool SimMarket::heartbeat(const std::string& node_id, const std::vector<size_t>&
   pass_boundaries(now_ms);
   Node& n = nodes_[index_.at(node_id)];
   const bool was_fresh = coord::node_is_holder(n.row, now_ms, rules_.heartbeat_s);
-  std::vector<coord::HoldingRow> holdings;
-  for (size_t s : leaving ? std::vector<size_t>{} : held) {  // a leaving heartbeat holds nothing
-    const coord::CatalogueSlice& c = cat_.slices[s];
-    holdings.push_back({node_id, c.layer, c.expert_first, c.expert_count, c.sha256});
-  }
-  const bool same = holdings.size() == n.holdings.size() &&
-                    std::equal(holdings.begin(), holdings.end(), n.holdings.begin(), [](const auto& a, const auto& b) {
-                      return a.layer == b.layer && a.expert_first == b.expert_first;
+  static const std::vector<size_t> kNothing;
+  const std::vector<size_t>& now_held = leaving ? kNothing : held;  // a leaving heartbeat holds nothing
+  const bool same = now_held.size() == n.holdings.size() &&
+                    std::equal(now_held.begin(), now_held.end(), n.holdings.begin(), [&](size_t s, const auto& h) {
+                      return cat_.slices[s].layer == h.layer && cat_.slices[s].expert_first == h.expert_first;
                     });
   n.row.fingerprint_ok = true;
   n.row.model_identity = cat_.model_identity;
@@ -85,7 +82,13 @@ bool SimMarket::heartbeat(const std::string& node_id, const std::vector<size_t>&
   n.row.address = node_id;
   n.row.last_heartbeat_ms = now_ms;
   n.row.capacity_bytes = capacity_bytes;
-  n.holdings = std::move(holdings);
+  if (!same) {  // the rows are rebuilt only when they change (most heartbeats repeat the last one)
+    n.holdings.clear();
+    for (size_t s : now_held) {
+      const coord::CatalogueSlice& c = cat_.slices[s];
+      n.holdings.push_back({node_id, c.layer, c.expert_first, c.expert_count, c.sha256});
+    }
+  }
   const size_t me = index_.at(node_id);
   if (!n.holdings.empty()) involved_.insert(me);
   // The index is current before anyone is told of the change: a waiting actor may run at once and read it.
@@ -137,8 +140,13 @@ std::vector<coord::MapWorker> SimMarket::expert_map(int64_t now_ms) {
   ++counters_.map_reads;
   pass_boundaries(now_ms);
   if (map_generation_ == generation_ && now_ms < map_valid_until_) return map_;
-  const coord::MarketSnapshot s = involved_snapshot();
-  map_ = coord::expert_map(cat_, s.nodes, s.holdings, now_ms, rules_.heartbeat_s);
+  // What coord::expert_map lists, read from the index (its terms are current once the boundaries passed):
+  // healthy holders with an address, in registration order, each with its valid holdings.
+  map_.clear();
+  for (size_t i : involved_) {
+    const coord::NodeRow& row = nodes_[i].row;
+    if (const std::vector<size_t>* slices = market_index_.map_slices(row.node_id)) map_.push_back({row.node_id, row.address, *slices});
+  }
   map_generation_ = generation_;
   map_valid_until_ = boundaries_.empty() ? std::numeric_limits<int64_t>::max() : boundaries_.begin()->first;
   return map_;

@@ -2,7 +2,7 @@
 // kept here as the reference, written from the definitions in placement.h over the whole snapshot, and
 // seeded random states (every node status, wrong digests, nodes without an address, reservations of gone
 // and of unknown nodes, duplicate rows, two slice sizes, usage reports) are decided by both for every node
-// and a stranger. The index built node by node, in any order and with nodes set twice, equals the one built
+// and a stranger, and the map's listing is the index's. The index built node by node, in any order and with nodes set twice, equals the one built
 // from the snapshot.
 #include <gtest/gtest.h>
 
@@ -162,6 +162,17 @@ TEST(MarketIndex, DecidesAsTheScanOnRandomStates) {
   for (int round = 0; round < 300; ++round) {
     const State st = random_state(cat, rng, 2 + round % 12);
     const MarketIndex idx = MarketIndex::from_snapshot(cat, st.snapshot, st.pending, kNow, kHeartbeatS);
+    // The map's listing, node by node.
+    const std::vector<MapWorker> map = expert_map(cat, st.snapshot.nodes, st.snapshot.holdings, kNow, kHeartbeatS);
+    size_t listed = 0;
+    for (const NodeRow& n : st.snapshot.nodes) {
+      const std::vector<size_t>* mine = idx.map_slices(n.node_id);
+      if (!mine) continue;
+      ASSERT_LT(listed, map.size());
+      EXPECT_EQ(map[listed].node_id, n.node_id);
+      EXPECT_EQ(map[listed++].slices, *mine);
+    }
+    EXPECT_EQ(listed, map.size());
     std::vector<std::string> askers{"n-stranger", "n-unknown"};
     for (const NodeRow& n : st.snapshot.nodes) askers.push_back(n.node_id);
     for (const std::string& who : askers) {
