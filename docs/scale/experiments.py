@@ -163,14 +163,16 @@ def plot():
         series.setdefault(key, []).append((r["scenario"]["workers"], r["tok_s"], r["token_latency_s"]["p50"],
                                            r["token_latency_s"]["p99"]))
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for (bb, lean), pts in sorted(series.items()):
+    for k, ((bb, lean), pts) in enumerate(sorted(series.items())):
         pts.sort()
         label = "%d backbone%s%s" % (bb, "s" if bb > 1 else "", ", hot cache + bf16" if lean else "")
-        a.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        b.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label + " p50")
-        b.plot([p[0] for p in pts], [p[3] for p in pts], marker="x", linestyle="--", label=label + " p99")
+        color = "C%d" % k  # one colour per series, its p50 and p99 alike
+        a.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=label)
+        b.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", color=color, label=label + " p50")
+        b.plot([p[0] for p in pts], [p[3] for p in pts], marker="x", linestyle="--", color=color, label=label + " p99")
     a.set_xscale("log"); a.set_xlabel("workers"); a.set_ylabel("aggregate tok/s"); a.legend(fontsize=7)
-    b.set_xscale("log"); b.set_xlabel("workers"); b.set_ylabel("token latency (s)"); b.legend(fontsize=6)
+    b.set_xscale("log"); b.set_yscale("log"); b.set_xlabel("workers"); b.set_ylabel("token latency (s)")
+    b.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "throughput.png"), dpi=110)
     for n in run_names("diurnal_"):
