@@ -81,7 +81,8 @@ MarketIndex::Terms MarketIndex::terms_of(const NodeRow* row, const std::vector<c
   if (!node_is_gone(row, now_ms, heartbeat_s_)) {
     for (const PendingRow* p : pending) {
       if (holds_row(holdings, p->layer, p->expert_first) != p->give_up) continue;
-      if (std::optional<size_t> s = slice_at(cat, p->layer, p->expert_first)) t.moves.push_back({*s, p->give_up ? -1 : 1});
+      const std::optional<size_t> s = slice_at(cat, p->layer, p->expert_first);
+      if (s) t.moves.push_back({*s, p->give_up ? -1 : 1});
     }
   }
   t.in_room = !t.valid.empty() && !row->address.empty();

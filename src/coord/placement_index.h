@@ -25,8 +25,8 @@ class MarketIndex {
  public:
   MarketIndex(const Catalogue& cat, int64_t heartbeat_s);
   // Every node of the snapshot and every pending row's node (pending: the unexpired reservations).
-  static MarketIndex from_snapshot(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
-                                   int64_t now_ms, int64_t heartbeat_s);
+  static MarketIndex from_snapshot(const Catalogue& cat, const MarketSnapshot& s,
+                                   const std::vector<PendingRow>& pending, int64_t now_ms, int64_t heartbeat_s);
 
   // The node `node_id`'s rows replace what it contributed: `row` (nullptr: a reservation's node with no node
   // row), all its holding rows, its unexpired reservations; freshness judged at now_ms.

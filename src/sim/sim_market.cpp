@@ -145,7 +145,8 @@ std::vector<coord::MapWorker> SimMarket::expert_map(int64_t now_ms) {
   map_.clear();
   for (size_t i : involved_) {
     const coord::NodeRow& row = nodes_[i].row;
-    if (const std::vector<size_t>* slices = market_index_.map_slices(row.node_id)) map_.push_back({row.node_id, row.address, *slices});
+    const std::vector<size_t>* slices = market_index_.map_slices(row.node_id);
+    if (slices) map_.push_back({row.node_id, row.address, *slices});
   }
   map_generation_ = generation_;
   map_valid_until_ = boundaries_.empty() ? std::numeric_limits<int64_t>::max() : boundaries_.begin()->first;

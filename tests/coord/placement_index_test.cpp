@@ -2,8 +2,8 @@
 // kept here as the reference, written from the definitions in placement.h over the whole snapshot, and
 // seeded random states (every node status, wrong digests, nodes without an address, reservations of gone
 // and of unknown nodes, duplicate rows, two slice sizes, usage reports) are decided by both for every node
-// and a stranger, and the map's listing is the index's. The index built node by node, in any order and with nodes set twice, equals the one built
-// from the snapshot.
+// and a stranger, and the map's listing is the index's. The index built node by node, in any order and with
+// nodes set twice, equals the one built from the snapshot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,7 +40,8 @@ std::vector<InFlight> reference_in_flight(const Catalogue& cat, const MarketSnap
   std::set<std::tuple<std::string, int64_t, int64_t>> holds;
   for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
   std::map<std::pair<int64_t, int64_t>, size_t> slice_at;
-  for (size_t i = 0; i < cat.slices.size(); ++i) slice_at.emplace(std::make_pair(cat.slices[i].layer, cat.slices[i].expert_first), i);
+  for (size_t i = 0; i < cat.slices.size(); ++i)
+    slice_at.emplace(std::make_pair(cat.slices[i].layer, cat.slices[i].expert_first), i);
   std::vector<InFlight> out;
   for (const PendingRow& p : pending) {
     if (gone.count(p.node_id) || holds.count({p.node_id, p.layer, p.expert_first}) != size_t(p.give_up)) continue;
@@ -83,9 +84,9 @@ std::vector<int64_t> reference_future_holders(const Catalogue& cat, const Market
 VolunteerChoice reference_decide(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
                                  const VolunteerAsk& ask, int64_t replicas) {
   const std::vector<InFlight> moves = reference_in_flight(cat, s, pending, ask.now_ms);
+  const std::vector<int64_t> holders = reference_future_holders(cat, s, moves, ask.node_id);
   return choose_volunteer(
-      cat, compute_demand(cat, reference_future_holders(cat, s, moves, ask.node_id), usage_shares(cat, s.usage), replicas),
-      ask.held, ask.budget_bytes,
+      cat, compute_demand(cat, holders, usage_shares(cat, s.usage), replicas), ask.held, ask.budget_bytes,
       swarm_room(cat, reference_future_holdings(cat, s, moves, ask.now_ms), ask.node_id, ask.held));
 }
 
@@ -137,11 +138,16 @@ State random_state(const Catalogue& cat, std::mt19937_64& rng, int nodes) {
                                       pick(rng) == 0 ? std::string(64, 'z') : c.sha256});
     }
   }
-  // Reservations: takes and give-ups of known nodes, of a node with no row, and one naming no slice.
+  // Reservations: takes and give-ups of known nodes, of a node with no row, and one naming no slice; and
+  // give-ups of slices their nodes hold (a swap in flight), which is what takes a holder out of `serving`.
   for (int k = nodes; k > 0; --k) {
     const CatalogueSlice& c = cat.slices[slice(rng)];
     const std::string who = pick(rng) == 0 ? "n-unknown" : st.snapshot.nodes[size_t(pick(rng)) % size_t(nodes)].node_id;
-    st.pending.push_back({who, c.layer, pick(rng) == 0 ? c.expert_first + 1 : c.expert_first, kNow + 5000, pick(rng) < 3});
+    const int64_t first = pick(rng) == 0 ? c.expert_first + 1 : c.expert_first;  // 1 in 10 names no slice
+    st.pending.push_back({who, c.layer, first, kNow + 5000, pick(rng) < 3});
+  }
+  for (const HoldingRow& h : st.snapshot.holdings) {
+    if (pick(rng) < 2) st.pending.push_back({h.node_id, h.layer, h.expert_first, kNow + 5000, true});
   }
   for (int64_t l = 0; l < cat.n_layers; ++l) {
     for (int64_t e = 0; e < cat.n_experts; e += 1 + pick(rng)) st.snapshot.usage.push_back({l, e, pick(rng) * 7});
@@ -180,6 +186,10 @@ TEST(MarketIndex, DecidesAsTheScanOnRandomStates) {
       for (const HoldingRow& h : st.snapshot.holdings) {
         if (h.node_id == who) held.push_back(*cat.find(h.layer, h.expert_first, h.expert_count));
       }
+      // A node may say it holds what its rows do not show (a download landed since, a digest gone wrong).
+      for (size_t s = 0; s < cat.slices.size(); ++s) {
+        if (std::uniform_int_distribution<int>(0, 15)(rng) == 0) held.push_back(s);
+      }
       const VolunteerAsk ask{who, held, std::uniform_int_distribution<int64_t>(0, 700)(rng), kNow};
       for (int64_t replicas : {1, 2, 3}) {
         const VolunteerChoice want = reference_decide(cat, st.snapshot, st.pending, ask, replicas);
@@ -189,13 +199,41 @@ TEST(MarketIndex, DecidesAsTheScanOnRandomStates) {
         drops.insert(want.drop.size());
         swaps.insert(want.swap.size());
       }
-      EXPECT_EQ(idx.future_holders(who),
-                reference_future_holders(cat, st.snapshot, reference_in_flight(cat, st.snapshot, st.pending, kNow), who));
+      const std::vector<InFlight> moves = reference_in_flight(cat, st.snapshot, st.pending, kNow);
+      EXPECT_EQ(idx.future_holders(who), reference_future_holders(cat, st.snapshot, moves, who));
     }
   }
   EXPECT_GT(assigns.size(), 2u);
   EXPECT_GT(drops.size(), 1u);
   EXPECT_EQ(swaps, (std::set<size_t>{0, 1}));
+}
+
+TEST(MarketIndex, ASwapKeepsAHolderServingTheGivenUpSlice) {
+  // Slice 0 is held by a and b, b gives it up (its swap), d and e are downloading it: 3 future holders but
+  // only a serves it and keeps serving it, so a, full, is not offered a swap of slice 0 for a hole.
+  const Catalogue cat = catalogue();
+  State st;
+  for (const char* id : {"n-a", "n-b", "n-d", "n-e"}) {
+    NodeRow n;
+    n.node_id = id;
+    n.address = std::string("10.0.0.") + id;
+    n.fingerprint_ok = true;
+    n.last_heartbeat_ms = kNow - 1000;
+    n.capacity_bytes = 100;
+    st.snapshot.nodes.push_back(n);
+  }
+  const CatalogueSlice& x = cat.slices[0];
+  for (const char* id : {"n-a", "n-b"}) st.snapshot.holdings.push_back({id, x.layer, x.expert_first, x.expert_count, x.sha256});
+  st.pending = {{"n-b", x.layer, x.expert_first, kNow + 5000, true},
+                {"n-d", x.layer, x.expert_first, kNow + 5000, false},
+                {"n-e", x.layer, x.expert_first, kNow + 5000, false}};
+  const VolunteerAsk ask{"n-a", {0}, 100, kNow};
+  const VolunteerChoice c = MarketIndex::from_snapshot(cat, st.snapshot, st.pending, kNow, kHeartbeatS).decide(ask, 2);
+  expect_same(c, reference_decide(cat, st.snapshot, st.pending, ask, 2), "n-a");
+  EXPECT_TRUE(c.swap.empty());
+  // Without b's give-up, b still serves slice 0, and the swap is offered.
+  st.pending.erase(st.pending.begin());
+  EXPECT_EQ(MarketIndex::from_snapshot(cat, st.snapshot, st.pending, kNow, kHeartbeatS).decide(ask, 2).swap.size(), 1u);
 }
 
 TEST(MarketIndex, NodeByNodeEqualsTheSnapshotsIndex) {
