@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "coord/placement_index.h"
+
 namespace essaim::coord {
 
 bool MarketState::has_pending(const std::string& node_id) const {
@@ -35,7 +37,8 @@ Result<std::shared_ptr<const MarketState>> MarketView::load(Store& db, int64_t n
   }
   for (const PendingRow& p : s->pending) until = std::min(until, p.until_ms);
   s->valid_until_ms = until;
-  const std::vector<int64_t> h = future_holders(cat_, s->snapshot, s->pending, "", now_ms, rules_.heartbeat_s);
+  const std::vector<int64_t> h =
+      MarketIndex::from_snapshot(cat_, s->snapshot, s->pending, now_ms, rules_.heartbeat_s).future_holders("");
   s->nothing_needed = std::all_of(h.begin(), h.end(), [&](int64_t x) { return x >= rules_.replicas; });
   return std::shared_ptr<const MarketState>(std::move(s));
 }

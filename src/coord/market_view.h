@@ -5,7 +5,7 @@
 // store's validation. Decisions are the placement functions' own, on the same rows they read before
 // (docs/market.md, "What a request costs"): only nodes that hold or reserved something are kept, and an
 // asker without a reservation is told "nothing" without deciding while every slice has its replicas
-// (future_holders), as essaim-sim's SimMarket does.
+// (MarketIndex::future_holders), as essaim-sim's SimMarket does.
 //
 //   MarketView view(cat, {.heartbeat_s = 10, .replicas = 2});
 //   ESSAIM_RETURN_IF_ERROR(view.heartbeat(db, fields, holdings, /*leaving=*/false, now_ms));

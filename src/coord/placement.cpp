@@ -1,5 +1,7 @@
 #include "coord/placement.h"
 
+#include "coord/placement_index.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -188,94 +190,9 @@ SwarmRoom swarm_room(const Catalogue& cat, const std::vector<NodeHoldings>& node
   return r;
 }
 
-namespace {
-
-// A reservation stands for a download in progress; one of a node that is gone (revoked, dropped, or
-// heartbeating before and silent for 3 heartbeats now) downloads nothing, so it must not hide a scarce range.
-std::set<std::string> gone_nodes(const std::vector<NodeRow>& nodes, int64_t now_ms, int64_t heartbeat_s) {
-  std::set<std::string> gone;
-  for (const NodeRow& n : nodes) {
-    const std::string st = node_status(n, now_ms, heartbeat_s);
-    if (st == "revoked" || st == "dropped" || (st == "stale" && n.last_heartbeat_ms > 0)) gone.insert(n.node_id);
-  }
-  return gone;
-}
-
-// The pending assignments of live nodes still to land: takes of slices not held yet, give-ups of slices
-// still held.
-struct InFlight {
-  std::string node_id;
-  size_t slice = 0;
-  bool give_up = false;
-};
-std::vector<InFlight> in_flight(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
-                                const std::set<std::string>& gone) {
-  std::set<std::tuple<std::string, int64_t, int64_t>> holds;
-  for (const HoldingRow& h : s.holdings) holds.emplace(h.node_id, h.layer, h.expert_first);
-  std::map<std::pair<int64_t, int64_t>, size_t> slice_at;  // (layer, expert_first) -> slice
-  for (size_t i = 0; i < cat.slices.size(); ++i) slice_at.emplace(std::make_pair(cat.slices[i].layer, cat.slices[i].expert_first), i);
-  std::vector<InFlight> out;
-  for (const PendingRow& p : pending) {
-    if (gone.count(p.node_id) || holds.count({p.node_id, p.layer, p.expert_first}) != size_t(p.give_up)) continue;
-    auto it = slice_at.find({p.layer, p.expert_first});
-    if (it != slice_at.end()) out.push_back({p.node_id, it->second, p.give_up});
-  }
-  return out;
-}
-
-// Every healthy node's valid holdings as they will be once its pending assignments land, what it serves and
-// is not giving up, and its budget (its heartbeat's capacity).
-std::vector<NodeHoldings> future_holdings(const Catalogue& cat, const MarketSnapshot& s, const std::vector<InFlight>& moves,
-                                          int64_t now_ms, int64_t heartbeat_s) {
-  std::map<std::string, int64_t> budget;
-  for (const NodeRow& row : s.nodes) budget[row.node_id] = row.capacity_bytes;
-  std::map<std::string, std::vector<const InFlight*>> moves_of;
-  for (const InFlight& m : moves) moves_of[m.node_id].push_back(&m);
-  std::vector<NodeHoldings> out;
-  for (const MapWorker& w : expert_map(cat, s.nodes, s.holdings, now_ms, heartbeat_s)) {
-    NodeHoldings n{w.node_id, w.slices, w.slices, budget[w.node_id]};
-    for (const InFlight* mp : moves_of[n.node_id]) {
-      const InFlight& m = *mp;
-      if (m.give_up) {
-        n.slices.erase(std::remove(n.slices.begin(), n.slices.end(), m.slice), n.slices.end());
-        n.serving.erase(std::remove(n.serving.begin(), n.serving.end(), m.slice), n.serving.end());
-      } else {
-        n.slices.push_back(m.slice);
-      }
-    }
-    out.push_back(std::move(n));
-  }
-  return out;
-}
-
-}  // namespace
-
-namespace {
-std::vector<int64_t> holders_after(const Catalogue& cat, const MarketSnapshot& s, const std::vector<InFlight>& moves,
-                                   const std::string& asker, int64_t now_ms, int64_t heartbeat_s) {
-  std::vector<int64_t> holders = count_holders(cat, s.nodes, s.holdings, now_ms, heartbeat_s);
-  for (const InFlight& m : moves) {
-    if (m.node_id != asker) holders[m.slice] += m.give_up ? -1 : 1;
-  }
-  return holders;
-}
-}  // namespace
-
-std::vector<int64_t> future_holders(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
-                                    const std::string& asker, int64_t now_ms, int64_t heartbeat_s) {
-  return holders_after(cat, s, in_flight(cat, s, pending, gone_nodes(s.nodes, now_ms, heartbeat_s)), asker, now_ms,
-                       heartbeat_s);
-}
-
 VolunteerChoice decide_volunteer(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
                                  const VolunteerAsk& ask, const MarketRules& rules) {
-  const std::vector<InFlight> moves = in_flight(cat, s, pending, gone_nodes(s.nodes, ask.now_ms, rules.heartbeat_s));
-  // Holders as they will be once the other nodes' moves land; this node's own are offered again.
-  const std::vector<int64_t> holders = holders_after(cat, s, moves, ask.node_id, ask.now_ms, rules.heartbeat_s);
-  return choose_volunteer(cat, compute_demand(cat, holders, usage_shares(cat, s.usage), rules.replicas), ask.held,
-                          ask.budget_bytes,
-                          swarm_room(cat, future_holdings(cat, s, moves, ask.now_ms, rules.heartbeat_s), ask.node_id,
-                                     ask.held));
+  return MarketIndex::from_snapshot(cat, s, pending, ask.now_ms, rules.heartbeat_s).decide(ask, rules.replicas);
 }
 
 std::vector<PendingRow> reservations(const Catalogue& cat, const std::string& node_id, const VolunteerChoice& choice,

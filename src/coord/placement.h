@@ -136,16 +136,12 @@ struct MarketRules {
 // holders count as they will be once the other live nodes' moves land (their takes added, their swaps'
 // give-ups taken away; reservations of gone nodes ignored), the asker's own moves are offered again, and
 // the swarm's room is seen from every healthy node's future holdings. The coordinator's heartbeat and
-// volunteer endpoints and essaim-sim both decide through this one function.
+// volunteer endpoints decide through this function; it indexes the state (MarketIndex, placement_index.h)
+// and decides from the index, which essaim-sim keeps up to date node by node instead. Every slice at
+// `wanted` or more future holders (MarketIndex::future_holders) means an empty choice for any asker without
+// a reservation of its own: nothing is needed, so nothing is assigned, swapped or dropped.
 VolunteerChoice decide_volunteer(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
                                  const VolunteerAsk& ask, const MarketRules& rules);
-// The holder counts decide_volunteer works from, per catalogue slice, for `asker` (the other live nodes'
-// pending moves applied). Every slice at `wanted` or more means an empty choice for any asker without a
-// reservation of its own: nothing is needed, so nothing is assigned, swapped or dropped (essaim-sim skips
-// the decision then).
-std::vector<int64_t> future_holders(const Catalogue& cat, const MarketSnapshot& s, const std::vector<PendingRow>& pending,
-                                    const std::string& asker, int64_t now_ms, int64_t heartbeat_s);
-
 inline constexpr int64_t kPendingMs = 10 * 60 * 1000;  // a volunteer's assignment is reserved this long
 // The pending rows a volunteer's choice reserves (Store::set_pending): its takes (a swap's too), until
 // now + kPendingMs, and a swap's give-up.

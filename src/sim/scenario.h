@@ -55,6 +55,9 @@ struct Scenario {
   double backbone_rtt_ms = 2;
   double backbone_speed = 16;
   bool backbone_copy = true;
+  // The slice server's link, shared by every download (0: no link of its own, as slices on a CDN: each
+  // download is limited by the worker's downlink only).
+  double slice_server_mbps = 10'000;
   int64_t hot_cache_bytes = 0;     // 0: no hot-expert cache
   bool bf16_wire = false;
   // Dispatch rules, as the backbone's flags.
@@ -63,10 +66,10 @@ struct Scenario {
   bool nearest = true;             // ReplicaPolicy::NEAREST (else FIRST)
   bool audit = true;               // adaptive audits
   double map_refresh_s = 1;
-  // worker/joined_worker.cpp heartbeats from the thread that downloads, so a download longer than 3 heartbeats
-  // makes the node stale at the coordinator (false: as the worker is). True: a worker that heartbeats
-  // while it downloads.
-  bool heartbeat_while_downloading = false;
+  // True: the worker heartbeats from its own thread while a volunteer round downloads (worker/joined_worker.cpp
+  // does). False: the worker as it was, heartbeating from the thread that downloads, so a download longer
+  // than 3 heartbeats made the node stale at the coordinator (docs/scale.md reproduces that finding).
+  bool heartbeat_while_downloading = true;
   // Idle workers wait in the pool (sim_world.h IdlePool) rather than heartbeating to be told nothing: the
   // same run, cheaper (false: every idle worker polls; sim_run_test compares the two).
   bool idle_pool = true;

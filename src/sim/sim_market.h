@@ -1,13 +1,16 @@
 // The coordinator as essaim-sim runs it: the store's rows kept in memory with the store's semantics
 // (a heartbeat replaces the node's holdings; set_pending replaces the node's reservations and forgets the
 // expired ones; reservations count until until_ms), and every answer decided by the coordinator's own
-// pure functions (coord/placement.h: decide_volunteer, reservations, expert_map, count_holders). It answers
-// the heartbeat's `volunteer` flag and the volunteer endpoint as Coordinator::Impl::coverage/volunteer do
-// (the decisions-identical test drives both with one schedule and compares).
+// code (coord/placement.h, coord/placement_index.h: MarketIndex::decide, which decide_volunteer runs;
+// reservations, expert_map, count_holders). It answers the heartbeat's `volunteer` flag and the volunteer
+// endpoint as Coordinator::Impl::coverage/volunteer do (the decisions-identical test drives both with one
+// schedule and compares).
 //
-// Scale: a decision reads only the nodes that hold or have reserved something, plus the asker (the others
-// change no holder count, no reservation and no swarm room, so the answer is the same), and a node with no
-// reservation of its own is told "nothing" without deciding when no slice is needed (future_holders).
+// Scale: the coordinator indexes its whole state for each decision; SimMarket keeps one MarketIndex and
+// sets in it only the node whose rows changed, and a node whose terms change with the clock (its heartbeat
+// going stale, a reservation expiring) again once its boundary passes, so a decision costs the asker's
+// rows, not the swarm's. The map is computed again only when the state changed or a boundary passed. A node
+// with no reservation of its own is told "nothing" without deciding when no slice is needed.
 //
 //   SimMarket m(cat, {.heartbeat_s = 10, .replicas = 2});
 //   m.add_node("n-0000000000000001", now_ms);
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "coord/placement.h"
+#include "coord/placement_index.h"
 
 namespace essaim::sim {
 
@@ -35,7 +39,10 @@ struct MarketCounters {
 
 class SimMarket {
  public:
-  SimMarket(coord::Catalogue cat, coord::MarketRules rules) : cat_(std::move(cat)), rules_(rules) {}
+  SimMarket(coord::Catalogue cat, coord::MarketRules rules)
+      : cat_(std::move(cat)), rules_(rules), market_index_(cat_, rules_.heartbeat_s) {}
+  SimMarket(const SimMarket&) = delete;  // market_index_ points at cat_
+  SimMarket& operator=(const SimMarket&) = delete;
 
   void add_node(const std::string& node_id, int64_t now_ms);
   // POST /api/expert-coverage: the node's holdings (catalogue slices) replaced; the answer's `volunteer`.
@@ -74,8 +81,11 @@ class SimMarket {
     std::vector<coord::HoldingRow> holdings;
     std::vector<coord::PendingRow> pending;
   };
-  coord::MarketSnapshot decision_snapshot(const std::string& asker) const;
-  std::vector<coord::PendingRow> live_pending(int64_t now_ms) const;
+  // The rows of the nodes that hold or reserved something (the others change no count and are not listed).
+  coord::MarketSnapshot involved_snapshot() const;
+  // Sets node i's rows in the index as of now_ms, and its next term boundary (if it is involved).
+  void index_node(size_t i, int64_t now_ms);
+  void pass_boundaries(int64_t now_ms);  // index again every node whose boundary is <= now_ms
   void set_pending(const std::string& node_id, std::vector<coord::PendingRow> rows, int64_t now_ms);
   void changed() {
     ++generation_;
@@ -87,6 +97,12 @@ class SimMarket {
   std::vector<Node> nodes_;                 // registration order
   std::map<std::string, size_t> index_;
   std::set<size_t> involved_;               // nodes with holdings or reservations
+  coord::MarketIndex market_index_;
+  std::set<std::pair<int64_t, size_t>> boundaries_;  // (time its terms change, involved node)
+  std::vector<int64_t> boundary_of_;                 // per node: its entry's time, or 0 if none
+  std::vector<coord::MapWorker> map_;                // expert_map's answer, while map_generation_ is current
+  uint64_t map_generation_ = 0;
+  int64_t map_valid_until_ = 0;
   MarketCounters counters_;
   uint64_t generation_ = 1;
   // nothing_needed's answer, valid while the state is unchanged and before the next time boundary (a

@@ -29,7 +29,15 @@ double lognormal(std::mt19937_64& rng, double median, double sigma) {
 void build_platform(World& w, std::mt19937_64& rng) {
   sg4::NetZone* zone = sg4::create_star_zone("swarm");
   const Scenario& s = w.sc;
-  w.slice_server = add_host(zone, "slices", 1, 10'000, 10'000, 2);
+  if (s.slice_server_mbps > 0) {
+    w.slice_server = add_host(zone, "slices", 1, s.slice_server_mbps, s.slice_server_mbps, 2);
+  } else {
+    // No link of its own: a download shares only the worker's downlink (and no flow joins all downloads
+    // into one max-min system, which is what costs time with thousands of them).
+    w.slice_server = zone->create_host("slices", kCoreFlops);
+    zone->add_route(w.slice_server->get_netpoint(), nullptr, nullptr, nullptr, {}, false);
+    zone->add_route(nullptr, w.slice_server->get_netpoint(), nullptr, nullptr, {}, false);
+  }
   if (s.shared_host_cores > 0) {
     // Not on the network: actors stay on their own hosts (their links) and run their compute here.
     w.shared_cpu = zone->create_host("machine", kCoreFlops)->set_core_count(int(s.shared_host_cores));

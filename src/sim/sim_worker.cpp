@@ -2,7 +2,7 @@
 // from its class's online/offline times; while online, the market loop of `essaim worker --coordinator`
 // (worker/joined_worker.cpp: heartbeat; volunteer when told, when it has room, on its first round and every 5th;
 // after a change, heartbeat and volunteer again, up to 4 times; downloads over its downlink from the slice
-// server; a swap takes first, heartbeats both, then gives up) and a server answering expert calls with the
+// server, heartbeating meanwhile; a swap takes first, heartbeats both, then gives up) and a server answering expert calls with the
 // calibrated compute time. Its slices stay on its disk while it is away.
 #include <algorithm>
 #include <cmath>
@@ -86,10 +86,10 @@ class MarketLoop {
     if (holds(s) || held_bytes() + w_.cat.slices[s].bytes > budget) return false;
     sg4::CommPtr download = sg4::Comm::sendto_async(w_.slice_server, n_.host, uint64_t(w_.cat.slices[s].bytes));
     if (!w_.sc.heartbeat_while_downloading) {
-      download->wait();  // as worker/joined_worker.cpp: the market thread heartbeats again after the round
+      download->wait();  // the worker as it was: its market thread heartbeated again after the round
     } else {
-      // A worker that keeps heartbeating what it holds while a download runs (wait_any_for leaves the
-      // download running when the heartbeat period is up).
+      // The worker heartbeats what it holds while a download runs (wait_any_for leaves the download running
+      // when the heartbeat period is up).
       const std::vector<sg4::CommPtr> pending = {download};
       while (sg4::Comm::wait_any_for(pending, double(w_.sc.heartbeat_s)) < 0) heartbeat();
     }

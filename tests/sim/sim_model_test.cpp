@@ -30,10 +30,13 @@ TEST(SimScenario, DefaultsAndOverrides) {
   EXPECT_EQ(s->workers, 100);
   ASSERT_EQ(s->classes.size(), 3u);
   EXPECT_EQ(s->classes[0].name, "phone");
-  s = parse_scenario(R"({"workers": 7, "hot_cache_mb": 64, "classes": [{"name": "box", "budget_mb": 512}]})");
+  EXPECT_TRUE(s->heartbeat_while_downloading);  // as worker/joined_worker.cpp does
+  EXPECT_EQ(s->slice_server_mbps, 10'000);
+  s = parse_scenario(R"({"workers": 7, "hot_cache_mb": 64, "slice_server_mbps": 0, "classes": [{"name": "box", "budget_mb": 512}]})");
   ASSERT_TRUE(s) << s.status().message();
   EXPECT_EQ(s->workers, 7);
   EXPECT_EQ(s->hot_cache_bytes, 64 << 20);
+  EXPECT_EQ(s->slice_server_mbps, 0);
   ASSERT_EQ(s->classes.size(), 1u);
   EXPECT_EQ(s->classes[0].budget_bytes, 512 << 20);
   // The report's copy of the scenario reads back the same.
@@ -52,6 +55,7 @@ TEST(SimScenario, HostileDocumentsAreRefusedByName) {
       {R"({"workers": 99999999999999999999})", "scenario.workers"},
       {R"({"hours": -1})", "scenario.hours"},
       {R"({"seed": -1})", "scenario.seed"},
+      {R"({"slice_server_mbps": -5})", "scenario.slice_server_mbps"},
       {R"({"hedge": 1})", "must be true or false"},
       {R"({"classes": []})", "scenario.classes"},
       {R"({"classes": [{"speed": 0}]})", "[0].speed"},

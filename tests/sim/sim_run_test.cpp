@@ -102,6 +102,28 @@ TEST_F(SimRun, TheIdlePoolChangesNothingButTheCost) {
   EXPECT_EQ(pooled["coverage"]["points"].back()["covered"], 1.0);
 }
 
+TEST_F(SimRun, TheSliceServersLinkIsSharedByEveryDownload) {
+  // 16 laptops (400 Mbit/s down) place one replica of the 384 slices (65 GB): 3.5 s a slice over their own
+  // downlinks, but 90 minutes for them all through a 100 Mbit/s slice server's link. After 3 minutes:
+  json s = {{"workers", 16}, {"hours", 0.05}, {"replicas", 1}, {"warmup_s", 150}, {"probe_steps", 1},
+            {"sequences", 1}, {"coverage_every_s", 60},
+            {"classes", {{{"name", "laptop"}, {"budget_mb", 8192}, {"speed", 2}, {"downlink_mbps", 400},
+                          {"uplink_mbps", 100}, {"rtt_ms", 20}}}}};
+  s["slice_server_mbps"] = 100;
+  std::ofstream(dir_ / "shared.json") << s.dump();
+  s["slice_server_mbps"] = 0;
+  std::ofstream(dir_ / "cdn.json") << s.dump();
+  const auto covered = [&](const char* file) {
+    auto [rc, out] = run("--scenario " + (dir_ / file).string() + " --json");
+    EXPECT_EQ(rc, 0) << out;
+    return json::parse(out)["coverage"]["points"].back()["covered"].get<double>();
+  };
+  const double shared = covered("shared.json"), cdn = covered("cdn.json");
+  EXPECT_LT(shared, 0.1);
+  EXPECT_GT(cdn, 0.2);
+  EXPECT_GT(cdn, 4 * shared) << shared;
+}
+
 TEST_F(SimRun, ABadScenarioIsRefusedByName) {
   std::ofstream(dir_ / "bad.json") << R"({"workers": 16, "replicsa": 2})";
   auto [rc, out] = run("--scenario " + (dir_ / "bad.json").string() + " --json");
