@@ -14,7 +14,7 @@ const std::string kAdmin = "admin-token-for-market-tests-0123456789";
 
 Catalogue small_catalogue() {
   Catalogue c{.model_identity = std::string(64, 'a'), .architecture = "qwen35moe", .n_layers = 3, .n_experts = 16,
-              .n_expert_used = 4, .protocol_version = 3, .kernel_abi = "1"};
+              .n_expert_used = 4, .protocol_version = 3, .kernel_abi = "1", .slices = {}};
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (int64_t f = 0; f < c.n_experts; f += 4) {
       c.slices.push_back({.name = "s" + std::to_string(l) + "." + std::to_string(f), .layer = l, .expert_first = f,
@@ -23,6 +23,19 @@ Catalogue small_catalogue() {
     }
   }
   return c;
+}
+
+int64_t held_bytes(const Catalogue& cat, const std::vector<size_t>& held) {
+  int64_t b = 0;
+  for (size_t s : held) b += cat.slices[s].bytes;
+  return b;
+}
+
+void joined_worker_turn(int64_t held_bytes, int64_t budget, std::mt19937_64& rng,
+                        const std::function<bool()>& heartbeat, const std::function<bool()>& volunteer_round) {
+  const bool told = heartbeat();
+  if (!told && held_bytes + 100 > budget && std::uniform_int_distribution<int>(0, 4)(rng) != 0) return;
+  for (int again = 0; again < 4 && volunteer_round(); ++again) heartbeat();
 }
 
 MarketDriver::MarketDriver(const Catalogue& cat, std::filesystem::path store_file, const int64_t& now)
@@ -96,7 +109,7 @@ MarketDriver::json MarketDriver::demand() { return call("GET", "/api/expert-dema
 MarketDriver::json MarketDriver::call(const std::string& method, const std::string& path, const json& body,
                                       const std::string& token) {
   const net::HttpReply r = coord_->answer({.method = method, .target = path, .body = body.is_null() ? "" : body.dump(),
-                                           .authorization = "Bearer " + token});
+                                           .authorization = "Bearer " + token, .range = ""});
   EXPECT_LT(r.status, 300) << method << " " << path << ": " << r.body;
   return r.body.empty() ? json() : json::parse(r.body);
 }

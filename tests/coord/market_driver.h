@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,14 @@ namespace essaim::coord::testing {
 
 // 3 layers of 16 experts (4 used) in slices of 4 experts, of 100 to 120 bytes, each with its own digest.
 Catalogue small_catalogue();
+// The bytes of the catalogue slices `held` (indices).
+int64_t held_bytes(const Catalogue& cat, const std::vector<size_t>& held);
+// One turn of a scheduled node, as worker/joined_worker.cpp's loop: `heartbeat` (returns the volunteer flag);
+// volunteer rounds when told, or with room for a small_catalogue() slice (100 bytes), or (a draw from `rng`, made
+// only for a full node untold: the schedules' seeds depend on it) one turn in 5 anyway; after a round that
+// changed the held set (`volunteer_round` returns whether it did) a heartbeat and again, 4 rounds at most.
+void joined_worker_turn(int64_t held_bytes, int64_t budget, std::mt19937_64& rng,
+                        const std::function<bool()>& heartbeat, const std::function<bool()>& volunteer_round);
 
 class MarketDriver {
  public:

@@ -22,6 +22,8 @@ namespace essaim::coord {
 namespace {
 
 using json = nlohmann::json;
+using testing::held_bytes;
+using testing::joined_worker_turn;
 using testing::MarketDriver;
 using testing::small_catalogue;
 constexpr int kIdleNodes = 5000;
@@ -95,11 +97,6 @@ class TwinSchedule {
   static std::string token_hash(const std::string& token) {
     return digest_hex(sha256({reinterpret_cast<const uint8_t*>(token.data()), token.size()}));
   }
-  int64_t bytes(const std::vector<size_t>& held) const {
-    int64_t b = 0;
-    for (size_t s : held) b += cat_.slices[s].bytes;
-    return b;
-  }
   void step() {
     now_ += std::uniform_int_distribution<int64_t>(1, 12000)(rng_);
     idle_step();
@@ -152,17 +149,16 @@ class TwinSchedule {
     told += a;
     return a;
   }
-  // worker/joined_worker.cpp's loop body: heartbeat; volunteer when told or with room; after a change, again.
   void market_round(Node& n) {
-    const bool t = heartbeat(n);
-    if (!t && bytes(n.held) + 100 > n.budget && std::uniform_int_distribution<int>(0, 4)(rng_) != 0) return;
-    for (int again = 0; again < 4; ++again) {
-      const json a = plain_.volunteer(n.name, n.held, n.budget);
-      const json b = crowded_.volunteer(n.name, n.held, n.budget);
-      EXPECT_EQ(a, b) << n.name << " at " << now_;
-      if (!apply(n, a)) break;
-      heartbeat(n);
-    }
+    joined_worker_turn(held_bytes(cat_, n.held), n.budget, rng_, [&] { return heartbeat(n); },
+                       [&] { return volunteer_round(n); });
+  }
+  // Both coordinators must answer alike; the answer applied, returns whether the node's held set changed.
+  bool volunteer_round(Node& n) {
+    const json a = plain_.volunteer(n.name, n.held, n.budget);
+    const json b = crowded_.volunteer(n.name, n.held, n.budget);
+    EXPECT_EQ(a, b) << n.name << " at " << now_;
+    return apply(n, a);
   }
   size_t index(const json& r) const {
     return *cat_.find(r["layer"].get<int64_t>(), r["expert_first"].get<int64_t>(), r["expert_count"].get<int64_t>());
@@ -190,7 +186,7 @@ class TwinSchedule {
   }
   void land_downloads(Node& n) {
     for (size_t s : n.downloading) {
-      if (bytes(n.held) + cat_.slices[s].bytes <= n.budget) n.held.push_back(s);
+      if (held_bytes(cat_, n.held) + cat_.slices[s].bytes <= n.budget) n.held.push_back(s);
     }
     n.downloading.clear();
   }

@@ -19,6 +19,8 @@ namespace essaim::sim {
 namespace {
 
 using json = nlohmann::json;
+using coord::testing::held_bytes;
+using coord::testing::joined_worker_turn;
 using coord::testing::MarketDriver;
 
 size_t slice_index(const coord::Catalogue& cat, const json& r) {
@@ -66,11 +68,6 @@ class Schedule {
   SimMarket& sim() { return sim_; }
 
  private:
-  int64_t bytes(const std::vector<size_t>& held) const {
-    int64_t b = 0;
-    for (size_t s : held) b += cat_.slices[s].bytes;
-    return b;
-  }
   void step() {
     now_ += std::uniform_int_distribution<int64_t>(1, 12000)(rng_);
     const int kind = std::uniform_int_distribution<int>(0, 19)(rng_);
@@ -109,19 +106,18 @@ class Schedule {
     told += a;
     return a;
   }
-  // worker/joined_worker.cpp's loop body: heartbeat; volunteer when told or with room; after a change, again.
   void market_round(Node& n) {
-    const bool t = heartbeat(n);
-    if (!t && bytes(n.held) + 100 > n.budget && std::uniform_int_distribution<int>(0, 4)(rng_) != 0) return;
-    for (int again = 0; again < 4; ++again) {
-      const coord::VolunteerChoice a = volunteer_choice(cat_, real_.volunteer(n.name, n.held, n.budget));
-      const coord::VolunteerChoice b = sim_.volunteer(n.id, n.held, n.budget, now_);
-      EXPECT_EQ(a.assign, b.assign) << n.id << " at " << now_;
-      EXPECT_EQ(a.drop, b.drop) << n.id << " at " << now_;
-      EXPECT_EQ(a.swap, b.swap) << n.id << " at " << now_;
-      if (!apply(n, a)) break;
-      heartbeat(n);
-    }
+    joined_worker_turn(held_bytes(cat_, n.held), n.budget, rng_, [&] { return heartbeat(n); },
+                       [&] { return volunteer_round(n); });
+  }
+  // The coordinator and SimMarket must decide alike; the choice applied, returns whether the held set changed.
+  bool volunteer_round(Node& n) {
+    const coord::VolunteerChoice a = volunteer_choice(cat_, real_.volunteer(n.name, n.held, n.budget));
+    const coord::VolunteerChoice b = sim_.volunteer(n.id, n.held, n.budget, now_);
+    EXPECT_EQ(a.assign, b.assign) << n.id << " at " << now_;
+    EXPECT_EQ(a.drop, b.drop) << n.id << " at " << now_;
+    EXPECT_EQ(a.swap, b.swap) << n.id << " at " << now_;
+    return apply(n, a);
   }
   bool apply(Node& n, const coord::VolunteerChoice& c) {
     bool changed = false;
@@ -131,7 +127,7 @@ class Schedule {
       changed = true;
     }
     for (size_t s : c.assign) {
-      if (bytes(n.held) + cat_.slices[s].bytes > n.budget) continue;
+      if (held_bytes(cat_, n.held) + cat_.slices[s].bytes > n.budget) continue;
       n.held.push_back(s);
       ++assigned;
       changed = true;
