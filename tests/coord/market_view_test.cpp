@@ -9,12 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
 #include "coord/coordinator.h"
+#include "market_driver.h"
 #include "slice/model_identity.h"
 #include "temp_dir.h"
 
@@ -22,115 +22,17 @@ namespace essaim::coord {
 namespace {
 
 using json = nlohmann::json;
-const std::string kAdmin = "admin-token-for-view-tests-0123456789";
+using testing::held_bytes;
+using testing::joined_worker_turn;
+using testing::MarketDriver;
+using testing::small_catalogue;
 constexpr int kIdleNodes = 5000;
-
-Catalogue small_catalogue() {
-  Catalogue c;
-  c.model_identity = std::string(64, 'a');
-  c.architecture = "qwen35moe";
-  c.n_layers = 3;
-  c.n_experts = 16;
-  c.n_expert_used = 4;
-  c.protocol_version = 3;
-  c.kernel_abi = "1";
-  for (int64_t l = 0; l < 3; ++l) {
-    for (int64_t f = 0; f < 16; f += 4) {
-      c.slices.push_back({"s" + std::to_string(l) + "." + std::to_string(f), l, f, 4, 100 + 10 * ((l + f) % 3),
-                          std::string(63, 'b') + "0123456789abcdef"[l * 4 + f / 4]});
-    }
-  }
-  return c;
-}
 
 std::string hex16(uint64_t x) {
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(x));
   return b;
 }
-
-// One coordinator process, asked through its handlers; nodes known by name (ids differ between two).
-class Market {
- public:
-  Market(const Catalogue& cat, std::filesystem::path file, const int64_t& now) : cat_(cat), file_(std::move(file)), now_(now) {
-    start();
-  }
-  ~Market() { coord_->stop(); }
-  void start() {
-    auto store = open_store(file_.string());
-    ASSERT_TRUE(store) << store.status().message();
-    store_ = store->get();
-    coord_ = std::make_unique<Coordinator>(
-        cat_, std::move(*store),
-        CoordinatorConfig{.admin_token = kAdmin, .slices_dir = file_.parent_path().string(), .replicas = 2,
-                          .heartbeat_s = 10, .threads = 1, .now_ms = [this] { return now_; }});
-  }
-  // A restart: the process and its memory gone, the store file kept.
-  void restart() {
-    coord_->stop();
-    coord_.reset();
-    start();
-  }
-  Store& store() { return *store_; }
-  void add_node(const std::string& name) {
-    json r = call("POST", "/api/nodes", {{"name", name}}, kAdmin);
-    ids_[name] = r["node_id"];
-    names_[r["node_id"]] = name;
-    tokens_[name] = r["token"];
-  }
-  const std::string& id(const std::string& name) const { return ids_.at(name); }
-  const std::string& token(const std::string& name) const { return tokens_.at(name); }
-  void know(const std::string& name, const std::string& id, const std::string& token) {
-    ids_[name] = id;
-    names_[id] = name;
-    tokens_[name] = token;
-  }
-  void revoke(const std::string& name) { call("DELETE", "/api/nodes/" + ids_.at(name), json(), kAdmin); }
-  bool heartbeat(const std::string& name, const std::vector<size_t>& held, int64_t capacity, bool leaving) {
-    json holdings = json::array();
-    for (size_t s : held) holdings.push_back(range(s, true));
-    json b = {{"node_id", ids_.at(name)}, {"address", "10.0.0.1:9000"}, {"holdings", leaving ? json::array() : holdings},
-              {"fingerprint", {{"model_identity", cat_.model_identity}, {"protocol_version", cat_.protocol_version},
-                               {"kernel_abi", cat_.kernel_abi}}},
-              {"capacity_bytes", capacity}, {"load", 0}};
-    if (leaving) b["leaving"] = true;
-    return call("POST", "/api/expert-coverage", b, tokens_.at(name))["volunteer"];
-  }
-  json volunteer(const std::string& name, const std::vector<size_t>& held, int64_t budget) {
-    json holding = json::array();
-    for (size_t s : held) holding.push_back(range(s, false));
-    return call("POST", "/api/expert-volunteer", {{"node_id", ids_.at(name)}, {"budget_bytes", budget}, {"holding", holding}},
-                tokens_.at(name));
-  }
-  // The map with node ids replaced by names, and its generation left out (it digests the ids).
-  json expert_map() {
-    json m = call("GET", "/api/expert-map", json(), kAdmin);
-    for (json& w : m["workers"]) w["label"] = names_.at(w["label"]);
-    m.erase("generation");
-    return m;
-  }
-  json demand() { return call("GET", "/api/expert-demand", json(), kAdmin); }
-
- private:
-  json call(const std::string& method, const std::string& path, const json& body, const std::string& token) {
-    net::HttpReply r = coord_->answer({.method = method, .target = path, .body = body.is_null() ? "" : body.dump(),
-                                       .authorization = "Bearer " + token});
-    EXPECT_LT(r.status, 300) << method << " " << path << ": " << r.body;
-    return r.body.empty() ? json() : json::parse(r.body);
-  }
-  json range(size_t s, bool with_sha) const {
-    const CatalogueSlice& c = cat_.slices[s];
-    json j = {{"layer", c.layer}, {"expert_first", c.expert_first}, {"expert_count", c.expert_count}};
-    if (with_sha) j["sha256"] = c.sha256;
-    return j;
-  }
-  const Catalogue& cat_;
-  std::filesystem::path file_;
-  const int64_t& now_;
-  Store* store_ = nullptr;  // owned by coord_
-  std::unique_ptr<Coordinator> coord_;
-  std::map<std::string, std::string> ids_, names_, tokens_;
-};
 
 struct Node {
   std::string name;
@@ -157,7 +59,7 @@ class TwinSchedule {
       if (n.alive) heartbeat(n);
     }
   }
-  Market& plain() { return plain_; }
+  MarketDriver& plain() { return plain_; }
   Node* some_alive_node() {
     for (Node& n : nodes_) {
       if (n.alive) return &n;
@@ -194,11 +96,6 @@ class TwinSchedule {
   }
   static std::string token_hash(const std::string& token) {
     return digest_hex(sha256({reinterpret_cast<const uint8_t*>(token.data()), token.size()}));
-  }
-  int64_t bytes(const std::vector<size_t>& held) const {
-    int64_t b = 0;
-    for (size_t s : held) b += cat_.slices[s].bytes;
-    return b;
   }
   void step() {
     now_ += std::uniform_int_distribution<int64_t>(1, 12000)(rng_);
@@ -252,17 +149,16 @@ class TwinSchedule {
     told += a;
     return a;
   }
-  // worker/joined_worker.cpp's loop body: heartbeat; volunteer when told or with room; after a change, again.
   void market_round(Node& n) {
-    const bool t = heartbeat(n);
-    if (!t && bytes(n.held) + 100 > n.budget && std::uniform_int_distribution<int>(0, 4)(rng_) != 0) return;
-    for (int again = 0; again < 4; ++again) {
-      const json a = plain_.volunteer(n.name, n.held, n.budget);
-      const json b = crowded_.volunteer(n.name, n.held, n.budget);
-      EXPECT_EQ(a, b) << n.name << " at " << now_;
-      if (!apply(n, a)) break;
-      heartbeat(n);
-    }
+    joined_worker_turn(held_bytes(cat_, n.held), n.budget, rng_, [&] { return heartbeat(n); },
+                       [&] { return volunteer_round(n); });
+  }
+  // Both coordinators must answer alike; the answer applied, returns whether the node's held set changed.
+  bool volunteer_round(Node& n) {
+    const json a = plain_.volunteer(n.name, n.held, n.budget);
+    const json b = crowded_.volunteer(n.name, n.held, n.budget);
+    EXPECT_EQ(a, b) << n.name << " at " << now_;
+    return apply(n, a);
   }
   size_t index(const json& r) const {
     return *cat_.find(r["layer"].get<int64_t>(), r["expert_first"].get<int64_t>(), r["expert_count"].get<int64_t>());
@@ -290,7 +186,7 @@ class TwinSchedule {
   }
   void land_downloads(Node& n) {
     for (size_t s : n.downloading) {
-      if (bytes(n.held) + cat_.slices[s].bytes <= n.budget) n.held.push_back(s);
+      if (held_bytes(cat_, n.held) + cat_.slices[s].bytes <= n.budget) n.held.push_back(s);
     }
     n.downloading.clear();
   }
@@ -298,7 +194,7 @@ class TwinSchedule {
   std::mt19937_64 rng_;
   int64_t now_ = 1'700'000'000'000;
   Catalogue cat_;
-  Market plain_, crowded_;
+  MarketDriver plain_, crowded_;
   std::vector<Node> nodes_;
   std::vector<std::string> idle_;
   std::set<std::string> revoked_;
@@ -336,7 +232,7 @@ TEST(MarketView, AnotherCoordinatorsWritesAndTimeAreSeen) {
   {
     int64_t now = 1'700'000'000'000;
     const Catalogue cat = small_catalogue();
-    Market a(cat, dir / "shared.sqlite", now), b(cat, dir / "shared.sqlite", now);
+    MarketDriver a(cat, dir / "shared.sqlite", now), b(cat, dir / "shared.sqlite", now);
     a.add_node("w");
     b.know("w", a.id("w"), a.token("w"));
     EXPECT_TRUE(a.expert_map()["workers"].empty());  // a's copy is made: no worker

@@ -9,9 +9,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <set>
 
 #include "coord/coordinator.h"
+#include "market_driver.h"
 #include "sim/sim_market.h"
 #include "temp_dir.h"
 
@@ -19,88 +19,25 @@ namespace essaim::sim {
 namespace {
 
 using json = nlohmann::json;
-const std::string kAdmin = "admin-token-for-sim-tests-0123456789";
+using coord::testing::held_bytes;
+using coord::testing::joined_worker_turn;
+using coord::testing::MarketDriver;
 
-coord::Catalogue small_catalogue() {
-  coord::Catalogue c;
-  c.model_identity = std::string(64, 'a');
-  c.architecture = "qwen35moe";
-  c.n_layers = 3;
-  c.n_experts = 16;
-  c.n_expert_used = 4;
-  c.protocol_version = 3;
-  c.kernel_abi = "1";
-  for (int64_t l = 0; l < 3; ++l) {
-    for (int64_t f = 0; f < 16; f += 4) {
-      c.slices.push_back({"s" + std::to_string(l) + "." + std::to_string(f), l, f, 4, 100 + 10 * ((l + f) % 3),
-                          std::string(63, 'b') + "0123456789abcdef"[l * 4 + f / 4]});
-    }
-  }
+size_t slice_index(const coord::Catalogue& cat, const json& r) {
+  return *cat.find(r["layer"].get<int64_t>(), r["expert_first"].get<int64_t>(), r["expert_count"].get<int64_t>());
+}
+
+// The coordinator's volunteer answer as the decision SimMarket returns.
+coord::VolunteerChoice volunteer_choice(const coord::Catalogue& cat, const json& a) {
+  coord::VolunteerChoice c;
+  for (const json& x : a["assign"]) c.assign.push_back(slice_index(cat, x));
+  for (const json& x : a["drop"]) c.drop.push_back(slice_index(cat, x));
+  for (const json& x : a["swap"]) c.swap.push_back({slice_index(cat, x["take"]), slice_index(cat, x["give_up"])});
   return c;
 }
 
-// The real coordinator, asked through its handlers.
-class RealMarket {
- public:
-  RealMarket(const coord::Catalogue& cat, const std::filesystem::path& dir, int64_t& now) : cat_(cat) {
-    auto store = coord::open_store((dir / "coord.sqlite").string());
-    EXPECT_TRUE(store) << store.status().message();
-    coord_ = std::make_unique<coord::Coordinator>(
-        cat, std::move(*store),
-        coord::CoordinatorConfig{.admin_token = kAdmin, .slices_dir = dir.string(), .replicas = 2, .heartbeat_s = 10,
-                                 .threads = 1, .now_ms = [&now] { return now; }});
-  }
-  ~RealMarket() { coord_->stop(); }
-  std::string add_node(const std::string& name) {
-    json r = call("POST", "/api/nodes", {{"name", name}}, kAdmin);
-    tokens_[r["node_id"]] = r["token"];
-    return r["node_id"];
-  }
-  bool heartbeat(const std::string& id, const std::vector<size_t>& held, int64_t capacity, bool leaving) {
-    json holdings = json::array();
-    for (size_t s : held) holdings.push_back(range(s, true));
-    json b = {{"node_id", id}, {"address", "10.0.0.1:9000"}, {"holdings", leaving ? json::array() : holdings},
-              {"fingerprint", {{"model_identity", cat_.model_identity}, {"protocol_version", cat_.protocol_version},
-                               {"kernel_abi", cat_.kernel_abi}}},
-              {"capacity_bytes", capacity}, {"load", 0}};
-    if (leaving) b["leaving"] = true;
-    return call("POST", "/api/expert-coverage", b, tokens_.at(id))["volunteer"];
-  }
-  coord::VolunteerChoice volunteer(const std::string& id, const std::vector<size_t>& held, int64_t budget) {
-    json holding = json::array();
-    for (size_t s : held) holding.push_back(range(s, false));
-    json a = call("POST", "/api/expert-volunteer", {{"node_id", id}, {"budget_bytes", budget}, {"holding", holding}},
-                  tokens_.at(id));
-    coord::VolunteerChoice c;
-    for (const json& x : a["assign"]) c.assign.push_back(index(x));
-    for (const json& x : a["drop"]) c.drop.push_back(index(x));
-    for (const json& x : a["swap"]) c.swap.push_back({index(x["take"]), index(x["give_up"])});
-    return c;
-  }
-
- private:
-  json call(const std::string& method, const std::string& path, const json& body, const std::string& token) {
-    net::HttpReply r = coord_->answer({.method = method, .target = path, .body = body.dump(),
-                                       .authorization = "Bearer " + token});
-    EXPECT_LT(r.status, 300) << path << ": " << r.body;
-    return json::parse(r.body);
-  }
-  json range(size_t s, bool with_sha) const {
-    const coord::CatalogueSlice& c = cat_.slices[s];
-    json j = {{"layer", c.layer}, {"expert_first", c.expert_first}, {"expert_count", c.expert_count}};
-    if (with_sha) j["sha256"] = c.sha256;
-    return j;
-  }
-  size_t index(const json& r) const {
-    return *cat_.find(r["layer"].get<int64_t>(), r["expert_first"].get<int64_t>(), r["expert_count"].get<int64_t>());
-  }
-  const coord::Catalogue& cat_;
-  std::unique_ptr<coord::Coordinator> coord_;
-  std::map<std::string, std::string> tokens_;
-};
-
 struct Node {
-  std::string id;
+  std::string name, id;  // the coordinator's id, which SimMarket is given too
   int64_t budget = 0;
   std::vector<size_t> held;
   bool alive = true;
@@ -109,7 +46,10 @@ struct Node {
 class Schedule {
  public:
   Schedule(uint64_t seed, const std::filesystem::path& dir)
-      : rng_(seed), cat_(small_catalogue()), real_(cat_, dir, now_), sim_(cat_, {.heartbeat_s = 10, .replicas = 2}) {}
+      : rng_(seed),
+        cat_(coord::testing::small_catalogue()),
+        real_(cat_, dir / "coord.sqlite", now_),
+        sim_(cat_, {.heartbeat_s = 10, .replicas = 2}) {}
 
   void run(int steps) {
     for (int i = 0; i < steps; ++i) step();
@@ -128,11 +68,6 @@ class Schedule {
   SimMarket& sim() { return sim_; }
 
  private:
-  int64_t bytes(const std::vector<size_t>& held) const {
-    int64_t b = 0;
-    for (size_t s : held) b += cat_.slices[s].bytes;
-    return b;
-  }
   void step() {
     now_ += std::uniform_int_distribution<int64_t>(1, 12000)(rng_);
     const int kind = std::uniform_int_distribution<int>(0, 19)(rng_);
@@ -149,39 +84,40 @@ class Schedule {
     }
     if (kind == 2) {
       n.alive = false;
-      EXPECT_EQ(real_.heartbeat(n.id, n.held, n.budget, true), sim_.heartbeat(n.id, n.held, n.budget, true, now_));
+      EXPECT_EQ(real_.heartbeat(n.name, n.held, n.budget, true), sim_.heartbeat(n.id, n.held, n.budget, true, now_));
       return;
     }
     market_round(n);
   }
   void join() {
     Node n;
-    n.id = real_.add_node("node-" + std::to_string(nodes_.size()));
+    n.name = "node-" + std::to_string(nodes_.size());
+    real_.add_node(n.name);
+    n.id = real_.id(n.name);
     sim_.add_node(n.id, now_);
     n.budget = std::uniform_int_distribution<int64_t>(100, 900)(rng_);
     nodes_.push_back(n);
     now_ += 1;  // registration order is (registered_ms, node_id)
   }
   bool heartbeat(Node& n) {
-    const bool a = real_.heartbeat(n.id, n.held, n.budget, false);
+    const bool a = real_.heartbeat(n.name, n.held, n.budget, false);
     const bool b = sim_.heartbeat(n.id, n.held, n.budget, false, now_);
     EXPECT_EQ(a, b) << "heartbeat of " << n.id << " at " << now_;
     told += a;
     return a;
   }
-  // worker/joined_worker.cpp's loop body: heartbeat; volunteer when told or with room; after a change, again.
   void market_round(Node& n) {
-    const bool t = heartbeat(n);
-    if (!t && bytes(n.held) + 100 > n.budget && std::uniform_int_distribution<int>(0, 4)(rng_) != 0) return;
-    for (int again = 0; again < 4; ++again) {
-      const coord::VolunteerChoice a = real_.volunteer(n.id, n.held, n.budget);
-      const coord::VolunteerChoice b = sim_.volunteer(n.id, n.held, n.budget, now_);
-      EXPECT_EQ(a.assign, b.assign) << n.id << " at " << now_;
-      EXPECT_EQ(a.drop, b.drop) << n.id << " at " << now_;
-      EXPECT_EQ(a.swap, b.swap) << n.id << " at " << now_;
-      if (!apply(n, a)) break;
-      heartbeat(n);
-    }
+    joined_worker_turn(held_bytes(cat_, n.held), n.budget, rng_, [&] { return heartbeat(n); },
+                       [&] { return volunteer_round(n); });
+  }
+  // The coordinator and SimMarket must decide alike; the choice applied, returns whether the held set changed.
+  bool volunteer_round(Node& n) {
+    const coord::VolunteerChoice a = volunteer_choice(cat_, real_.volunteer(n.name, n.held, n.budget));
+    const coord::VolunteerChoice b = sim_.volunteer(n.id, n.held, n.budget, now_);
+    EXPECT_EQ(a.assign, b.assign) << n.id << " at " << now_;
+    EXPECT_EQ(a.drop, b.drop) << n.id << " at " << now_;
+    EXPECT_EQ(a.swap, b.swap) << n.id << " at " << now_;
+    return apply(n, a);
   }
   bool apply(Node& n, const coord::VolunteerChoice& c) {
     bool changed = false;
@@ -191,7 +127,7 @@ class Schedule {
       changed = true;
     }
     for (size_t s : c.assign) {
-      if (bytes(n.held) + cat_.slices[s].bytes > n.budget) continue;
+      if (held_bytes(cat_, n.held) + cat_.slices[s].bytes > n.budget) continue;
       n.held.push_back(s);
       ++assigned;
       changed = true;
@@ -209,7 +145,7 @@ class Schedule {
   std::mt19937_64 rng_;
   int64_t now_ = 1'700'000'000'000;
   coord::Catalogue cat_;
-  RealMarket real_;
+  MarketDriver real_;
   SimMarket sim_;
   std::vector<Node> nodes_;
 };
