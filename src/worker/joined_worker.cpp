@@ -72,9 +72,12 @@ class HeartbeatsMeanwhile {
 
 // One served set: the state and the worker that serves it. Connections hold a shared_ptr for as long as
 // they are served, so a replaced set lives on until its last connection closes.
+// Heartbeats announce the current set's slices: a slice downloaded but not yet served is not announced
+// (a backbone dialling on the strength of the map would find the worker without it).
 struct ServedSet {
-  explicit ServedSet(WorkerState s) : state(std::move(s)) {}
+  ServedSet(WorkerState s, std::vector<Held> h) : state(std::move(s)), held(std::move(h)) {}
   WorkerState state;
+  std::vector<Held> held;
   std::unique_ptr<Worker> worker;
 };
 
@@ -163,7 +166,7 @@ class Joiner {
       std::vector<std::string> paths;
       for (const Held& h : held_) paths.push_back(h.path);
       ESSAIM_ASSIGN_OR_RETURN(WorkerState state, WorkerState::open(paths));
-      next = std::make_shared<ServedSet>(std::move(state));
+      next = std::make_shared<ServedSet>(std::move(state), held_);
       next->worker = std::make_unique<Worker>(next->state, c_.worker);
     }
     std::lock_guard lock(served_mu_);
@@ -210,8 +213,8 @@ class Joiner {
     std::lock_guard lock(market_mu_);
     node::Heartbeat beat{.node_id = node_id_, .address = address_, .fingerprint = fingerprint_, .holdings = {},
                            .capacity_bytes = c_.budget_bytes, .load = load(), .leaving = leaving};
-    if (!leaving) {
-      for (const Held& h : held_) beat.holdings.push_back({h.offer.range, h.offer.sha256});
+    if (std::shared_ptr<ServedSet> set = current(); set && !leaving) {
+      for (const Held& h : set->held) beat.holdings.push_back({h.offer.range, h.offer.sha256});
     }
     // The leaving heartbeat must not hold up a stop for long when the coordinator is unreachable.
     Result<node::MarketClient> quick = leaving ? node::MarketClient::connect(c_.coordinator, c_.token, c_.access, kLeavingDeadline)
@@ -248,7 +251,6 @@ class Joiner {
     log("dropping " + it->offer.name + " (" + why + ")");
     std::error_code ec;
     fs::remove(it->path, ec);
-    std::lock_guard lock(market_mu_);
     held_.erase(it);
   }
 
@@ -282,7 +284,6 @@ class Joiner {
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     log("downloaded " + o.name + " (" + std::to_string(r->bytes_fetched) + " bytes in " + std::to_string(s) + " s)");
-    std::lock_guard lock(market_mu_);
     held_.push_back(std::move(h));
     return true;
   }
@@ -460,9 +461,9 @@ class Joiner {
   std::string node_id_, address_;
   node::Catalogue catalogue_;
   node::Fingerprint fingerprint_;
-  std::vector<Held> held_;  // changed by the market thread only (under market_mu_), read by heartbeats
-  // One call on client_ at a time (the heartbeats meanwhile share it with the volunteer rounds), held_'s
-  // changes against a heartbeat's read, and the load figures.
+  std::vector<Held> held_;  // the market thread's; heartbeats announce the served set's copy
+  // One call on client_ at a time (the heartbeats meanwhile share it with the volunteer rounds), and the
+  // load figures.
   std::mutex market_mu_;
   std::atomic<double> heartbeat_s_ = 2;
   bool warned_fingerprint_ = false;
