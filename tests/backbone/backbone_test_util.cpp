@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -34,7 +35,12 @@ ModelDirCleanup* const g_cleanup =
 }  // namespace
 
 std::string spec_name(const ModelSpec& s) {
-  if (!s.file.empty()) return std::filesystem::path(s.file).stem().string();
+  if (!s.file.empty()) {
+    std::string stem = std::filesystem::path(s.file).stem().string();  // "kjv-moe-q4_k_m" -> "kjv_moe_q4_k_m"
+    for (char& c : stem)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    return stem;
+  }
   return std::string(s.arch == SynthArch::QWEN3MOE ? "qwen3moe" : "qwen35moe") +
          (s.types == SynthTypeMix::F32 ? "_f32" : "_q4km") + (s.nextn ? "_mtp" : "");
 }

@@ -42,7 +42,7 @@ struct ModelSpec {
   uint32_t nextn = 0;  // MTP blocks (qwen35moe)
   std::string file;    // a given model (e.g. the trained one of models/) instead of a synth one
 };
-std::string spec_name(const ModelSpec& s);  // "qwen3moe_q4km": gtest parameter names
+std::string spec_name(const ModelSpec& s);  // "qwen3moe_q4km", "kjv_moe_q4_k_m": gtest parameter names
 inline void PrintTo(const ModelSpec& s, std::ostream* os) { *os << spec_name(s); }
 
 // The three models of the exactness tests: qwen3moe q4_k_m and f32, qwen35moe q4_k_m.

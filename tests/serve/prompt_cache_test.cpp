@@ -91,12 +91,7 @@ struct Case {
   std::vector<size_t> shared;  // prefixes the later prompts share with it
 };
 
-std::string case_name(const Case& c) {
-  std::string name = backbone::testing::spec_name(c.spec);
-  for (char& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return name;
-}
+std::string case_name(const Case& c) { return backbone::testing::spec_name(c.spec); }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " interval " << c.interval; }
 
@@ -405,12 +400,7 @@ INSTANTIATE_TEST_SUITE_P(Models, SchedulerPromptCacheSpec,
                          ::testing::Values(ModelSpec{.arch = SynthArch::QWEN35MOE, .nextn = 1},
                                            ModelSpec{.file = std::string(ESSAIM_SOURCE_DIR) +
                                                              "/models/kjv-moe-q4_k_m.gguf"}),
-                         [](const auto& info) {
-                           std::string name = backbone::testing::spec_name(info.param);
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return backbone::testing::spec_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Models, SchedulerPromptCache,
                          ::testing::Values(ModelSpec{}, ModelSpec{.arch = SynthArch::QWEN35MOE}),

@@ -149,12 +149,7 @@ INSTANTIATE_TEST_SUITE_P(Models, SchedulerSpeculative,
                          ::testing::Values(ModelSpec{.arch = SynthArch::QWEN35MOE, .nextn = 1},
                                            ModelSpec{.file = std::string(ESSAIM_SOURCE_DIR) +
                                                              "/models/kjv-moe-q4_k_m.gguf"}),
-                         [](const auto& info) {
-                           std::string name = backbone::testing::spec_name(info.param);
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return backbone::testing::spec_name(info.param); });
 
 }  // namespace
 }  // namespace essaim::serve
