@@ -74,6 +74,9 @@ Result<MoeLayout> moe_layout_impl(const GgufFile& src) {
   const std::string a = *arch + ".";
   const std::optional<uint32_t> blocks = src.get_u32(a + "block_count");
   if (!blocks) return Status::error("no " + a + "block_count (UINT32)");
+  if (*blocks == 0 || *blocks > kMaxSliceableBlocks)
+    return Status::error(a + "block_count is " + std::to_string(*blocks) + ", expected 1.." +
+                         std::to_string(kMaxSliceableBlocks));
   m.block_count = *blocks;
 
   const size_t n_expert_tensors = size_t(std::count_if(src.tensors().begin(), src.tensors().end(),

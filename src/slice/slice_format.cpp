@@ -46,8 +46,9 @@ std::string_view expert_tensor_stem(ExpertTensorKind kind) {
   return f;
 }
 
+// Any u32 layer a file may claim names a tensor (one the file then lacks), never a failed check.
 std::string expert_tensor_name(uint32_t layer, ExpertTensorKind kind) {
-  return tensor_name(kTensors[size_t(kind)], int32_t(layer));
+  return "blk." + std::to_string(layer) + "." + std::string(expert_tensor_stem(kind)) + ".weight";
 }
 
 bool is_routed_expert_tensor_name(std::string_view name) {

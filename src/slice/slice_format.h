@@ -19,6 +19,8 @@ namespace essaim {
 inline constexpr std::string_view kSliceArchitecture = "essaim-expert-slice";
 // v2 adds essaim.slice.expert_sha256 (per-expert content digests, slice/expert_digest.h).
 inline constexpr uint32_t kSliceFormatVersion = 2;
+// The most blocks a model to slice or a backbone may declare (the coordinator's layers are 0..4095).
+inline constexpr uint32_t kMaxSliceableBlocks = 4096;
 
 inline constexpr std::string_view kSliceKeyVersion = "essaim.slice.version";                          // u32
 inline constexpr std::string_view kSliceKeySourceModel = "essaim.slice.source_model";                 // hex

@@ -247,7 +247,7 @@ TEST_F(ApiTest, UsageWorkRewardsAndDrop) {
 TEST_F(ApiTest, TheMarketHealsByASwapALeaveAndDecayingUsage) {
   auto [a, ta] = add_node("a");
   auto [b, tb] = add_node("b");
-  const int64_t s0 = 1000, s1 = 1004, s2 = 1100;  // slice bytes (slice 3 is 6 MiB: fits no one)
+  const int64_t s0 = 1000, s1 = 1004;  // slice bytes (slice 2: 1,100; slice 3 is 6 MiB: fits no one)
   ASSERT_EQ(heartbeat(b, tb, json::array({holding(1)}), 9001, s1).status, 200);
   Reply hb = heartbeat(a, ta, json::array({holding(0), holding(1)}), 9000, s0 + s1 + 100);
   ASSERT_EQ(hb.status, 200);

@@ -168,6 +168,15 @@ TEST_F(HostileBackbone, MalformedRecordsAreRefusedWithTheirReason) {
        "ascend"},
       {"layer repeated", [this](OutFile& f) { kv(kBackboneKeyExpertLayers, f)->value.uints[1] = 1; }, "ascend"},
       {"layer beyond the model", [this](OutFile& f) { kv(kBackboneKeyExpertLayers, f)->value.uints[1] = 3; }, "ascend"},
+      {"a block count no model has",
+       [this](OutFile& f) { kv(std::string(kv("general.architecture", f)->value.str) + ".block_count", f)->value.u = 0x80000005u; },
+       "block_count"},
+      {"a layer past 2^31 under a huge block count (a fuzzer's find)",
+       [this](OutFile& f) {
+         kv(std::string(kv("general.architecture", f)->value.str) + ".block_count", f)->value.u = 0x80000005u;
+         kv(kBackboneKeyExpertLayers, f)->value.uints[1] = 0x80000001u;
+       },
+       "block_count"},
       {"layers as i32",
        [this](OutFile& f) {
          GgufValue& v = kv(kBackboneKeyExpertLayers, f)->value;

@@ -112,6 +112,9 @@ TEST_F(HostileSlice, WrongValuesAreRefused) {
   OutFile big = good_;
   *kv(big, kSliceKeySourceBlockCount) = u32(UINT32_MAX);
   EXPECT_EQ(open_error(big), "");
+  // Inside a huge source, layers past 2^31 name tensors the file lacks: an error, never a failed check.
+  *kv(big, kSliceKeyLayerFirst) = u32(0x80000001u);
+  EXPECT_NE(open_error(big).find("layer 2147483649 does not have"), std::string::npos) << open_error(big);
 }
 
 TEST_F(HostileSlice, ExpertDigestsAreCheckedThenTheBytesVerifiedAgainstThem) {

@@ -193,6 +193,21 @@ TEST(SliceErrors, FilesThatAreNotFullMoeModelsAreRefused) {
   ASSERT_TRUE(unknown);
   EXPECT_MESSAGE_HAS(moe_layout(*unknown).status(), "architecture 'gemma4'");
 
+  // A block count no model has (the u32 after the key and its type id) is refused before any layer is named.
+  ASSERT_TRUE(write_test_moe(dir + "/huge.gguf", {.n_layer = 2, .n_expert = 4}).is_ok());
+  {
+    std::fstream io(dir + "/huge.gguf", std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(io)), std::istreambuf_iterator<char>());
+    const size_t key = bytes.find("qwen3moe.block_count");
+    ASSERT_NE(key, std::string::npos);
+    const uint32_t huge = 0x80000001u;
+    io.seekp(std::streamoff(key + std::string_view("qwen3moe.block_count").size() + 4));
+    io.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+  }
+  Result<GgufFile> huge = GgufFile::open(dir + "/huge.gguf");
+  ASSERT_TRUE(huge);
+  EXPECT_MESSAGE_HAS(moe_layout(*huge).status(), "block_count is 2147483649, expected 1..4096");
+
   ASSERT_TRUE(write_test_moe(dir + "/m.gguf", {.n_layer = 2, .n_expert = 4}).is_ok());
   Opened m = open_model(dir + "/m.gguf");
   Result<OutFile> f = expert_slice_file(m.src, m.moe, {.layer_first = 0, .expert_count = 2});
