@@ -217,6 +217,10 @@ TEST(PhonePath, WorkersWithNoPortJoinThroughTheRelayOverTlsAndServeBitForBit) {
   ASSERT_GE(healed, 0) << s.log();
   std::printf("[ measure ] re-coverage through the relay after kill -9 (heartbeat 1 s): %.2f s\n", healed);
   expect_exact_eval(s, backbone_token, mono, "after a worker was killed");
+  if (::testing::Test::HasFailure()) {
+    for (const auto& [id, w] : workers) std::printf("--- worker %s%s:\n%s\n", id.c_str(), id == victim ? " (killed)" : "", w->stderr_text().c_str());
+    std::printf("--- coordinator and relay:\n%s\n", s.log().c_str());
+  }
 
   // A token revoked at the coordinator: the relay closes that worker's idle connections ("bad token") within
   // the cache bound plus one re-check, and the worker stops.
