@@ -4,9 +4,11 @@
 // locally. The backbone's expert digests are cached beside its file and hashed lazily.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "backbone/weights_check.h"
 #include "backbone_test_util.h"
@@ -77,8 +79,11 @@ TEST(WeightsCheck, SlicesOfAnotherSeedAreRefusedNeverPairedAndLogitsStayMonolith
       << s.workers[0].last_error;
   EXPECT_TRUE(s.workers[1].connected);
   EXPECT_GT(s.workers[1].pairs_served, 0u) << s.to_json();
-  // The worker counts the refusal too (either side refused: by reason).
-  EXPECT_GE(wrong.stats().handshakes_refused[size_t(proto::RefuseReason::WEIGHTS)], 1u);
+  // The worker counts the refusal too (either side refused: by reason), once its connection thread has read
+  // the backbone's REFUSE, which may come after the backbone has moved on: waited for, within a bound.
+  const auto refused_at_worker = [&] { return wrong.stats().handshakes_refused[size_t(proto::RefuseReason::WEIGHTS)]; };
+  for (int i = 0; i < 200 && refused_at_worker() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_GE(refused_at_worker(), 1u);
   EXPECT_EQ(wrong.stats().handshakes_ok, 0u);
 }
 
