@@ -283,7 +283,9 @@ TEST_F(ApiTest, TheMarketHealsByASwapALeaveAndDecayingUsage) {
   ASSERT_EQ(heartbeat(b, tb, json::array(), 9001, s1, /*leaving=*/true).status, 200);
   demand = request(port_, "GET", "/api/expert-demand", "", ta).j();
   for (const json& r : demand["ranges"]) {
-    if (r["slice"] == coord_->catalogue().slices[1].name) EXPECT_EQ(r["holders"], 0) << r.dump();
+    if (r["slice"] == coord_->catalogue().slices[1].name) {
+      EXPECT_EQ(r["holders"], 0) << r.dump();
+    }
   }
 
   // The dashboard: public, without addresses; with the admin token, with them.
@@ -310,7 +312,9 @@ TEST_F(ApiTest, TheMarketHealsByASwapALeaveAndDecayingUsage) {
   ASSERT_EQ(report(4), 200);
   demand = request(port_, "GET", "/api/expert-demand", "", kAdmin).j();
   for (const json& r : demand["ranges"]) {
-    if (r["layer"] == 0 && r["expert_first"] == 4) EXPECT_NEAR(r["usage"].get<double>(), 2.0 / 3.0, 1e-3) << r.dump();
+    if (r["layer"] == 0 && r["expert_first"] == 4) {
+      EXPECT_NEAR(r["usage"].get<double>(), 2.0 / 3.0, 1e-3) << r.dump();
+    }
   }
 }
 
@@ -353,7 +357,9 @@ TEST_F(ApiTest, UsageIsReportedByBackbonesOnly) {
   Reply demand = request(port_, "GET", "/api/expert-demand", "", ta);
   const json before = demand.j();  // a named document: ranging over a temporary's member would dangle
   for (const json& r : before["ranges"])
-    if (r["layer"] == 1) EXPECT_EQ(r["usage"], 0.5) << "a refused report changed the demand: " << demand.body;
+    if (r["layer"] == 1) {
+      EXPECT_EQ(r["usage"], 0.5) << "a refused report changed the demand: " << demand.body;
+    }
 
   Reply reg = request(port_, "POST", "/api/nodes", R"({"name": "bb", "role": "backbone"})", kAdmin);
   ASSERT_EQ(reg.status, 201) << reg.body;
@@ -363,7 +369,9 @@ TEST_F(ApiTest, UsageIsReportedByBackbonesOnly) {
   demand = request(port_, "GET", "/api/expert-demand", "", ta);
   const json after = demand.j();
   for (const json& r : after["ranges"])
-    if (r["layer"] == 1) EXPECT_EQ(r["usage"], r["expert_first"] == 0 ? 1.0 : 0.0) << demand.body;
+    if (r["layer"] == 1) {
+      EXPECT_EQ(r["usage"], r["expert_first"] == 0 ? 1.0 : 0.0) << demand.body;
+    }
 }
 
 // A heartbeat (and a volunteer's `holding`) listing one range more than once is refused with 400 naming the
@@ -421,9 +429,9 @@ TEST_F(ApiTest, DownloadsWithRange) {
   }
   EXPECT_EQ(request(port_, "GET", "/slices/" + big, "", kAdmin).status, 200);  // the admin token too
   EXPECT_EQ(request(port_, "GET", "/slices/" + big).status, 401);
-  for (const std::string& name : {"../coord.sqlite", "..%2fcoord.sqlite", "coord.sqlite", "", "m.L01.E004.gguf/",
-                                  "./m.L00.E000.gguf", "%2e%2e/x"}) {
-    EXPECT_EQ(request(port_, "GET", "/slices/" + name, "", ta).status, 404) << name;
+  for (const char* name : {"../coord.sqlite", "..%2fcoord.sqlite", "coord.sqlite", "", "m.L01.E004.gguf/",
+                          "./m.L00.E000.gguf", "%2e%2e/x"}) {
+    EXPECT_EQ(request(port_, "GET", std::string("/slices/") + name, "", ta).status, 404) << name;
   }
 }
 
