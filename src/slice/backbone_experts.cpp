@@ -128,11 +128,8 @@ class BackboneKeys {
     b.source_model = *model;
     const std::optional<std::string> arch = f_.get_string("general.architecture");
     if (!arch) return typed("general.architecture", "STRING");
-    const std::optional<uint32_t> blocks = f_.get_u32(*arch + ".block_count");
-    if (!blocks) return fail("no " + gguf_quote_string(*arch + ".block_count") + " (UINT32)");
-    if (*blocks == 0 || *blocks > kMaxSliceableBlocks)
-      return fail(gguf_quote_string(*arch + ".block_count") + " is " + std::to_string(*blocks) + ", expected 1.." +
-                  std::to_string(kMaxSliceableBlocks));
+    Result<uint32_t> blocks = sliceable_block_count(f_, *arch);
+    if (!blocks) return fail(blocks.status().message());
     b.block_count = *blocks;
     return Status::ok();
   }

@@ -72,12 +72,7 @@ Result<MoeLayout> moe_layout_impl(const GgufFile& src) {
     return Status::error("this is an essaim backbone file (its routed experts were cut away): slice the full model");
   m.architecture = *arch;
   const std::string a = *arch + ".";
-  const std::optional<uint32_t> blocks = src.get_u32(a + "block_count");
-  if (!blocks) return Status::error("no " + a + "block_count (UINT32)");
-  if (*blocks == 0 || *blocks > kMaxSliceableBlocks)
-    return Status::error(a + "block_count is " + std::to_string(*blocks) + ", expected 1.." +
-                         std::to_string(kMaxSliceableBlocks));
-  m.block_count = *blocks;
+  ESSAIM_ASSIGN_OR_RETURN(m.block_count, sliceable_block_count(src, *arch));
 
   const size_t n_expert_tensors = size_t(std::count_if(src.tensors().begin(), src.tensors().end(),
       [](const GgufTensor& t) { return is_routed_expert_tensor_name(t.name); }));

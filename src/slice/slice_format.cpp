@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "gguf/gguf_file.h"
 #include "gguf/tensor_names.h"
 
 namespace essaim {
@@ -44,6 +45,15 @@ std::string_view expert_tensor_stem(ExpertTensorKind kind) {
   f.remove_prefix(kPrefix.size());
   f.remove_suffix(kSuffix.size());
   return f;
+}
+
+Result<uint32_t> sliceable_block_count(const GgufFile& f, const std::string& arch) {
+  const std::string key = gguf_quote_string(arch + ".block_count");
+  const std::optional<uint32_t> n = f.get_u32(arch + ".block_count");
+  if (!n) return Status::error("no " + key + " (UINT32)");
+  if (*n == 0 || *n > kMaxSliceableBlocks)
+    return Status::error(key + " is " + std::to_string(*n) + ", expected 1.." + std::to_string(kMaxSliceableBlocks));
+  return *n;
 }
 
 // Any u32 layer a file may claim names a tensor (one the file then lacks), never a failed check.

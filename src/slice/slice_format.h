@@ -13,7 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/status.h"
+
 namespace essaim {
+
+class GgufFile;
 
 // A slice must not pass for a loadable model: llama.cpp refuses an unknown architecture up front.
 inline constexpr std::string_view kSliceArchitecture = "essaim-expert-slice";
@@ -21,6 +25,8 @@ inline constexpr std::string_view kSliceArchitecture = "essaim-expert-slice";
 inline constexpr uint32_t kSliceFormatVersion = 2;
 // The most blocks a model to slice or a backbone may declare (the coordinator's layers are 0..4095).
 inline constexpr uint32_t kMaxSliceableBlocks = 4096;
+// `<arch>.block_count` of a model to slice or a backbone file: a UINT32 in 1..kMaxSliceableBlocks.
+Result<uint32_t> sliceable_block_count(const GgufFile& f, const std::string& arch);
 
 inline constexpr std::string_view kSliceKeyVersion = "essaim.slice.version";                          // u32
 inline constexpr std::string_view kSliceKeySourceModel = "essaim.slice.source_model";                 // hex

@@ -206,7 +206,7 @@ TEST(SliceErrors, FilesThatAreNotFullMoeModelsAreRefused) {
   }
   Result<GgufFile> huge = GgufFile::open(dir + "/huge.gguf");
   ASSERT_TRUE(huge);
-  EXPECT_MESSAGE_HAS(moe_layout(*huge).status(), "block_count is 2147483649, expected 1..4096");
+  EXPECT_MESSAGE_HAS(moe_layout(*huge).status(), "'qwen3moe.block_count' is 2147483649, expected 1..4096");
 
   ASSERT_TRUE(write_test_moe(dir + "/m.gguf", {.n_layer = 2, .n_expert = 4}).is_ok());
   Opened m = open_model(dir + "/m.gguf");
